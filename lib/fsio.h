@@ -1,0 +1,60 @@
+/* fsio: every file-system call libckpt makes goes through here, so tests can
+ * make any one of them fail on purpose (the idea of SQLite's aSyscall[]).
+ * Functions return 0 (or a count / fd) on success and -errno on failure;
+ * callers turn that into a status with a message naming the file. */
+#ifndef CKPT_FSIO_H
+#define CKPT_FSIO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef enum fsio_op {
+    FSIO_OPEN, FSIO_CLOSE, FSIO_PREAD, FSIO_PWRITE, FSIO_FSYNC, FSIO_RENAME,
+    FSIO_UNLINK, FSIO_MKDIR, FSIO_RMDIR, FSIO_READDIR, FSIO_STAT, FSIO_LOCK,
+    FSIO_STATVFS, FSIO_OP_COUNT
+} fsio_op;
+
+/* Called before each operation; returning a positive errno makes the
+ * operation fail with it without touching the file system.  `path` is the
+ * file's path, or NULL for calls on a descriptor. */
+typedef int (*fsio_fault_fn)(void *ctx, fsio_op op, const char *path);
+
+typedef struct fsio {
+    fsio_fault_fn fault; /* NULL in production */
+    void *ctx;
+} fsio;
+
+const char *fsio_op_name(fsio_op op);
+
+int fsio_open(const fsio *fs, const char *path, int flags, int mode);
+int fsio_close(const fsio *fs, int fd);
+/* Full reads and writes: loop over short counts.  fsio_pread returns the
+ * number of bytes read (less than n only at end of file). */
+int64_t fsio_pread(const fsio *fs, int fd, void *buf, size_t n, uint64_t off);
+int fsio_pwrite(const fsio *fs, int fd, const void *buf, size_t n, uint64_t off);
+int fsio_fsync(const fsio *fs, int fd);
+int fsio_fsync_path(const fsio *fs, const char *dir); /* open O_RDONLY + fsync */
+int fsio_rename(const fsio *fs, const char *from, const char *to);
+/* Atomically swap two existing paths (renameat2 RENAME_EXCHANGE); -EINVAL or
+ * -ENOSYS where the file system cannot. */
+int fsio_exchange(const fsio *fs, const char *a, const char *b);
+int fsio_unlink(const fsio *fs, const char *path);
+int fsio_mkdir(const fsio *fs, const char *path, int mode);
+int fsio_rmdir(const fsio *fs, const char *path);
+/* Names in `dir` except "." and "..", malloc'd array of malloc'd strings. */
+int fsio_list(const fsio *fs, const char *dir, char ***names, size_t *count);
+void fsio_list_free(char **names, size_t count);
+/* st_size of a path or descriptor; is_dir may be NULL. */
+int fsio_stat(const fsio *fs, const char *path, uint64_t *size, int *is_dir);
+int fsio_fstat(const fsio *fs, int fd, uint64_t *size);
+/* flock(LOCK_EX | LOCK_NB); -EWOULDBLOCK when another holder has it. */
+int fsio_lock(const fsio *fs, int fd);
+int fsio_free_bytes(const fsio *fs, const char *path, uint64_t *bytes);
+/* Read a whole (small) file into a malloc'd, NUL-terminated buffer. */
+int fsio_read_file(const fsio *fs, const char *path, uint64_t max_bytes,
+                   char **data, size_t *len);
+/* Remove a directory and the files directly in it (checkpoint dirs are flat). */
+int fsio_remove_tree(const fsio *fs, const char *dir);
+
+#endif

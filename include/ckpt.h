@@ -81,7 +81,8 @@ typedef enum ckpt_status {
     CKPT_EDEVICE = -11,   /* the device (CUDA) reported an error         */
     CKPT_ENODEVICE = -12, /* no CUDA runtime or no device                */
     CKPT_EACCES = -13,    /* permission denied (e.g. read-only root)     */
-    CKPT_EINTERNAL = -14  /* a bug in libckpt                            */
+    CKPT_EINTERNAL = -14, /* a bug in libckpt                            */
+    CKPT_EINCOMPLETE = -15 /* a checkpoint file is missing or truncated  */
 } ckpt_status;
 
 /** Short, static description of a status code ("checkpoint is corrupt"). */
@@ -160,6 +161,17 @@ typedef enum ckpt_verify_level {
     CKPT_VERIFY_FULL = 2    /* plus every chunk's stored and raw hashes       */
 } ckpt_verify_level;
 
+/** How device tensors are snapshotted (host tensors are always memcpy'd). */
+typedef enum ckpt_snapshot_mode {
+    CKPT_SNAPSHOT_HOST = 0,   /* D2H into a pinned host snapshot buffer        */
+    CKPT_SNAPSHOT_DEVICE = 1, /* D2D into spare device memory, drained to host
+                                 in the background; falls back to HOST when
+                                 the state does not fit                       */
+    CKPT_SNAPSHOT_STREAM = 2  /* through a bounded pinned pool: least memory;
+                                 buffers must stay untouched until
+                                 ckpt_save_wait_snapshot() returns            */
+} ckpt_snapshot_mode;
+
 #define CKPT_STORE_OPTIONS_VERSION 1
 typedef struct ckpt_store_options {
     unsigned int version;       /* CKPT_STORE_OPTIONS_VERSION                  */
@@ -175,10 +187,14 @@ typedef struct ckpt_store_options {
                                    default (-1) means 3                        */
     int fsync;                  /* 1 (default) or 0: skip fsync (tests, tmpfs) */
     ckpt_verify_level verify_after_save; /* default CKPT_VERIFY_FULL           */
+    ckpt_snapshot_mode snapshot_mode;    /* device tensors; default HOST       */
+    uint64_t pinned_limit;      /* cap on pinned host memory for device
+                                   snapshots and restores; 0: 1 GiB           */
 } ckpt_store_options;
 
 #define CKPT_STORE_OPTIONS_INIT \
-    { CKPT_STORE_OPTIONS_VERSION, 0u, 0, 0, 0u, 0u, -1, 1, CKPT_VERIFY_FULL }
+    { CKPT_STORE_OPTIONS_VERSION, 0u, 0, 0, 0u, 0u, -1, 1, CKPT_VERIFY_FULL, \
+      CKPT_SNAPSHOT_HOST, 0u }
 
 /** Fill `opts` with defaults for `version`; CKPT_EVERSION if unknown. */
 CKPT_API int ckpt_store_options_init(ckpt_store_options *opts, unsigned int version);
@@ -211,6 +227,28 @@ CKPT_API int ckpt_store_steps(const ckpt_store *store, int64_t **steps,
  */
 CKPT_API int ckpt_store_latest(ckpt_store *store, ckpt_verify_level level,
                                int64_t *step);
+
+/** Pinned host bytes the store holds now (0 without CUDA). */
+CKPT_API uint64_t ckpt_store_pinned_bytes(const ckpt_store *store);
+
+/**
+ * CKPT_OK when a CUDA runtime could be loaded and reports a device, else
+ * CKPT_ENODEVICE with a message saying what was missing.  The runtime is
+ * taken from the process if already loaded, else from $CKPT_CUDART_LIBRARY,
+ * else libcudart.so.13, then libcudart.so.12.
+ */
+CKPT_API int ckpt_cuda_available(void);
+
+/**
+ * Garbage-collect the root (writer only): retire committed steps beyond the
+ * newest `keep_last` (never the newest one that passes quick verification)
+ * and remove stale temporary directories.  With `dry_run` nothing is
+ * removed.  Each (would-be) removal is listed in `*report` (may be NULL) as
+ * an entry with status CKPT_OK, its step (-1 for a temporary directory) and
+ * its directory name in `file`.
+ */
+CKPT_API int ckpt_store_gc(ckpt_store *store, int keep_last, int dry_run,
+                           ckpt_report **report);
 
 /** Free memory returned by libckpt (buffers from ckpt_load, step lists). */
 CKPT_API void ckpt_free(void *ptr);
@@ -250,6 +288,20 @@ CKPT_API int ckpt_save_begin(ckpt_save **out, ckpt_store *store, int64_t step,
  * status and message).  May be called more than once and from any thread.
  */
 CKPT_API int ckpt_save_wait(ckpt_save *save);
+
+/**
+ * Block the CPU until the snapshot copy is complete: from then on the
+ * caller may overwrite its tensors (host ones are already free when
+ * ckpt_save_begin returns; device ones are copied asynchronously).
+ */
+CKPT_API int ckpt_save_wait_snapshot(ckpt_save *save);
+
+/**
+ * Make the CUDA stream `stream` wait, on the GPU, until the snapshot copy is
+ * complete, without blocking the CPU: enqueue work that overwrites the saved
+ * device tensors after this.  A no-op for saves of host tensors only.
+ */
+CKPT_API int ckpt_save_fence(ckpt_save *save, void *cuda_stream);
 
 /** Non-blocking: 1 when the save has finished (either way), else 0. */
 CKPT_API int ckpt_save_done(ckpt_save *save);
@@ -381,6 +433,11 @@ CKPT_API const char *ckpt_checkpoint_env(const ckpt_checkpoint *ckpt);
 CKPT_API const char *ckpt_checkpoint_manifest(const ckpt_checkpoint *ckpt);
 /** Unix time (seconds) at which the save began. */
 CKPT_API double ckpt_checkpoint_time(const ckpt_checkpoint *ckpt);
+/**
+ * Statistics recorded by the save: raw, stored bytes, chunks, stall_s, and
+ * persist_s measured up to writing the manifest (fsync and rename follow).
+ */
+CKPT_API int ckpt_checkpoint_stats(const ckpt_checkpoint *ckpt, ckpt_save_stats *stats);
 
 /**
  * Read tensor `name` into `dst` (exactly `bytes` bytes of host memory),
@@ -396,6 +453,30 @@ CKPT_API int ckpt_checkpoint_read(ckpt_checkpoint *ckpt, const char *name, void 
  */
 CKPT_API int ckpt_load(ckpt_store *store, int64_t step, const char *name,
                        void **data, uint64_t *bytes, ckpt_tensor_info *info);
+
+/* ------------------------------------------------------------- preemption */
+
+/**
+ * Exit code a job should use after saving because of a preemption signal, so
+ * that wrappers (examples/resume.sh, Slurm requeue) know to restart it.
+ * 75 is EX_TEMPFAIL from sysexits.h.
+ */
+#define CKPT_EXIT_PREEMPTED 75
+
+/**
+ * Watch `signals` (`count` of them; NULL/0 means SIGTERM and SIGUSR1): each
+ * arrival sets a flag, in an async-signal-safe way, that the training loop
+ * polls with ckpt_preempt_requested(), then saves, waits and exits with
+ * CKPT_EXIT_PREEMPTED.  Process-wide: the one piece of global state besides
+ * the CUDA runtime loader, since signals are.
+ */
+CKPT_API int ckpt_preempt_watch(const int *signals, size_t count);
+/** The number of the first watched signal received since the last reset, or 0. */
+CKPT_API int ckpt_preempt_requested(void);
+/** Clear the flag. */
+CKPT_API void ckpt_preempt_reset(void);
+/** Restore the signal dispositions in force before ckpt_preempt_watch(). */
+CKPT_API void ckpt_preempt_unwatch(void);
 
 #ifdef __cplusplus
 }

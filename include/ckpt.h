@@ -150,6 +150,7 @@ typedef struct ckpt_tensor {
 /* ------------------------------------------------------------------ store */
 
 typedef struct ckpt_store ckpt_store;
+typedef struct ckpt_report ckpt_report; /* see "reports" below */
 
 /** Open flags. */
 #define CKPT_OPEN_READONLY 0x1u  /* no lock, no writes, root must exist     */
@@ -322,7 +323,7 @@ CKPT_API int ckpt_save_stats_get(const ckpt_save *save, ckpt_save_stats *stats);
 CKPT_API void ckpt_save_free(ckpt_save *save);
 
 /** ckpt_save_begin + ckpt_save_wait + ckpt_save_free. */
-CKPT_API int ckpt_save(ckpt_store *store, int64_t step, const ckpt_tensor *tensors,
+CKPT_API int ckpt_save_sync(ckpt_store *store, int64_t step, const ckpt_tensor *tensors,
                        size_t count, const ckpt_save_options *opts);
 
 /* ---------------------------------------------------------------- reports */
@@ -339,8 +340,6 @@ typedef struct ckpt_problem {
     const char *tensor;  /* tensor name, or ""                              */
     int64_t offset;      /* byte offset in `file`, or -1                    */
 } ckpt_problem;
-
-typedef struct ckpt_report ckpt_report;
 
 /** Step restored or verified (-1 if none). */
 CKPT_API int64_t ckpt_report_step(const ckpt_report *report);

@@ -1,0 +1,294 @@
+/* fsio: the one seam for file-system calls (see fsio.h). */
+#include "fsio.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "util.h"
+
+#define FAULT(fs, op, path)                                  \
+    do {                                                     \
+        if ((fs) && (fs)->fault) {                           \
+            int e_ = (fs)->fault((fs)->ctx, (op), (path));   \
+            if (e_ > 0)                                      \
+                return -e_;                                  \
+        }                                                    \
+    } while (0)
+
+const char *fsio_op_name(fsio_op op)
+{
+    static const char *const names[FSIO_OP_COUNT] = {
+        "open", "close", "pread", "pwrite", "fsync", "rename", "unlink",
+        "mkdir", "rmdir", "readdir", "stat", "lock", "statvfs",
+    };
+    return (unsigned)op < FSIO_OP_COUNT ? names[op] : "?";
+}
+
+int fsio_open(const fsio *fs, const char *path, int flags, int mode)
+{
+    FAULT(fs, FSIO_OPEN, path);
+    int fd = open(path, flags | O_CLOEXEC, mode);
+    return fd >= 0 ? fd : -errno;
+}
+
+int fsio_close(const fsio *fs, int fd)
+{
+    if (fs && fs->fault) {
+        int e = fs->fault(fs->ctx, FSIO_CLOSE, NULL);
+        if (e > 0) {
+            close(fd); /* never leak the descriptor, even when failing on purpose */
+            return -e;
+        }
+    }
+    return close(fd) == 0 ? 0 : -errno;
+}
+
+int64_t fsio_pread(const fsio *fs, int fd, void *buf, size_t n, uint64_t off)
+{
+    FAULT(fs, FSIO_PREAD, NULL);
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = pread(fd, (char *)buf + done, n - done, (off_t)(off + done));
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (r == 0)
+            break;
+        done += (size_t)r;
+    }
+    return (int64_t)done;
+}
+
+int fsio_pwrite(const fsio *fs, int fd, const void *buf, size_t n, uint64_t off)
+{
+    FAULT(fs, FSIO_PWRITE, NULL);
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = pwrite(fd, (const char *)buf + done, n - done, (off_t)(off + done));
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (r == 0)
+            return -EIO;
+        done += (size_t)r;
+    }
+    return 0;
+}
+
+int fsio_fsync(const fsio *fs, int fd)
+{
+    FAULT(fs, FSIO_FSYNC, NULL);
+    return fsync(fd) == 0 ? 0 : -errno;
+}
+
+int fsio_fsync_path(const fsio *fs, const char *dir)
+{
+    int fd = fsio_open(fs, dir, O_RDONLY | O_DIRECTORY, 0);
+    if (fd < 0)
+        return fd;
+    int rc = fsio_fsync(fs, fd);
+    int rc2 = fsio_close(fs, fd);
+    return rc ? rc : rc2;
+}
+
+int fsio_rename(const fsio *fs, const char *from, const char *to)
+{
+    FAULT(fs, FSIO_RENAME, from);
+    return rename(from, to) == 0 ? 0 : -errno;
+}
+
+int fsio_exchange(const fsio *fs, const char *a, const char *b)
+{
+    FAULT(fs, FSIO_RENAME, a);
+#ifdef RENAME_EXCHANGE
+    return renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE) == 0 ? 0 : -errno;
+#else
+    return -ENOSYS;
+#endif
+}
+
+int fsio_unlink(const fsio *fs, const char *path)
+{
+    FAULT(fs, FSIO_UNLINK, path);
+    return unlink(path) == 0 ? 0 : -errno;
+}
+
+int fsio_mkdir(const fsio *fs, const char *path, int mode)
+{
+    FAULT(fs, FSIO_MKDIR, path);
+    return mkdir(path, (mode_t)mode) == 0 ? 0 : -errno;
+}
+
+int fsio_rmdir(const fsio *fs, const char *path)
+{
+    FAULT(fs, FSIO_RMDIR, path);
+    return rmdir(path) == 0 ? 0 : -errno;
+}
+
+void fsio_list_free(char **names, size_t count)
+{
+    if (!names)
+        return;
+    for (size_t i = 0; i < count; i++)
+        free(names[i]);
+    free(names);
+}
+
+int fsio_list(const fsio *fs, const char *dir, char ***names, size_t *count)
+{
+    *names = NULL;
+    *count = 0;
+    FAULT(fs, FSIO_READDIR, dir);
+    DIR *d = opendir(dir);
+    if (!d)
+        return -errno;
+    char **v = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    struct dirent *e;
+    errno = 0;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 16;
+            char **nv = realloc(v, ncap * sizeof *nv);
+            if (!nv) {
+                rc = -ENOMEM;
+                break;
+            }
+            v = nv;
+            cap = ncap;
+        }
+        if (!(v[n] = util_strdup(e->d_name))) {
+            rc = -ENOMEM;
+            break;
+        }
+        n++;
+        errno = 0;
+    }
+    if (!rc && errno)
+        rc = -errno;
+    closedir(d);
+    if (rc) {
+        fsio_list_free(v, n);
+        return rc;
+    }
+    *names = v;
+    *count = n;
+    return 0;
+}
+
+int fsio_stat(const fsio *fs, const char *path, uint64_t *size, int *is_dir)
+{
+    FAULT(fs, FSIO_STAT, path);
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return -errno;
+    if (size)
+        *size = (uint64_t)st.st_size;
+    if (is_dir)
+        *is_dir = S_ISDIR(st.st_mode);
+    return 0;
+}
+
+int fsio_fstat(const fsio *fs, int fd, uint64_t *size)
+{
+    FAULT(fs, FSIO_STAT, NULL);
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return -errno;
+    *size = (uint64_t)st.st_size;
+    return 0;
+}
+
+int fsio_lock(const fsio *fs, int fd)
+{
+    FAULT(fs, FSIO_LOCK, NULL);
+    return flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0 : -errno;
+}
+
+int fsio_free_bytes(const fsio *fs, const char *path, uint64_t *bytes)
+{
+    FAULT(fs, FSIO_STATVFS, path);
+    struct statvfs sv;
+    if (statvfs(path, &sv) != 0)
+        return -errno;
+    *bytes = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
+    return 0;
+}
+
+int fsio_read_file(const fsio *fs, const char *path, uint64_t max_bytes,
+                   char **data, size_t *len)
+{
+    *data = NULL;
+    *len = 0;
+    int fd = fsio_open(fs, path, O_RDONLY, 0);
+    if (fd < 0)
+        return fd;
+    uint64_t size;
+    int rc = fsio_fstat(fs, fd, &size);
+    if (rc == 0 && size > max_bytes)
+        rc = -EFBIG;
+    char *buf = NULL;
+    if (rc == 0 && !(buf = malloc((size_t)size + 1)))
+        rc = -ENOMEM;
+    if (rc == 0) {
+        int64_t got = fsio_pread(fs, fd, buf, (size_t)size, 0);
+        if (got < 0)
+            rc = (int)got;
+        else if ((uint64_t)got != size)
+            rc = -EIO; /* the file changed under us */
+    }
+    fsio_close(fs, fd);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    buf[size] = '\0';
+    *data = buf;
+    *len = (size_t)size;
+    return 0;
+}
+
+int fsio_remove_tree(const fsio *fs, const char *dir)
+{
+    char **names;
+    size_t n;
+    int rc = fsio_list(fs, dir, &names, &n);
+    if (rc)
+        return rc;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        char *p = util_join(dir, names[i]);
+        if (!p) {
+            rc = -ENOMEM;
+            break;
+        }
+        int r = fsio_unlink(fs, p);
+        if (r == -EISDIR || r == -EPERM) { /* a stray sub-directory */
+            r = fsio_remove_tree(fs, p);
+        }
+        if (r && r != -ENOENT)
+            rc = r;
+        free(p);
+    }
+    fsio_list_free(names, n);
+    if (rc == 0) {
+        rc = fsio_rmdir(fs, dir);
+        if (rc == -ENOENT)
+            rc = 0;
+    }
+    return rc;
+}

@@ -1,0 +1,71 @@
+/* util: small helpers shared by the modules (time, paths, hex, checked math). */
+#ifndef CKPT_UTIL_H
+#define CKPT_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+double util_now(void);      /* monotonic seconds */
+double util_wall_time(void); /* Unix time, seconds */
+
+/* malloc'd "a/b"; NULL on out of memory. */
+char *util_join(const char *a, const char *b);
+char *util_strdup(const char *s);
+char *util_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* 16 lowercase hex digits of the canonical (big-endian) form of h. */
+void util_hex64(uint64_t h, char out[17]);
+/* Parse exactly 16 hex digits; false if malformed. */
+bool util_parse_hex64(const char *s, uint64_t *h);
+
+/* Overflow-checked arithmetic: false on overflow. */
+static inline bool util_add_u64(uint64_t a, uint64_t b, uint64_t *r)
+{
+    return !__builtin_add_overflow(a, b, r);
+}
+static inline bool util_mul_u64(uint64_t a, uint64_t b, uint64_t *r)
+{
+    return !__builtin_mul_overflow(a, b, r);
+}
+
+/* Little-endian field access for the on-disk structures. */
+static inline void util_put_u32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+static inline void util_put_u64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+}
+static inline uint32_t util_get_u32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+static inline uint64_t util_get_u64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--)
+        v = (v << 8) | p[i];
+    return v;
+}
+/* Big-endian (xxHash canonical form) for stored hashes. */
+static inline void util_put_be64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++)
+        p[i] = (unsigned char)(v >> (56 - 8 * i));
+}
+static inline uint64_t util_get_be64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | p[i];
+    return v;
+}
+
+#endif

@@ -1,8 +1,9 @@
 /* device: where tensor bytes come from and go to.  The save pipeline and the
  * restore path talk only to this interface; the `host` backend is memcpy,
  * the `cuda` backend (device_cuda.c) drives the CUDA runtime loaded at run
- * time.  One device object per store; calls are made by the store's API
- * thread except device_event_wait(), which workers call. */
+ * time (cuda_loader.c).  One device object per store; calls are made by the
+ * store's API thread except device_event_wait() and device_event_free(),
+ * which workers call. */
 #ifndef CKPT_DEVICE_H
 #define CKPT_DEVICE_H
 
@@ -15,51 +16,86 @@ typedef struct device_event device_event; /* completion marker of copies */
 
 typedef struct device_options {
     ckpt_snapshot_mode mode;
-    uint64_t pinned_limit; /* bytes */
+    uint64_t pinned_limit; /* bytes; 0 means 1 GiB */
 } device_options;
 
 /* Always succeeds for the host part; CUDA is loaded lazily on first use of
  * a device pointer (so host-only users never dlopen anything). */
 int device_open(device **out, const device_options *opts);
+/* Waits for the device's own copies, then releases its streams, events and
+ * spare device memory.  Host buffers from device_host_alloc must have been
+ * freed before.  NULL is fine. */
 void device_free(device *dev);
+
+/* CKPT_OK when a CUDA runtime loads and reports a device, else
+ * CKPT_ENODEVICE with the reason (what ckpt_cuda_available() returns). */
+int device_cuda_available(void);
 
 /* Host memory for snapshot and staging buffers, pre-faulted.  Pinned (page
  * locked through the CUDA runtime) when `want_pinned` and CUDA is loaded and
- * the pinned cap allows; *pinned tells which.  Free with device_host_free. */
+ * the pinned cap allows (else pageable, noted in device_describe); *pinned
+ * tells which.  CKPT_EDEVICE when the runtime fails to allocate pinned
+ * memory.  Free with device_host_free. */
 int device_host_alloc(device *dev, size_t bytes, int want_pinned, void **ptr,
                       int *pinned);
 void device_host_free(device *dev, void *ptr, size_t bytes, int pinned);
 uint64_t device_pinned_bytes(const device *dev);
 
 /* Resolve where `ptr` lives.  CKPT_MEM_DEVICE (declared or detected)
- * without a usable CUDA runtime is CKPT_ENODEVICE. */
+ * without a usable CUDA runtime is CKPT_ENODEVICE; declared DEVICE for
+ * memory the runtime calls plain host memory is CKPT_EINVAL.  AUTO asks the
+ * runtime only when one is in the process (or named by CKPT_CUDART_LIBRARY);
+ * otherwise it is HOST.  Messages do not name the tensor. */
 int device_classify(device *dev, const void *ptr, ckpt_memory declared,
                     ckpt_memory *actual);
 
 /* --- save side (API thread) */
+/* CKPT_SNAPSHOT_DEVICE only (a no-op otherwise): set aside spare device
+ * memory for `device_bytes` of device tensors before device_snapshot_start.
+ * Not an error when it does not fit: the snapshot then goes straight to the
+ * host (noted in device_describe).  Without this call DEVICE mode behaves as
+ * HOST. */
+int device_snapshot_reserve(device *dev, uint64_t device_bytes);
 /* Order the copies that follow after all work enqueued on caller_stream. */
 int device_snapshot_start(device *dev, void *caller_stream);
 /* Copy n bytes of device memory src into host memory dst, asynchronously on
  * the copy stream.  `tensor` names it in error messages. */
 int device_copy_d2h(device *dev, void *dst, const void *src, size_t n,
                     const char *tensor);
-/* A marker that completes when every copy enqueued so far has. */
+/* A marker that completes when every copy enqueued so far has.  NULL (and
+ * CKPT_OK) when no CUDA is in use. */
 int device_record(device *dev, device_event **ev);
-/* Block until ev completes; CKPT_EDEVICE naming the CUDA error if a copy
- * failed.  Thread-safe. */
+/* Block until ev's host bytes are there; CKPT_EDEVICE naming the CUDA error
+ * and tensor if a copy failed.  NULL is complete.  Thread-safe. */
 int device_event_wait(device *dev, device_event *ev);
-/* Make `stream` wait on the GPU for ev. */
+/* Block until the caller's memory covered by ev has been read (what
+ * ckpt_save_wait_snapshot needs): the D2D copy in DEVICE mode, else the same
+ * as device_event_wait. */
+int device_snapshot_wait(device *dev, device_event *ev);
+/* Make `stream` wait on the GPU until the caller's memory covered by ev has
+ * been read (the D2D copy in DEVICE mode). */
 int device_fence(device *dev, device_event *ev, void *stream);
+/* Thread-safe; NULL is fine.  An event must outlive its last wait/fence. */
 void device_event_free(device *dev, device_event *ev);
+/* Block until every copy on the device's own streams has finished, errors
+ * ignored: call it on a failed save before its snapshot buffer is reused or
+ * freed, since copies already enqueued still write into it. */
+void device_quiesce(device *dev);
 
 /* --- restore side */
 /* Copy host src (staging) to device dst on `stream`, asynchronously. */
 int device_copy_h2d(device *dev, void *dst, const void *src, size_t n,
                     void *stream, const char *tensor);
+/* A marker on `stream` (NULL: the legacy default stream) completing when the
+ * work enqueued there so far has: wait for it (device_event_wait) before
+ * reusing one staging buffer while others are in flight. */
+int device_record_stream(device *dev, void *stream, device_event **ev);
 int device_stream_sync(device *dev, void *stream);
 
-/* Environment facts for the manifest (driver/runtime versions, GPU name);
- * adds nothing when CUDA is not loaded.  `env` is a json_t object. */
+/* Environment facts for the manifest: adds an object "cuda" (driver and
+ * runtime versions, GPU name, device, library, snapshot mode, pinned bytes,
+ * a note on any fallback) when this device object uses CUDA; nothing
+ * otherwise.  `env` is a json_t object. */
 struct json_t;
 void device_describe(device *dev, struct json_t *env);
 

@@ -1,0 +1,49 @@
+/* device_cuda: the CUDA half of the device backend.  device.c owns the
+ * device object and the host path and calls these once a device pointer has
+ * been seen; they follow the contracts written in device.h. */
+#ifndef CKPT_DEVICE_CUDA_H
+#define CKPT_DEVICE_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt.h"
+#include "cuda_loader.h"
+
+typedef struct dcuda dcuda;
+struct json_t;
+
+/* Load the runtime (CKPT_ENODEVICE if none) and create the copy stream on
+ * CUDA device `ordinal` (-1: the calling thread's current device). */
+int dcuda_open(dcuda **out, ckpt_snapshot_mode mode, int ordinal);
+void dcuda_free(dcuda *cu);
+
+/* Where `ptr` lives according to the runtime (CU_MEM_*); CKPT_EDEVICE on a
+ * runtime error.  *ordinal gets its CUDA device when it is device memory. */
+int dcuda_pointer_type(const cuda_api *api, const void *ptr, int *type, int *ordinal);
+
+int dcuda_host_alloc(dcuda *cu, size_t bytes, void **ptr);
+void dcuda_host_free(dcuda *cu, void *ptr);
+
+int dcuda_snapshot_reserve(dcuda *cu, uint64_t device_bytes);
+int dcuda_snapshot_start(dcuda *cu, void *caller_stream);
+int dcuda_copy_d2h(dcuda *cu, void *dst, const void *src, size_t n, const char *tensor);
+
+typedef struct device_event device_event;
+/* on_stream 0: mark the copies on our own streams (save side); 1: mark the
+ * work enqueued so far on `stream` (restore side; NULL is legacy default). */
+int dcuda_record(dcuda *cu, int on_stream, void *stream, device_event **ev);
+int dcuda_event_wait(dcuda *cu, device_event *ev, int snapshot_only);
+int dcuda_fence(dcuda *cu, device_event *ev, void *stream);
+void dcuda_event_free(dcuda *cu, device_event *ev);
+void dcuda_quiesce(dcuda *cu);
+
+int dcuda_copy_h2d(dcuda *cu, void *dst, const void *src, size_t n, void *stream,
+                   const char *tensor);
+int dcuda_stream_sync(dcuda *cu, void *stream);
+
+/* Keep a note for the manifest's environment record (a fallback taken). */
+void dcuda_note(dcuda *cu, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void dcuda_describe(dcuda *cu, struct json_t *env, uint64_t pinned_bytes);
+
+#endif

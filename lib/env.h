@@ -1,0 +1,13 @@
+/* env: the environment record written into every manifest, so that drift
+ * between steps (library, codec, driver, GPU, host) can be seen later. */
+#ifndef CKPT_ENV_H
+#define CKPT_ENV_H
+
+#include <jansson.h>
+
+#include "device.h"
+
+/* A new JSON object; NULL on out of memory. */
+json_t *env_record(device *dev);
+
+#endif

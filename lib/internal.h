@@ -1,0 +1,53 @@
+/* internal: the store handle shared by the api, save, restore and reader
+ * modules.  Nothing here is installed. */
+#ifndef CKPT_INTERNAL_H
+#define CKPT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "ckpt.h"
+#include "codec.h"
+#include "device.h"
+#include "fsio.h"
+#include "pool.h"
+
+/* Per-worker state: jobs reach it through the worker index. */
+typedef struct worker_ctx {
+    codec *codec;
+    unsigned char *in;  /* stored bytes read from a shard */
+    size_t in_cap;
+    unsigned char *out; /* decoded bytes (verify, device staging) */
+    size_t out_cap;
+    int out_pinned;
+} worker_ctx;
+
+struct ckpt_store {
+    char *root;
+    fsio fs;
+    ckpt_store_options opts;   /* resolved: no "default" values left */
+    int readonly;
+    int lock_fd;               /* -1 for readers */
+    pthread_mutex_t api_lock;  /* serialises public calls on this store */
+    pool *pool;
+    worker_ctx *workers;       /* pool_threads(pool) of them */
+    device *dev;
+    /* Snapshot arena: allocated once, grown when a bigger state comes,
+     * pre-faulted, reused by every save.  Touched only by the save that
+     * is in flight (one at a time). */
+    unsigned char *arena;
+    size_t arena_cap;
+    int arena_pinned;
+    struct ckpt_save *inflight; /* the save not yet waited for, or NULL */
+    unsigned seq;               /* makes temporary names unique */
+};
+
+/* Worker buffer growth (stored bytes in / decoded bytes out). */
+int worker_reserve_in(worker_ctx *w, size_t n);
+int worker_reserve_out(ckpt_store *s, worker_ctx *w, size_t n, int pinned);
+
+/* save.c: wait for the in-flight save, if any, and drop the store's hold
+ * on it.  Its status stays with its handle; this returns nothing. */
+void save_drain(ckpt_store *s);
+
+#endif

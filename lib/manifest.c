@@ -1,0 +1,299 @@
+/* manifest: encode/decode with checksum, and schema validation. */
+#include "manifest.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+#include "error.h"
+#include "util.h"
+
+/* The file is B + SUFFIX_HEAD + 16 hex digits + SUFFIX_TAIL, where B is the
+ * JSON object without its closing brace and the digits are XXH3-64(B).  The
+ * result is plain JSON, and an editor's or a torn write's change shows. */
+#define SUFFIX_HEAD ",\n  \"checksum\": \""
+#define SUFFIX_TAIL "\"\n}\n"
+
+void manifest_clear(manifest *m)
+{
+    for (size_t i = 0; i < m->ntensors; i++)
+        free(m->tensors[i].name);
+    for (size_t i = 0; i < m->nshards; i++)
+        free(m->shards[i].file);
+    free(m->tensors);
+    free(m->shards);
+    json_decref(m->env);
+    json_decref(m->metadata);
+    memset(m, 0, sizeof *m);
+}
+
+char *manifest_json_text(const json_t *v)
+{
+    if (!v)
+        return util_strdup("null");
+    return json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+}
+
+static json_t *u64(uint64_t v)
+{
+    return json_integer((json_int_t)v);
+}
+
+static json_t *hex(uint64_t v)
+{
+    char h[17];
+    util_hex64(v, h);
+    return json_string(h);
+}
+
+static json_t *build(const manifest *m)
+{
+    char id[2 * SHARD_ID_SIZE + 1];
+    for (unsigned i = 0; i < SHARD_ID_SIZE; i++)
+        snprintf(id + 2 * i, 3, "%02x", m->id[i]);
+    json_t *tensors = json_array(), *shards = json_array();
+    for (size_t i = 0; i < m->ntensors; i++) {
+        const manifest_tensor *t = &m->tensors[i];
+        json_t *shape = json_array();
+        for (int d = 0; d < t->ndim; d++)
+            json_array_append_new(shape, json_integer(t->shape[d]));
+        json_array_append_new(tensors, json_pack("{s:s, s:s, s:o, s:o, s:i, s:o, s:o}",
+            "name", t->name, "dtype", ckpt_dtype_name(t->dtype), "shape", shape,
+            "bytes", u64(t->bytes), "shard", (int)t->shard, "chunks", u64(t->chunks),
+            "stored_bytes", u64(t->stored_bytes)));
+    }
+    for (size_t i = 0; i < m->nshards; i++) {
+        const manifest_shard *s = &m->shards[i];
+        json_array_append_new(shards, json_pack("{s:s, s:o, s:o, s:o}", "file", s->file,
+            "bytes", u64(s->size), "index_xxh3", hex(s->index_hash),
+            "chunks", u64(s->chunks)));
+    }
+    json_t *save = json_pack("{s:o, s:o, s:o, s:f, s:f, s:o, s:i}",
+        "raw_bytes", u64(m->stats.raw_bytes), "stored_bytes", u64(m->stats.stored_bytes),
+        "chunks", u64(m->stats.chunks), "stall_s", m->stats.stall_s,
+        "persist_s", m->stats.persist_s, "chunk_bytes", u64(m->chunk_bytes),
+        "zstd_level", m->level);
+    return json_pack("{s:s, s:i, s:I, s:s, s:f, s:o, s:o, s:o, s:O, s:O}",
+        "format", MANIFEST_FORMAT, "format_version", MANIFEST_VERSION,
+        "step", (json_int_t)m->step, "checkpoint_id", id, "time", m->time,
+        "save", save, "tensors", tensors, "shards", shards,
+        "env", m->env ? m->env : json_object(), "metadata",
+        m->metadata ? m->metadata : json_null());
+}
+
+int manifest_encode(const manifest *m, char **text, size_t *len)
+{
+    json_t *root = build(m);
+    char *body = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(root);
+    if (!body)
+        return ckpt_seterr(CKPT_ENOMEM, "cannot encode the manifest of step %lld",
+                           (long long)m->step);
+    size_t blen = strlen(body);
+    /* jansson ends an indented object with "\n}". */
+    if (blen < 2 || body[blen - 1] != '}' || body[blen - 2] != '\n') {
+        free(body);
+        return ckpt_seterr(CKPT_EINTERNAL, "unexpected JSON layout from jansson");
+    }
+    blen -= 2;
+    char h[17];
+    util_hex64(codec_hash(body, blen), h);
+    char *out = util_printf("%.*s" SUFFIX_HEAD "%s" SUFFIX_TAIL, (int)blen, body, h);
+    free(body);
+    if (!out)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory encoding the manifest");
+    *text = out;
+    *len = strlen(out);
+    return CKPT_OK;
+}
+
+#define BAD(...) ckpt_seterr(CKPT_ECORRUPT, __VA_ARGS__)
+
+static int get_u64(json_t *o, const char *key, uint64_t *v)
+{
+    json_t *x = json_object_get(o, key);
+    if (!json_is_integer(x) || json_integer_value(x) < 0)
+        return -1;
+    *v = (uint64_t)json_integer_value(x);
+    return 0;
+}
+
+static int get_hex(json_t *o, const char *key, uint64_t *v)
+{
+    json_t *x = json_object_get(o, key);
+    return json_is_string(x) && util_parse_hex64(json_string_value(x), v) ? 0 : -1;
+}
+
+/* A shard file name: plain, inside the step directory. */
+static int safe_file_name(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 128 || s[0] == '.')
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.'))
+            return 0;
+    }
+    return 1;
+}
+
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int decode_tensor(json_t *jt, size_t i, const char *where, manifest_tensor *t,
+                         size_t nshards)
+{
+    json_t *name = json_object_get(jt, "name"), *dtype = json_object_get(jt, "dtype");
+    json_t *shape = json_object_get(jt, "shape"), *shard = json_object_get(jt, "shard");
+    if (!json_is_string(name) || !json_is_string(dtype) || !json_is_array(shape) ||
+        !json_is_integer(shard) || get_u64(jt, "bytes", &t->bytes) ||
+        get_u64(jt, "chunks", &t->chunks) || get_u64(jt, "stored_bytes", &t->stored_bytes))
+        return BAD("%s: tensor %zu lacks a field or has one of the wrong type", where, i);
+    size_t nlen = json_string_length(name);
+    if (nlen == 0 || nlen > 255 || strlen(json_string_value(name)) != nlen)
+        return BAD("%s: tensor %zu has an invalid name", where, i);
+    if (!(t->name = util_strdup(json_string_value(name))))
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory reading %s", where);
+    t->dtype = ckpt_dtype_from_name(json_string_value(dtype));
+    if (t->dtype == CKPT_DTYPE_INVALID)
+        return BAD("%s: tensor '%s' has unknown dtype '%s'", where, t->name,
+                   json_string_value(dtype));
+    if (json_array_size(shape) > CKPT_MAX_DIMS)
+        return BAD("%s: tensor '%s' has too many dimensions", where, t->name);
+    t->ndim = (int)json_array_size(shape);
+    uint64_t numel = 1;
+    for (int d = 0; d < t->ndim; d++) {
+        json_t *x = json_array_get(shape, (size_t)d);
+        if (!json_is_integer(x) || json_integer_value(x) < 0 ||
+            !util_mul_u64(numel, (uint64_t)json_integer_value(x), &numel))
+            return BAD("%s: tensor '%s' has an invalid shape", where, t->name);
+        t->shape[d] = json_integer_value(x);
+    }
+    uint64_t bytes;
+    if (!util_mul_u64(numel, ckpt_dtype_size(t->dtype), &bytes) || bytes != t->bytes)
+        return BAD("%s: tensor '%s' declares %llu bytes, its shape and dtype make %llu",
+                   where, t->name, (unsigned long long)t->bytes, (unsigned long long)bytes);
+    if (json_integer_value(shard) < 0 || (size_t)json_integer_value(shard) >= nshards)
+        return BAD("%s: tensor '%s' is in shard %lld of %zu", where, t->name,
+                   (long long)json_integer_value(shard), nshards);
+    t->shard = (uint32_t)json_integer_value(shard);
+    return CKPT_OK;
+}
+
+static int decode_root(json_t *root, const char *where, manifest *m)
+{
+    json_t *fmt = json_object_get(root, "format"), *ver = json_object_get(root, "format_version");
+    if (!json_is_object(root) || !json_is_string(fmt) ||
+        strcmp(json_string_value(fmt), MANIFEST_FORMAT) != 0)
+        return BAD("%s: not a libckpt manifest", where);
+    if (!json_is_integer(ver) || json_integer_value(ver) != MANIFEST_VERSION)
+        return ckpt_seterr(CKPT_EVERSION, "%s: manifest format version %lld, this library "
+                           "reads %d", where, json_is_integer(ver) ?
+                           (long long)json_integer_value(ver) : -1LL, MANIFEST_VERSION);
+    json_t *step = json_object_get(root, "step"), *id = json_object_get(root, "checkpoint_id");
+    json_t *time = json_object_get(root, "time"), *save = json_object_get(root, "save");
+    json_t *tensors = json_object_get(root, "tensors"), *shards = json_object_get(root, "shards");
+    json_t *env = json_object_get(root, "env"), *meta = json_object_get(root, "metadata");
+    if (!json_is_integer(step) || json_integer_value(step) < 0 || !json_is_string(id) ||
+        json_string_length(id) != 2 * SHARD_ID_SIZE || !json_is_number(time) ||
+        !json_is_object(save) || !json_is_array(tensors) || !json_is_array(shards) ||
+        !json_is_object(env) || !meta)
+        return BAD("%s: a top-level field is missing or of the wrong type", where);
+    m->step = json_integer_value(step);
+    for (unsigned i = 0; i < SHARD_ID_SIZE; i++) {
+        unsigned v;
+        if (sscanf(json_string_value(id) + 2 * i, "%2x", &v) != 1)
+            return BAD("%s: malformed checkpoint_id", where);
+        m->id[i] = (unsigned char)v;
+    }
+    m->time = json_number_value(time);
+    json_t *lvl = json_object_get(save, "zstd_level");
+    if (get_u64(save, "raw_bytes", &m->stats.raw_bytes) ||
+        get_u64(save, "stored_bytes", &m->stats.stored_bytes) ||
+        get_u64(save, "chunks", &m->stats.chunks) ||
+        get_u64(save, "chunk_bytes", &m->chunk_bytes) || m->chunk_bytes == 0 ||
+        !json_is_number(json_object_get(save, "stall_s")) ||
+        !json_is_number(json_object_get(save, "persist_s")) || !json_is_integer(lvl))
+        return BAD("%s: the save record is malformed", where);
+    m->level = (int)json_integer_value(lvl);
+    m->stats.step = m->step;
+    m->stats.stall_s = json_number_value(json_object_get(save, "stall_s"));
+    m->stats.persist_s = json_number_value(json_object_get(save, "persist_s"));
+
+    size_t ns = json_array_size(shards), nt = json_array_size(tensors);
+    if (ns == 0 || ns > 65536)
+        return BAD("%s: %zu shards listed", where, ns);
+    m->shards = calloc(ns, sizeof *m->shards);
+    m->tensors = calloc(nt ? nt : 1, sizeof *m->tensors);
+    if (!m->shards || !m->tensors)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory reading %s", where);
+    for (size_t i = 0; i < ns; i++, m->nshards++) {
+        json_t *js = json_array_get(shards, i), *file = json_object_get(js, "file");
+        manifest_shard *s = &m->shards[i];
+        if (!json_is_string(file) || !safe_file_name(json_string_value(file)) ||
+            get_u64(js, "bytes", &s->size) || get_hex(js, "index_xxh3", &s->index_hash) ||
+            get_u64(js, "chunks", &s->chunks))
+            return BAD("%s: shard %zu is malformed", where, i);
+        if (!(s->file = util_strdup(json_string_value(file))))
+            return ckpt_seterr(CKPT_ENOMEM, "out of memory reading %s", where);
+    }
+    for (size_t i = 0; i < nt; i++) {
+        int rc = decode_tensor(json_array_get(tensors, i), i, where, &m->tensors[i], ns);
+        m->ntensors++;
+        if (rc)
+            return rc;
+    }
+    /* Names must be unique, or a restore could match the wrong bytes. */
+    char **names = malloc((nt ? nt : 1) * sizeof *names);
+    if (!names)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory reading %s", where);
+    for (size_t i = 0; i < nt; i++)
+        names[i] = m->tensors[i].name;
+    qsort(names, nt, sizeof *names, cmp_names);
+    for (size_t i = 1; i < nt; i++)
+        if (strcmp(names[i - 1], names[i]) == 0) {
+            int rc = BAD("%s: tensor name '%s' appears twice", where, names[i]);
+            free(names);
+            return rc;
+        }
+    free(names);
+    m->env = json_incref(env);
+    m->metadata = json_incref(meta);
+    return CKPT_OK;
+}
+
+int manifest_decode(const char *text, size_t len, const char *where, manifest *m)
+{
+    memset(m, 0, sizeof *m);
+    const size_t head = sizeof SUFFIX_HEAD - 1, tail = sizeof SUFFIX_TAIL - 1;
+    if (len < head + 16 + tail + 2)
+        return BAD("%s: manifest of %zu bytes is truncated", where, len);
+    size_t blen = len - head - 16 - tail;
+    if (memcmp(text + blen, SUFFIX_HEAD, head) != 0 ||
+        memcmp(text + len - tail, SUFFIX_TAIL, tail) != 0)
+        return BAD("%s: manifest does not end with its checksum (truncated or edited)",
+                   where);
+    char hx[17];
+    memcpy(hx, text + blen + head, 16);
+    hx[16] = '\0';
+    uint64_t want, have = codec_hash(text, blen);
+    if (!util_parse_hex64(hx, &want))
+        return BAD("%s: malformed manifest checksum", where);
+    if (want != have)
+        return BAD("%s: manifest checksum %016llx does not match its content (%016llx)",
+                   where, (unsigned long long)want, (unsigned long long)have);
+    json_error_t err;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+    if (!root)
+        return BAD("%s: manifest is not valid JSON (line %d: %s)", where, err.line, err.text);
+    int rc = decode_root(root, where, m);
+    json_decref(root);
+    if (rc)
+        manifest_clear(m);
+    return rc;
+}

@@ -1,0 +1,62 @@
+/* manifest: the JSON document that makes a step directory a checkpoint.
+ * Encoding appends a checksum member; decoding checks it, then validates
+ * every field before anything else uses it. */
+#ifndef CKPT_MANIFEST_H
+#define CKPT_MANIFEST_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt.h"
+#include "shard.h"
+
+#define MANIFEST_FORMAT "libckpt"
+#define MANIFEST_VERSION 1
+#define MANIFEST_NAME "manifest.json"
+#define MANIFEST_MAX_BYTES (256u << 20)
+
+typedef struct manifest_tensor {
+    char *name;
+    ckpt_dtype dtype;
+    int ndim;
+    int64_t shape[CKPT_MAX_DIMS];
+    uint64_t bytes;
+    uint32_t shard;        /* index into shards */
+    uint64_t chunks;
+    uint64_t stored_bytes;
+} manifest_tensor;
+
+typedef struct manifest_shard {
+    char *file;
+    uint64_t size;
+    uint64_t index_hash;
+    uint64_t chunks;
+} manifest_shard;
+
+typedef struct manifest {
+    int64_t step;
+    unsigned char id[SHARD_ID_SIZE];
+    double time;            /* Unix seconds at save begin */
+    uint64_t chunk_bytes;
+    int level;
+    ckpt_save_stats stats;  /* persist_s: up to writing the manifest */
+    manifest_tensor *tensors;
+    size_t ntensors;
+    manifest_shard *shards;
+    size_t nshards;
+    json_t *env;            /* object, owned */
+    json_t *metadata;       /* any JSON value, owned */
+} manifest;
+
+/* Serialise with the trailing checksum member.  *text is malloc'd. */
+int manifest_encode(const manifest *m, char **text, size_t *len);
+/* Check the checksum, parse and validate.  `where` names the file in
+ * messages.  On failure *m is left empty. */
+int manifest_decode(const char *text, size_t len, const char *where, manifest *m);
+void manifest_clear(manifest *m);
+
+/* JSON text of a value, malloc'd ("null" for NULL). */
+char *manifest_json_text(const json_t *v);
+
+#endif

@@ -1,0 +1,297 @@
+/* reader: open, read and verify one checkpoint directory. */
+#include "reader.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "store.h"
+#include "util.h"
+
+void reader_close(ckpt_checkpoint *ck)
+{
+    if (!ck)
+        return;
+    for (size_t i = 0; ck->ix && i < ck->m.nshards; i++) {
+        shard_index_free(&ck->ix[i]);
+        if (ck->fds[i] >= 0)
+            fsio_close(&ck->store->fs, ck->fds[i]);
+    }
+    free(ck->ix);
+    free(ck->fds);
+    free(ck->first);
+    manifest_clear(&ck->m);
+    free(ck->text);
+    free(ck->meta_text);
+    free(ck->env_text);
+    free(ck->dir);
+    free(ck->label);
+    free(ck);
+}
+
+static int open_shards(ckpt_checkpoint *ck)
+{
+    manifest *m = &ck->m;
+    const fsio *fs = &ck->store->fs;
+    size_t nt = m->ntensors;
+    uint64_t *bytes = calloc(nt ? nt : 1, sizeof *bytes);
+    ck->ix = calloc(m->nshards, sizeof *ck->ix);
+    ck->fds = malloc(m->nshards * sizeof *ck->fds);
+    ck->first = malloc((nt ? nt : 1) * sizeof *ck->first);
+    if (!bytes || !ck->ix || !ck->fds || !ck->first) {
+        free(bytes);
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory opening %s", ck->label);
+    }
+    for (size_t i = 0; i < m->nshards; i++)
+        ck->fds[i] = -1;
+    for (size_t i = 0; i < nt; i++)
+        ck->first[i] = UINT64_MAX;
+    int rc = CKPT_OK;
+    for (size_t sh = 0; sh < m->nshards && !rc; sh++) {
+        /* Tensors outside this shard must have no chunks in it. */
+        for (size_t i = 0; i < nt; i++)
+            bytes[i] = m->tensors[i].shard == sh ? m->tensors[i].bytes : 0;
+        char *path = util_join(ck->dir, m->shards[sh].file);
+        char *name = util_printf("%s/%s", ck->label, m->shards[sh].file);
+        if (!path || !name) {
+            rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
+        } else {
+            shard_expect x = {m->shards[sh].size, m->shards[sh].index_hash, m->step, m->id,
+                              (uint32_t)nt, bytes, m->chunk_bytes};
+            rc = shard_read_index(fs, path, name, &x, &ck->fds[sh], &ck->ix[sh]);
+            if (!rc && ck->ix[sh].count != m->shards[sh].chunks)
+                rc = ckpt_seterr(CKPT_ECORRUPT, "%s: index has %llu chunks, manifest "
+                                 "says %llu", name, (unsigned long long)ck->ix[sh].count,
+                                 (unsigned long long)m->shards[sh].chunks);
+            for (uint64_t e = 0; !rc && e < ck->ix[sh].count; e++) {
+                uint32_t t = ck->ix[sh].entries[e].tensor;
+                if (ck->first[t] == UINT64_MAX)
+                    ck->first[t] = e;
+            }
+        }
+        free(path);
+        free(name);
+    }
+    free(bytes);
+    /* Every non-empty tensor must have its chunks (tiling was checked). */
+    for (size_t i = 0; i < nt && !rc; i++) {
+        const manifest_tensor *t = &m->tensors[i];
+        uint64_t n = 0, stored = 0;
+        if (ck->first[i] != UINT64_MAX) {
+            const shard_index *ix = &ck->ix[t->shard];
+            for (uint64_t e = ck->first[i]; e < ix->count && ix->entries[e].tensor == i; e++) {
+                n++;
+                stored += ix->entries[e].meta.stored_len;
+            }
+        }
+        if ((t->bytes > 0 && n == 0) || n != t->chunks || stored != t->stored_bytes)
+            rc = ckpt_seterr(CKPT_ECORRUPT, "%s: tensor '%s' has %llu chunks of %llu "
+                             "stored bytes in its shard, manifest says %llu of %llu",
+                             ck->label, t->name, (unsigned long long)n,
+                             (unsigned long long)stored, (unsigned long long)t->chunks,
+                             (unsigned long long)t->stored_bytes);
+    }
+    return rc;
+}
+
+int reader_open_dir(ckpt_store *s, const char *dir, int64_t step, ckpt_checkpoint **out)
+{
+    *out = NULL;
+    ckpt_checkpoint *ck = calloc(1, sizeof *ck);
+    char name[32];
+    store_step_name(step, name, sizeof name);
+    if (!ck || !(ck->dir = util_strdup(dir)) || !(ck->label = util_strdup(name))) {
+        free(ck ? ck->dir : NULL);
+        free(ck);
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory opening step %lld", (long long)step);
+    }
+    ck->store = s;
+    char *mpath = util_join(dir, MANIFEST_NAME);
+    char *where = util_printf("%s/%s", ck->label, MANIFEST_NAME);
+    size_t len = 0;
+    int rc = mpath && where ? fsio_read_file(&s->fs, mpath, MANIFEST_MAX_BYTES, &ck->text, &len)
+                            : -ENOMEM;
+    if (rc == -ENOENT)
+        rc = ckpt_seterr(CKPT_EINCOMPLETE, "%s is missing", where ? where : "manifest");
+    else if (rc == -EFBIG)
+        rc = ckpt_seterr(CKPT_ECORRUPT, "%s is larger than %u bytes", where,
+                         MANIFEST_MAX_BYTES);
+    else if (rc)
+        rc = ckpt_seterr_errno(-rc, "cannot read %s", mpath ? mpath : "manifest");
+    if (!rc)
+        rc = manifest_decode(ck->text, len, where, &ck->m);
+    if (!rc && ck->m.step != step)
+        rc = ckpt_seterr(CKPT_ECORRUPT, "%s: manifest is for step %lld", where,
+                         (long long)ck->m.step);
+    if (!rc && (!(ck->meta_text = manifest_json_text(ck->m.metadata)) ||
+                !(ck->env_text = manifest_json_text(ck->m.env))))
+        rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    if (!rc)
+        rc = open_shards(ck);
+    free(mpath);
+    free(where);
+    if (rc) {
+        reader_close(ck);
+        return rc;
+    }
+    *out = ck;
+    return CKPT_OK;
+}
+
+int reader_open_step(ckpt_store *s, int64_t step, ckpt_checkpoint **out)
+{
+    char *dir = store_step_path(s, step);
+    if (!dir)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    int is_dir = 0;
+    int rc = fsio_stat(&s->fs, dir, NULL, &is_dir);
+    if (rc == -ENOENT || (!rc && !is_dir))
+        rc = ckpt_seterr(CKPT_ENOTFOUND, "no step %lld in %s", (long long)step, s->root);
+    else if (rc)
+        rc = ckpt_seterr_errno(-rc, "cannot stat %s", dir);
+    else
+        rc = reader_open_dir(s, dir, step, out);
+    free(dir);
+    return rc;
+}
+
+long reader_find(const ckpt_checkpoint *ck, const char *name)
+{
+    for (size_t i = 0; i < ck->m.ntensors; i++)
+        if (strcmp(ck->m.tensors[i].name, name) == 0)
+            return (long)i;
+    return -1;
+}
+
+/* ------------------------------------------------------------- chunk jobs */
+
+typedef struct chunk_task {
+    ckpt_checkpoint *ck;
+    const shard_entry *e;
+    uint32_t shard;
+    unsigned char *dst;     /* NULL: verify only */
+    ckpt_memory memory;
+    void *stream;
+    ckpt_report *report;    /* verify: collect every problem */
+    pool_group *group;
+} chunk_task;
+
+static int chunk_fail(chunk_task *t, int status)
+{
+    const manifest *m = &t->ck->m;
+    const char *tname = m->tensors[t->e->tensor].name;
+    const char *file = m->shards[t->shard].file;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s/%s: tensor '%s' chunk at byte %llu (file offset %llu): %s",
+             t->ck->label, file, tname, (unsigned long long)t->e->offset,
+             (unsigned long long)t->e->file_offset, ckpt_error_last());
+    report_add(t->report, m->step, status, msg, file, tname, (int64_t)t->e->file_offset);
+    return ckpt_seterr(status, "%s", msg);
+}
+
+static int chunk_job(void *arg, int worker)
+{
+    chunk_task *t = arg;
+    if (!t->report && pool_group_failed(t->group))
+        return CKPT_OK; /* a sibling failed: the read is lost anyway */
+    ckpt_store *s = t->ck->store;
+    worker_ctx *w = &s->workers[worker];
+    const chunk_meta *meta = &t->e->meta;
+    int rc = worker_reserve_in(w, (size_t)meta->stored_len);
+    if (rc)
+        return rc;
+    int64_t got = fsio_pread(&s->fs, t->ck->fds[t->shard], w->in, (size_t)meta->stored_len,
+                             t->e->file_offset);
+    if (got < 0)
+        return chunk_fail(t, ckpt_seterr_errno((int)-got, "read failed"));
+    if ((uint64_t)got != meta->stored_len)
+        return chunk_fail(t, ckpt_seterr(CKPT_EINCOMPLETE, "file ends early"));
+    unsigned char *dst;
+    int to_device = t->dst && t->memory == CKPT_MEM_DEVICE;
+    if (t->dst && !to_device) {
+        dst = t->dst + t->e->offset;
+    } else {
+        if ((rc = worker_reserve_out(s, w, (size_t)meta->raw_len, to_device)))
+            return rc;
+        dst = w->out;
+    }
+    if ((rc = codec_decode(w->codec, w->in, meta, dst)))
+        return chunk_fail(t, rc);
+    if (to_device) {
+        const char *name = t->ck->m.tensors[t->e->tensor].name;
+        rc = device_copy_h2d(s->dev, t->dst + t->e->offset, dst, (size_t)meta->raw_len,
+                             t->stream, name);
+        if (!rc)
+            rc = device_stream_sync(s->dev, t->stream); /* staging is reused next */
+        if (rc)
+            return rc;
+    }
+    return CKPT_OK;
+}
+
+static int run_tasks(ckpt_checkpoint *ck, chunk_task *tasks, size_t n)
+{
+    pool_group g;
+    pool_group_init(&g);
+    int rc = CKPT_OK;
+    for (size_t i = 0; i < n && !rc; i++) {
+        tasks[i].group = &g;
+        rc = pool_submit(ck->store->pool, &g, chunk_job, &tasks[i]);
+    }
+    int wrc = pool_group_wait(&g);
+    pool_group_destroy(&g);
+    return rc ? rc : wrc;
+}
+
+static size_t count_chunks(const ckpt_checkpoint *ck, uint32_t tensor)
+{
+    const manifest_tensor *t = &ck->m.tensors[tensor];
+    return ck->first[tensor] == UINT64_MAX ? 0 : (size_t)t->chunks;
+}
+
+int reader_read(ckpt_checkpoint *ck, const reader_target *targets, size_t count)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < count; i++)
+        n += count_chunks(ck, targets[i].tensor);
+    chunk_task *tasks = calloc(n ? n : 1, sizeof *tasks);
+    if (!tasks)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory reading %s", ck->label);
+    size_t k = 0;
+    for (size_t i = 0; i < count; i++) {
+        uint32_t ti = targets[i].tensor;
+        uint32_t sh = ck->m.tensors[ti].shard;
+        for (size_t c = 0; c < count_chunks(ck, ti); c++, k++)
+            tasks[k] = (chunk_task){ck, &ck->ix[sh].entries[ck->first[ti] + c], sh,
+                                    targets[i].dst, targets[i].memory, targets[i].stream,
+                                    NULL, NULL};
+    }
+    int rc = run_tasks(ck, tasks, n);
+    free(tasks);
+    return rc;
+}
+
+int reader_verify_all(ckpt_checkpoint *ck, ckpt_report *report)
+{
+    size_t n = 0;
+    for (size_t sh = 0; sh < ck->m.nshards; sh++)
+        n += (size_t)ck->ix[sh].count;
+    chunk_task *tasks = calloc(n ? n : 1, sizeof *tasks);
+    ckpt_report *local = report ? NULL : report_new();
+    if (!tasks || (!report && !local)) {
+        free(tasks);
+        ckpt_report_free(local);
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory verifying %s", ck->label);
+    }
+    size_t k = 0;
+    for (uint32_t sh = 0; sh < ck->m.nshards; sh++)
+        for (uint64_t e = 0; e < ck->ix[sh].count; e++, k++)
+            tasks[k] = (chunk_task){ck, &ck->ix[sh].entries[e], sh, NULL, CKPT_MEM_HOST,
+                                    NULL, report ? report : local, NULL};
+    int rc = run_tasks(ck, tasks, n);
+    free(tasks);
+    ckpt_report_free(local);
+    return rc;
+}

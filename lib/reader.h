@@ -1,0 +1,48 @@
+/* reader: a committed (or about-to-be-committed) checkpoint opened for
+ * reading.  Opening is quick verification: manifest checksum and schema,
+ * every shard's header, trailer, index checksum and bounds, and that the
+ * chunks tile every tensor.  Reading and full verification check every
+ * chunk's hashes, decoding in parallel on the store's workers. */
+#ifndef CKPT_READER_H
+#define CKPT_READER_H
+
+#include "internal.h"
+#include "manifest.h"
+#include "report.h"
+#include "shard.h"
+
+struct ckpt_checkpoint {
+    ckpt_store *store;  /* borrowed */
+    char *dir;          /* absolute or as given */
+    char *label;        /* "step-NNNNNNNNNNNN" for messages */
+    manifest m;
+    char *text;         /* manifest as stored */
+    char *meta_text, *env_text;
+    shard_index *ix;    /* per shard */
+    int *fds;           /* per shard */
+    uint64_t *first;    /* per tensor: its first entry in its shard's index */
+};
+
+/* Open the checkpoint in `dir`, which must be step `step`.  Problems are
+ * returned (first one) and, if `report`, listed there. */
+int reader_open_dir(ckpt_store *s, const char *dir, int64_t step, ckpt_checkpoint **out);
+int reader_open_step(ckpt_store *s, int64_t step, ckpt_checkpoint **out);
+void reader_close(ckpt_checkpoint *ck);
+
+typedef struct reader_target {
+    uint32_t tensor;    /* index in ck->m.tensors */
+    void *dst;          /* tensor bytes, exactly its size */
+    ckpt_memory memory; /* HOST or DEVICE */
+    void *stream;       /* for DEVICE */
+} reader_target;
+
+/* Decode and verify every chunk of the targets into their buffers. */
+int reader_read(ckpt_checkpoint *ck, const reader_target *targets, size_t count);
+/* Decode and verify every chunk; each failing chunk becomes a problem in
+ * `report` (may be NULL).  Returns the first failure's status. */
+int reader_verify_all(ckpt_checkpoint *ck, ckpt_report *report);
+
+/* Index of tensor `name`, or -1. */
+long reader_find(const ckpt_checkpoint *ck, const char *name);
+
+#endif

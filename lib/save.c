@@ -1,0 +1,624 @@
+/* save: the asynchronous save pipeline.
+ *
+ * ckpt_save_begin (caller's thread): validate, copy every chunk into the
+ * store's snapshot arena and queue one encode job per chunk, then start the
+ * persist thread and return.  Encode jobs (workers): shuffle + zstd + xxh3,
+ * append the frame to the shard.  Persist thread: wait for the jobs, write
+ * the index, fsync, write the manifest, fsync, verify the temporary
+ * directory, rename it into place, fsync the root, apply retention. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "env.h"
+#include "error.h"
+#include "internal.h"
+#include "manifest.h"
+#include "reader.h"
+#include "shard.h"
+#include "store.h"
+#include "util.h"
+
+typedef struct encode_job {
+    struct ckpt_save *save;
+    uint32_t tensor;
+    uint64_t offset;       /* in the tensor */
+    const unsigned char *src; /* in the arena */
+    size_t n;
+    unsigned elem;
+    device_event *ev;      /* copy completion for device chunks, else NULL */
+} encode_job;
+
+struct ckpt_save {
+    ckpt_store *store;
+    pthread_mutex_t lock;   /* protects refs, done, status, message, stats */
+    pthread_cond_t cond;
+    int refs;               /* caller + store's in-flight slot */
+    int done;
+    int status;
+    char message[1024];
+    ckpt_save_stats stats;
+    pthread_t thread;
+    int thread_started, joined;
+    pthread_mutex_t join_lock;
+
+    /* Owned by the pipeline until done. */
+    manifest m;
+    char *tmp;
+    shard_writer *writer;
+    pool_group group;
+    encode_job *jobs;
+    size_t njobs;
+    device_event *snap_ev;  /* all snapshot copies complete */
+    double t_begin, t_return;
+};
+
+static uint64_t chunk_count(uint64_t bytes, uint64_t chunk)
+{
+    return bytes == 0 ? 0 : (bytes + chunk - 1) / chunk;
+}
+
+/* Element width to shuffle by: complex numbers shuffle by component. */
+static unsigned shuffle_width(ckpt_dtype d)
+{
+    switch (d) {
+    case CKPT_C64: return 4;
+    case CKPT_C128: return 8;
+    case CKPT_BYTES: return 1;
+    default: return (unsigned)ckpt_dtype_size(d);
+    }
+}
+
+/* --------------------------------------------------------------- validate */
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int save_validate_tensors(const ckpt_tensor *t, size_t count, int for_restore);
+
+int save_validate_tensors(const ckpt_tensor *t, size_t count, int for_restore)
+{
+    if (count > 0 && !t)
+        return ckpt_seterr(CKPT_EINVAL, "tensors is NULL but count is %zu", count);
+    if (count > UINT32_MAX)
+        return ckpt_seterr(CKPT_EINVAL, "too many tensors (%zu)", count);
+    for (size_t i = 0; i < count; i++) {
+        const ckpt_tensor *x = &t[i];
+        if (!x->name)
+            return ckpt_seterr(CKPT_EINVAL, "tensor %zu has no name", i);
+        size_t len = strlen(x->name);
+        json_t *probe = json_string(x->name); /* NULL unless valid UTF-8 */
+        json_decref(probe);
+        if (len == 0 || len > 255 || !probe)
+            return ckpt_seterr(CKPT_EINVAL, "tensor %zu: name must be 1..255 bytes of "
+                               "UTF-8", i);
+        size_t es = ckpt_dtype_size(x->dtype);
+        if (es == 0)
+            return ckpt_seterr(CKPT_EINVAL, "tensor '%s': invalid dtype %d", x->name,
+                               (int)x->dtype);
+        if (x->ndim < 0 || x->ndim > CKPT_MAX_DIMS || (x->ndim > 0 && !x->shape))
+            return ckpt_seterr(CKPT_EINVAL, "tensor '%s': ndim %d invalid or shape is NULL",
+                               x->name, x->ndim);
+        uint64_t numel = 1;
+        for (int d = 0; d < x->ndim; d++)
+            if (x->shape[d] < 0 || !util_mul_u64(numel, (uint64_t)x->shape[d], &numel))
+                return ckpt_seterr(CKPT_EINVAL, "tensor '%s': invalid dimension %d (%lld)",
+                                   x->name, d, (long long)x->shape[d]);
+        uint64_t bytes;
+        if (!util_mul_u64(numel, es, &bytes) || bytes != x->bytes)
+            return ckpt_seterr(CKPT_EINVAL, "tensor '%s': %llu bytes given, shape and %s "
+                               "make %llu", x->name, (unsigned long long)x->bytes,
+                               ckpt_dtype_name(x->dtype), (unsigned long long)bytes);
+        if (x->bytes > 0 && !x->data)
+            return ckpt_seterr(CKPT_EINVAL, "tensor '%s': data is NULL", x->name);
+        if (x->memory != CKPT_MEM_HOST && x->memory != CKPT_MEM_DEVICE &&
+            x->memory != CKPT_MEM_AUTO)
+            return ckpt_seterr(CKPT_EINVAL, "tensor '%s': invalid memory kind %d",
+                               x->name, (int)x->memory);
+    }
+    const char **names = malloc((count ? count : 1) * sizeof *names);
+    if (!names)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    for (size_t i = 0; i < count; i++)
+        names[i] = t[i].name;
+    qsort(names, count, sizeof *names, cmp_str);
+    int rc = CKPT_OK;
+    for (size_t i = 1; i < count && !rc; i++)
+        if (strcmp(names[i - 1], names[i]) == 0)
+            rc = ckpt_seterr(CKPT_EINVAL, "tensor name '%s' is given twice%s", names[i],
+                             for_restore ? " to restore" : "");
+    free(names);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- handles */
+
+static void save_unref(ckpt_save *s)
+{
+    pthread_mutex_lock(&s->lock);
+    int last = --s->refs == 0;
+    pthread_mutex_unlock(&s->lock);
+    if (!last)
+        return;
+    if (s->thread_started && !s->joined)
+        pthread_join(s->thread, NULL);
+    if (s->snap_ev)
+        device_event_free(s->store->dev, s->snap_ev);
+    for (size_t i = 0; i < s->njobs; i++)
+        if (s->jobs[i].ev)
+            device_event_free(s->store->dev, s->jobs[i].ev);
+    free(s->jobs);
+    shard_writer_free(s->writer);
+    manifest_clear(&s->m);
+    free(s->tmp);
+    pool_group_destroy(&s->group);
+    pthread_mutex_destroy(&s->join_lock);
+    pthread_cond_destroy(&s->cond);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+static void finish(ckpt_save *s, int status)
+{
+    pthread_mutex_lock(&s->lock);
+    s->status = status;
+    if (status)
+        snprintf(s->message, sizeof s->message, "%s", ckpt_error_last());
+    s->stats.persist_s = util_now() - s->t_return;
+    s->done = 1;
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static int wait_done(ckpt_save *s)
+{
+    pthread_mutex_lock(&s->lock);
+    while (!s->done)
+        pthread_cond_wait(&s->cond, &s->lock);
+    int status = s->status;
+    if (status)
+        ckpt_seterr(status, "%s", s->message);
+    pthread_mutex_unlock(&s->lock);
+    /* Join so the thread's resources go now, not at free. */
+    pthread_mutex_lock(&s->join_lock);
+    if (s->thread_started && !s->joined) {
+        pthread_join(s->thread, NULL);
+        s->joined = 1;
+    }
+    pthread_mutex_unlock(&s->join_lock);
+    return status;
+}
+
+void save_drain(ckpt_store *st)
+{
+    ckpt_save *s = st->inflight;
+    if (!s)
+        return;
+    st->inflight = NULL;
+    wait_done(s);
+    ckpt_error_clear(); /* its status belongs to its handle */
+    save_unref(s);
+}
+
+/* ---------------------------------------------------------------- workers */
+
+static int encode_job_run(void *arg, int worker)
+{
+    encode_job *j = arg;
+    ckpt_save *s = j->save;
+    ckpt_store *st = s->store;
+    if (j->ev) {
+        int rc = device_event_wait(st->dev, j->ev);
+        if (rc)
+            return rc;
+    }
+    if (pool_group_failed(&s->group))
+        return CKPT_OK; /* the save is lost already; drain quickly */
+    const void *stored;
+    chunk_meta meta;
+    int rc = codec_encode(st->workers[worker].codec, j->src, j->n, j->elem, &stored, &meta);
+    if (rc)
+        return rc;
+    return shard_writer_append(s->writer, j->tensor, j->offset, &meta, stored);
+}
+
+/* Wait until every queued job has run, without consuming their status. */
+static void wait_jobs_idle(pool_group *g)
+{
+    pthread_mutex_lock(&g->lock);
+    while (g->pending > 0)
+        pthread_cond_wait(&g->done, &g->lock);
+    pthread_mutex_unlock(&g->lock);
+}
+
+/* -------------------------------------------------------------- persisting */
+
+static int write_manifest(ckpt_save *s)
+{
+    ckpt_store *st = s->store;
+    char *text = NULL, *path = util_join(s->tmp, MANIFEST_NAME);
+    size_t len;
+    int rc = path ? manifest_encode(&s->m, &text, &len)
+                  : ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    if (rc)
+        goto done;
+    int fd = fsio_open(&st->fs, path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0) {
+        rc = ckpt_seterr_errno(-fd, "cannot create %s", path);
+        goto done;
+    }
+    int e = fsio_pwrite(&st->fs, fd, text, len, 0);
+    if (e)
+        rc = ckpt_seterr_errno(-e, "cannot write %s", path);
+    if (!rc && st->opts.fsync && (e = fsio_fsync(&st->fs, fd)))
+        rc = ckpt_seterr_errno(-e, "cannot fsync %s", path);
+    e = fsio_close(&st->fs, fd);
+    if (!rc && e)
+        rc = ckpt_seterr_errno(-e, "cannot close %s", path);
+    if (!rc && st->opts.fsync && (e = fsio_fsync_path(&st->fs, s->tmp)))
+        rc = ckpt_seterr_errno(-e, "cannot fsync %s", s->tmp);
+done:
+    free(text);
+    free(path);
+    return rc;
+}
+
+static int verify_temp(ckpt_save *s)
+{
+    ckpt_store *st = s->store;
+    if (st->opts.verify_after_save == CKPT_VERIFY_NONE)
+        return CKPT_OK;
+    ckpt_checkpoint *ck;
+    int rc = reader_open_dir(st, s->tmp, s->m.step, &ck);
+    if (!rc && st->opts.verify_after_save == CKPT_VERIFY_FULL)
+        rc = reader_verify_all(ck, NULL);
+    reader_close(ck);
+    if (rc)
+        ckpt_seterr(rc, "step %lld did not verify after writing, not committed: %s",
+                    (long long)s->m.step, ckpt_error_last());
+    return rc;
+}
+
+static int persist(ckpt_save *s)
+{
+    ckpt_store *st = s->store;
+    int rc = pool_group_wait(&s->group);
+    if (rc)
+        return rc;
+    manifest_shard *sh = &s->m.shards[0];
+    uint64_t chunks;
+    rc = shard_writer_finish(s->writer, st->opts.fsync, &sh->size, &sh->index_hash, &chunks);
+    if (rc)
+        return rc;
+    sh->chunks = chunks;
+    const shard_entry *entries = shard_writer_entries(s->writer);
+    for (uint64_t i = 0; i < chunks; i++)
+        s->m.tensors[entries[i].tensor].stored_bytes += entries[i].meta.stored_len;
+    pthread_mutex_lock(&s->lock);
+    s->stats.stored_bytes = sh->size;
+    s->stats.chunks = chunks;
+    s->m.stats = s->stats;
+    pthread_mutex_unlock(&s->lock);
+    s->m.stats.persist_s = util_now() - s->t_return;
+    if ((rc = write_manifest(s)) || (rc = verify_temp(s)))
+        return rc;
+    if ((rc = store_commit(st, s->tmp, s->m.step)))
+        return rc;
+    free(s->tmp);
+    s->tmp = NULL; /* committed: nothing to clean up any more */
+    store_apply_retention(st, s->m.step);
+    return CKPT_OK;
+}
+
+static void *persist_thread(void *arg)
+{
+    ckpt_save *s = arg;
+    int rc = persist(s);
+    if (rc && s->tmp) {
+        /* Keep the message: cleanup may overwrite this thread's error. */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", ckpt_error_last());
+        shard_writer_free(s->writer);
+        s->writer = NULL;
+        fsio_remove_tree(&s->store->fs, s->tmp); /* else: cleaned next open */
+        ckpt_seterr(rc, "%s", msg);
+    }
+    finish(s, rc);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ begin */
+
+static int ensure_arena(ckpt_store *st, size_t need, int pinned)
+{
+    if (st->arena && st->arena_cap >= need && (st->arena_pinned || !pinned))
+        return CKPT_OK;
+    device_host_free(st->dev, st->arena, st->arena_cap, st->arena_pinned);
+    st->arena = NULL;
+    st->arena_cap = 0;
+    void *p;
+    int got_pinned;
+    int rc = device_host_alloc(st->dev, need, pinned, &p, &got_pinned);
+    if (rc)
+        return rc;
+    st->arena = p;
+    st->arena_cap = need;
+    st->arena_pinned = got_pinned;
+    return CKPT_OK;
+}
+
+static int build_manifest(ckpt_save *s, const ckpt_tensor *t, size_t count,
+                          const ckpt_save_options *opts)
+{
+    ckpt_store *st = s->store;
+    manifest *m = &s->m;
+    m->time = util_wall_time();
+    m->chunk_bytes = st->opts.chunk_bytes;
+    m->level = st->opts.level;
+    if (getrandom(m->id, sizeof m->id, 0) != (ssize_t)sizeof m->id) {
+        uint64_t a = (uint64_t)(m->time * 1e9), b = (uint64_t)m->step ^ (uint64_t)getpid();
+        memcpy(m->id, &a, 8);
+        memcpy(m->id + 8, &b, 8);
+    }
+    if (opts && opts->metadata_json) {
+        json_error_t err;
+        m->metadata = json_loads(opts->metadata_json, JSON_DECODE_ANY, &err);
+        if (!m->metadata)
+            return ckpt_seterr(CKPT_EINVAL, "metadata is not valid JSON (line %d, "
+                               "column %d: %s)", err.line, err.column, err.text);
+    }
+    if (!(m->env = env_record(st->dev)))
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory recording the environment");
+    m->shards = calloc(1, sizeof *m->shards);
+    m->tensors = calloc(count ? count : 1, sizeof *m->tensors);
+    if (!m->shards || !m->tensors || !(m->shards[0].file = util_strdup("rank-00000.shard")))
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    m->nshards = 1;
+    for (size_t i = 0; i < count; i++, m->ntensors++) {
+        manifest_tensor *mt = &m->tensors[i];
+        if (!(mt->name = util_strdup(t[i].name)))
+            return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+        mt->dtype = t[i].dtype;
+        mt->ndim = t[i].ndim;
+        for (int d = 0; d < t[i].ndim; d++)
+            mt->shape[d] = t[i].shape[d];
+        mt->bytes = t[i].bytes;
+        mt->chunks = chunk_count(t[i].bytes, m->chunk_bytes);
+    }
+    return CKPT_OK;
+}
+
+static int snapshot(ckpt_save *s, const ckpt_tensor *t, size_t count,
+                    const ckpt_memory *mem, int any_device, void *stream)
+{
+    ckpt_store *st = s->store;
+    uint64_t chunk = st->opts.chunk_bytes;
+    int rc;
+    if (any_device && (rc = device_snapshot_start(st->dev, stream)))
+        return rc;
+    size_t used = 0, k = 0;
+    for (size_t i = 0; i < count; i++) {
+        for (uint64_t off = 0; off < t[i].bytes; off += chunk, k++) {
+            size_t n = (size_t)(t[i].bytes - off < chunk ? t[i].bytes - off : chunk);
+            if (used + n > st->arena_cap) {
+                /* The state is larger than the arena: let the chunks in it
+                 * drain, then reuse it from the start (memory stays bounded,
+                 * the caller waits for that part). */
+                wait_jobs_idle(&s->group);
+                used = 0;
+            }
+            if (pool_group_failed(&s->group))
+                return CKPT_OK; /* persist reports the job's error */
+            unsigned char *dst = st->arena + used;
+            const unsigned char *src = (const unsigned char *)t[i].data + off;
+            encode_job *j = &s->jobs[k];
+            *j = (encode_job){s, (uint32_t)i, off, dst, n, shuffle_width(t[i].dtype), NULL};
+            if (mem[i] == CKPT_MEM_DEVICE) {
+                if ((rc = device_copy_d2h(st->dev, dst, src, n, t[i].name)) ||
+                    (rc = device_record(st->dev, &j->ev)))
+                    return rc;
+            } else {
+                memcpy(dst, src, n);
+            }
+            used += n;
+            s->njobs = k + 1;
+            if ((rc = pool_submit(st->pool, &s->group, encode_job_run, j)))
+                return rc;
+        }
+    }
+    if (any_device)
+        return device_record(st->dev, &s->snap_ev);
+    return CKPT_OK;
+}
+
+static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
+                        const ckpt_save_options *opts)
+{
+    ckpt_store *st = s->store;
+    int rc = save_validate_tensors(t, count, 0);
+    if (rc)
+        return rc;
+    ckpt_memory *mem = calloc(count ? count : 1, sizeof *mem);
+    if (!mem)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    int any_device = 0;
+    uint64_t total = 0, chunks = 0;
+    for (size_t i = 0; i < count && !rc; i++) {
+        if (t[i].bytes == 0)
+            mem[i] = CKPT_MEM_HOST;
+        else if ((rc = device_classify(st->dev, t[i].data, t[i].memory, &mem[i])))
+            ckpt_seterr(rc, "tensor '%s': %s", t[i].name, ckpt_error_last());
+        any_device |= mem[i] == CKPT_MEM_DEVICE;
+        total += t[i].bytes;
+        chunks += chunk_count(t[i].bytes, st->opts.chunk_bytes);
+    }
+    if (!rc)
+        rc = build_manifest(s, t, count, opts);
+    if (!rc && !(s->jobs = calloc(chunks ? chunks : 1, sizeof *s->jobs)))
+        rc = ckpt_seterr(CKPT_ENOMEM, "out of memory for %llu chunk jobs",
+                         (unsigned long long)chunks);
+    s->stats.raw_bytes = total;
+    /* The arena holds the whole state when the limit allows, else at least
+     * one chunk; it is grown only here, while no save is in flight. */
+    uint64_t need = total < st->opts.host_memory_limit ? total : st->opts.host_memory_limit;
+    if (need < st->opts.chunk_bytes && total > need)
+        need = st->opts.chunk_bytes;
+    if (!rc)
+        rc = ensure_arena(st, (size_t)need, any_device);
+    if (!rc)
+        rc = store_make_temp(st, s->m.step, &s->tmp);
+    if (!rc) {
+        char *path = util_join(s->tmp, s->m.shards[0].file);
+        rc = path ? shard_writer_open(&s->writer, &st->fs, path, s->m.step, s->m.id, 0)
+                  : ckpt_seterr(CKPT_ENOMEM, "out of memory");
+        free(path);
+    }
+    if (!rc)
+        rc = snapshot(s, t, count, mem, any_device, opts ? opts->cuda_stream : NULL);
+    free(mem);
+    if (rc) {
+        /* Let queued jobs finish before the arena and writer go away. */
+        wait_jobs_idle(&s->group);
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", ckpt_error_last());
+        shard_writer_free(s->writer);
+        s->writer = NULL;
+        if (s->tmp)
+            fsio_remove_tree(&st->fs, s->tmp);
+        ckpt_seterr(rc, "%s", msg);
+    }
+    return rc;
+}
+
+CKPT_API int ckpt_save_begin(ckpt_save **out, ckpt_store *st, int64_t step,
+                             const ckpt_tensor *tensors, size_t count,
+                             const ckpt_save_options *opts)
+{
+    if (!out || !st)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_save_begin: out and store must not be NULL");
+    *out = NULL;
+    if (st->readonly)
+        return ckpt_seterr(CKPT_EINVAL, "%s was opened read-only", st->root);
+    if (step < 0)
+        return ckpt_seterr(CKPT_EINVAL, "step must be >= 0 (got %lld)", (long long)step);
+    if (opts && opts->version != CKPT_SAVE_OPTIONS_VERSION)
+        return ckpt_seterr(CKPT_EVERSION, "ckpt_save_options version %u is not supported "
+                           "(expected %u)", opts->version, CKPT_SAVE_OPTIONS_VERSION);
+    ckpt_save *s = calloc(1, sizeof *s);
+    if (!s)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    s->store = st;
+    s->refs = 1;
+    s->m.step = step;
+    s->stats.step = step;
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_mutex_init(&s->join_lock, NULL);
+    pthread_cond_init(&s->cond, NULL);
+    pool_group_init(&s->group);
+
+    pthread_mutex_lock(&st->api_lock);
+    save_drain(st); /* one save in flight at a time: memory stays bounded */
+    s->t_begin = util_now();
+    int rc = begin_locked(s, tensors, count, opts);
+    if (!rc) {
+        s->t_return = util_now();
+        s->stats.stall_s = s->t_return - s->t_begin;
+        s->refs = 2;
+        if (pthread_create(&s->thread, NULL, persist_thread, s) != 0) {
+            s->refs = 1;
+            rc = ckpt_seterr(CKPT_ENOMEM, "cannot start the persist thread");
+            wait_jobs_idle(&s->group);
+            shard_writer_free(s->writer);
+            s->writer = NULL;
+            fsio_remove_tree(&st->fs, s->tmp);
+        } else {
+            s->thread_started = 1;
+            st->inflight = s;
+        }
+    }
+    pthread_mutex_unlock(&st->api_lock);
+    if (rc) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", ckpt_error_last());
+        save_unref(s);
+        return ckpt_seterr(rc, "%s", msg);
+    }
+    *out = s;
+    return CKPT_OK;
+}
+
+CKPT_API int ckpt_save_wait(ckpt_save *s)
+{
+    if (!s)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_save_wait: save is NULL");
+    return wait_done(s);
+}
+
+CKPT_API int ckpt_save_done(ckpt_save *s)
+{
+    if (!s)
+        return 1;
+    pthread_mutex_lock(&s->lock);
+    int done = s->done;
+    pthread_mutex_unlock(&s->lock);
+    return done;
+}
+
+CKPT_API int ckpt_save_wait_snapshot(ckpt_save *s)
+{
+    if (!s)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_save_wait_snapshot: save is NULL");
+    if (!s->snap_ev)
+        return CKPT_OK;
+    return device_event_wait(s->store->dev, s->snap_ev);
+}
+
+CKPT_API int ckpt_save_fence(ckpt_save *s, void *stream)
+{
+    if (!s)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_save_fence: save is NULL");
+    if (!s->snap_ev)
+        return CKPT_OK;
+    return device_fence(s->store->dev, s->snap_ev, stream);
+}
+
+CKPT_API int ckpt_save_stats_get(const ckpt_save *s, ckpt_save_stats *stats)
+{
+    if (!s || !stats)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_save_stats_get: NULL argument");
+    ckpt_save *m = (ckpt_save *)s;
+    pthread_mutex_lock(&m->lock);
+    *stats = m->stats;
+    pthread_mutex_unlock(&m->lock);
+    return CKPT_OK;
+}
+
+CKPT_API void ckpt_save_free(ckpt_save *s)
+{
+    if (!s)
+        return;
+    wait_done(s);
+    save_unref(s);
+}
+
+CKPT_API int ckpt_save_sync(ckpt_store *st, int64_t step, const ckpt_tensor *tensors,
+                            size_t count, const ckpt_save_options *opts)
+{
+    ckpt_save *s;
+    int rc = ckpt_save_begin(&s, st, step, tensors, count, opts);
+    if (rc)
+        return rc;
+    rc = ckpt_save_wait(s);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", ckpt_error_last());
+    ckpt_save_free(s);
+    if (rc)
+        ckpt_seterr(rc, "%s", msg);
+    return rc;
+}

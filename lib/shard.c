@@ -1,0 +1,353 @@
+/* shard: writer and bounds-checked reader of shard files. */
+#include "shard.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zstd.h>
+
+#include "ckpt.h"
+#include "error.h"
+#include "util.h"
+
+struct shard_writer {
+    const fsio *fs;
+    char *path;
+    int fd;
+    unsigned char id[SHARD_ID_SIZE];
+    pthread_mutex_t lock; /* protects next, entries, count, cap */
+    uint64_t next;        /* file offset of the next frame */
+    shard_entry *entries;
+    uint64_t count, cap;
+};
+
+static void encode_header(unsigned char *h, int64_t step, const unsigned char *id,
+                          uint32_t rank)
+{
+    memset(h, 0, SHARD_HEADER_SIZE);
+    memcpy(h, SHARD_MAGIC, 8);
+    util_put_u32(h + 8, SHARD_VERSION);
+    util_put_u32(h + 12, SHARD_HEADER_SIZE);
+    util_put_u64(h + 16, (uint64_t)step);
+    memcpy(h + 24, id, SHARD_ID_SIZE);
+    util_put_u32(h + 40, rank);
+    util_put_be64(h + 56, codec_hash(h, 56));
+}
+
+int shard_writer_open(shard_writer **out, const fsio *fs, const char *path,
+                      int64_t step, const unsigned char id[SHARD_ID_SIZE],
+                      uint32_t rank)
+{
+    shard_writer *w = calloc(1, sizeof *w);
+    if (!w || !(w->path = util_strdup(path))) {
+        free(w);
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory opening shard %s", path);
+    }
+    w->fs = fs;
+    memcpy(w->id, id, SHARD_ID_SIZE);
+    pthread_mutex_init(&w->lock, NULL);
+    w->fd = fsio_open(fs, path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (w->fd < 0) {
+        int e = -w->fd;
+        w->fd = -1;
+        shard_writer_free(w);
+        return ckpt_seterr_errno(e, "cannot create shard %s", path);
+    }
+    unsigned char h[SHARD_HEADER_SIZE];
+    encode_header(h, step, id, rank);
+    int rc = fsio_pwrite(fs, w->fd, h, sizeof h, 0);
+    if (rc) {
+        shard_writer_free(w);
+        return ckpt_seterr_errno(-rc, "cannot write the header of shard %s", path);
+    }
+    w->next = SHARD_HEADER_SIZE;
+    *out = w;
+    return CKPT_OK;
+}
+
+int shard_writer_append(shard_writer *w, uint32_t tensor, uint64_t offset,
+                        const chunk_meta *meta, const void *stored)
+{
+    pthread_mutex_lock(&w->lock);
+    if (w->count == w->cap) {
+        uint64_t ncap = w->cap ? w->cap * 2 : 256;
+        shard_entry *ne = realloc(w->entries, ncap * sizeof *ne);
+        if (!ne) {
+            pthread_mutex_unlock(&w->lock);
+            return ckpt_seterr(CKPT_ENOMEM, "out of memory for the shard index");
+        }
+        w->entries = ne;
+        w->cap = ncap;
+    }
+    /* Reserve the range under the lock, write outside it: workers write
+     * their frames in parallel, each to its own range. */
+    uint64_t at = w->next;
+    w->next += meta->stored_len;
+    shard_entry *e = &w->entries[w->count++];
+    e->tensor = tensor;
+    e->offset = offset;
+    e->file_offset = at;
+    e->meta = *meta;
+    pthread_mutex_unlock(&w->lock);
+    if (meta->stored_len == 0)
+        return CKPT_OK;
+    int rc = fsio_pwrite(w->fs, w->fd, stored, (size_t)meta->stored_len, at);
+    if (rc)
+        return ckpt_seterr_errno(-rc, "cannot write %llu bytes at offset %llu of shard %s",
+                                 (unsigned long long)meta->stored_len,
+                                 (unsigned long long)at, w->path);
+    return CKPT_OK;
+}
+
+static int cmp_entry(const void *a, const void *b)
+{
+    const shard_entry *x = a, *y = b;
+    if (x->tensor != y->tensor)
+        return x->tensor < y->tensor ? -1 : 1;
+    if (x->offset != y->offset)
+        return x->offset < y->offset ? -1 : 1;
+    return 0;
+}
+
+static void encode_entry(unsigned char *p, const shard_entry *e)
+{
+    memset(p, 0, SHARD_ENTRY_SIZE);
+    util_put_u32(p, e->tensor);
+    p[4] = e->meta.codec;
+    p[5] = e->meta.elem;
+    util_put_u64(p + 8, e->offset);
+    util_put_u64(p + 16, e->meta.raw_len);
+    util_put_u64(p + 24, e->meta.stored_len);
+    util_put_u64(p + 32, e->file_offset);
+    util_put_be64(p + 40, e->meta.stored_hash);
+    util_put_be64(p + 48, e->meta.raw_hash);
+}
+
+static void decode_entry(const unsigned char *p, shard_entry *e)
+{
+    e->tensor = util_get_u32(p);
+    e->meta.codec = p[4];
+    e->meta.elem = p[5];
+    e->offset = util_get_u64(p + 8);
+    e->meta.raw_len = util_get_u64(p + 16);
+    e->meta.stored_len = util_get_u64(p + 24);
+    e->file_offset = util_get_u64(p + 32);
+    e->meta.stored_hash = util_get_be64(p + 40);
+    e->meta.raw_hash = util_get_be64(p + 48);
+}
+
+int shard_writer_finish(shard_writer *w, int do_fsync, uint64_t *size,
+                        uint64_t *index_hash, uint64_t *chunks)
+{
+    qsort(w->entries, (size_t)w->count, sizeof *w->entries, cmp_entry);
+    size_t ilen = (size_t)w->count * SHARD_ENTRY_SIZE;
+    unsigned char *buf = malloc(ilen + SHARD_TRAILER_SIZE);
+    if (!buf)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory for the index of shard %s", w->path);
+    for (uint64_t i = 0; i < w->count; i++)
+        encode_entry(buf + i * SHARD_ENTRY_SIZE, &w->entries[i]);
+    uint64_t ih = codec_hash(buf, ilen);
+    unsigned char *t = buf + ilen;
+    util_put_u64(t, w->next);
+    util_put_u64(t + 8, w->count);
+    util_put_be64(t + 16, ih);
+    memcpy(t + 24, w->id, SHARD_ID_SIZE);
+    memcpy(t + 40, SHARD_TRAILER_MAGIC, 8);
+    /* Index and trailer in one write: the file's last bytes make it whole. */
+    int rc = fsio_pwrite(w->fs, w->fd, buf, ilen + SHARD_TRAILER_SIZE, w->next);
+    free(buf);
+    if (rc)
+        return ckpt_seterr_errno(-rc, "cannot write the index of shard %s", w->path);
+    if (do_fsync && (rc = fsio_fsync(w->fs, w->fd)))
+        return ckpt_seterr_errno(-rc, "cannot fsync shard %s", w->path);
+    rc = fsio_close(w->fs, w->fd);
+    w->fd = -1;
+    if (rc)
+        return ckpt_seterr_errno(-rc, "cannot close shard %s", w->path);
+    *size = w->next + ilen + SHARD_TRAILER_SIZE;
+    *index_hash = ih;
+    *chunks = w->count;
+    return CKPT_OK;
+}
+
+const shard_entry *shard_writer_entries(const shard_writer *w)
+{
+    return w->entries;
+}
+
+void shard_writer_free(shard_writer *w)
+{
+    if (!w)
+        return;
+    if (w->fd >= 0)
+        fsio_close(w->fs, w->fd);
+    pthread_mutex_destroy(&w->lock);
+    free(w->entries);
+    free(w->path);
+    free(w);
+}
+
+/* ------------------------------------------------------------------ reader */
+
+void shard_index_free(shard_index *index)
+{
+    free(index->entries);
+    index->entries = NULL;
+    index->count = 0;
+}
+
+#define CORRUPT(...) ckpt_seterr(CKPT_ECORRUPT, __VA_ARGS__)
+
+static int check_entries(const char *name, const shard_expect *x, shard_index *ix,
+                         uint64_t index_offset)
+{
+    uint64_t covered_tensor = UINT32_MAX, covered = 0;
+    for (uint64_t i = 0; i < ix->count; i++) {
+        const shard_entry *e = &ix->entries[i];
+        uint64_t at = index_offset + i * SHARD_ENTRY_SIZE, end, fend;
+        if (e->tensor >= x->ntensors)
+            return CORRUPT("%s: index entry %llu (offset %llu) names tensor %u of %u",
+                           name, (unsigned long long)i, (unsigned long long)at,
+                           e->tensor, x->ntensors);
+        if (e->meta.codec != CODEC_RAW && e->meta.codec != CODEC_ZSTD_SHUFFLE)
+            return CORRUPT("%s: index entry %llu (offset %llu) has unknown codec %u",
+                           name, (unsigned long long)i, (unsigned long long)at,
+                           e->meta.codec);
+        if (e->meta.elem == 0 || e->meta.elem > 16 || e->meta.raw_len == 0 ||
+            e->meta.raw_len > x->max_chunk ||
+            !util_add_u64(e->offset, e->meta.raw_len, &end) ||
+            end > x->tensor_bytes[e->tensor] ||
+            (e->meta.codec == CODEC_RAW && e->meta.stored_len != e->meta.raw_len) ||
+            e->meta.stored_len > ZSTD_compressBound((size_t)e->meta.raw_len) ||
+            e->file_offset < SHARD_HEADER_SIZE ||
+            !util_add_u64(e->file_offset, e->meta.stored_len, &fend) ||
+            fend > index_offset)
+            return CORRUPT("%s: index entry %llu (offset %llu) is out of bounds",
+                           name, (unsigned long long)i, (unsigned long long)at);
+        /* Sorted by (tensor, offset): each tensor must be tiled from 0. */
+        if (e->tensor != covered_tensor) {
+            if (covered_tensor != UINT32_MAX &&
+                covered != x->tensor_bytes[covered_tensor])
+                return CORRUPT("%s: tensor %llu has %llu of %llu bytes in chunks",
+                               name, (unsigned long long)covered_tensor,
+                               (unsigned long long)covered,
+                               (unsigned long long)x->tensor_bytes[covered_tensor]);
+            covered_tensor = e->tensor;
+            covered = 0;
+        }
+        if (e->offset != covered)
+            return CORRUPT("%s: index entry %llu (offset %llu): chunk at tensor offset "
+                           "%llu, expected %llu", name, (unsigned long long)i,
+                           (unsigned long long)at, (unsigned long long)e->offset,
+                           (unsigned long long)covered);
+        covered = end;
+    }
+    if (covered_tensor != UINT32_MAX && covered != x->tensor_bytes[covered_tensor])
+        return CORRUPT("%s: tensor %llu has %llu of %llu bytes in chunks", name,
+                       (unsigned long long)covered_tensor, (unsigned long long)covered,
+                       (unsigned long long)x->tensor_bytes[covered_tensor]);
+    return CKPT_OK;
+}
+
+int shard_read_index(const fsio *fs, const char *path, const char *name,
+                     const shard_expect *x, int *fd_out, shard_index *ix)
+{
+    ix->entries = NULL;
+    ix->count = 0;
+    *fd_out = -1;
+    unsigned char *ibuf = NULL;
+    int rc = CKPT_OK;
+    int fd = fsio_open(fs, path, O_RDONLY, 0);
+    if (fd < 0) {
+        if (fd == -ENOENT)
+            return ckpt_seterr(CKPT_EINCOMPLETE, "%s: shard file is missing", name);
+        return ckpt_seterr_errno(-fd, "cannot open shard %s", path);
+    }
+    uint64_t size;
+    if ((rc = fsio_fstat(fs, fd, &size))) {
+        rc = ckpt_seterr_errno(-rc, "cannot stat shard %s", path);
+        goto done;
+    }
+    if (size != x->size) {
+        rc = ckpt_seterr(size < x->size ? CKPT_EINCOMPLETE : CKPT_ECORRUPT,
+                         "%s: shard is %llu bytes, manifest says %llu", name,
+                         (unsigned long long)size, (unsigned long long)x->size);
+        goto done;
+    }
+    if (size < SHARD_HEADER_SIZE + SHARD_TRAILER_SIZE) {
+        rc = CORRUPT("%s: shard of %llu bytes is too small", name,
+                     (unsigned long long)size);
+        goto done;
+    }
+    unsigned char h[SHARD_HEADER_SIZE], t[SHARD_TRAILER_SIZE];
+    int64_t got = fsio_pread(fs, fd, h, sizeof h, 0);
+    if (got == (int64_t)sizeof h)
+        got = fsio_pread(fs, fd, t, sizeof t, size - SHARD_TRAILER_SIZE);
+    if (got != (int64_t)sizeof t) {
+        rc = got < 0 ? ckpt_seterr_errno((int)-got, "cannot read shard %s", path)
+                     : ckpt_seterr(CKPT_EINCOMPLETE, "%s: short read", name);
+        goto done;
+    }
+    if (memcmp(h, SHARD_MAGIC, 8) != 0 || util_get_be64(h + 56) != codec_hash(h, 56)) {
+        rc = CORRUPT("%s: bad shard header (offset 0)", name);
+        goto done;
+    }
+    if (util_get_u32(h + 8) != SHARD_VERSION) {
+        rc = ckpt_seterr(CKPT_EVERSION, "%s: shard format version %u, this library "
+                         "reads %u", name, util_get_u32(h + 8), SHARD_VERSION);
+        goto done;
+    }
+    if ((int64_t)util_get_u64(h + 16) != x->step || memcmp(h + 24, x->id, SHARD_ID_SIZE)) {
+        rc = CORRUPT("%s: shard header belongs to another checkpoint (offset 16)", name);
+        goto done;
+    }
+    uint64_t toff = size - SHARD_TRAILER_SIZE;
+    uint64_t index_offset = util_get_u64(t), count = util_get_u64(t + 8), ilen, iend;
+    if (memcmp(t + 40, SHARD_TRAILER_MAGIC, 8) != 0 ||
+        memcmp(t + 24, x->id, SHARD_ID_SIZE) != 0) {
+        rc = CORRUPT("%s: bad shard trailer (offset %llu)", name, (unsigned long long)toff);
+        goto done;
+    }
+    if (!util_mul_u64(count, SHARD_ENTRY_SIZE, &ilen) ||
+        !util_add_u64(index_offset, ilen, &iend) || index_offset < SHARD_HEADER_SIZE ||
+        iend != toff) {
+        rc = CORRUPT("%s: trailer (offset %llu) locates the index out of bounds",
+                     name, (unsigned long long)toff);
+        goto done;
+    }
+    if (util_get_be64(t + 16) != x->index_hash) {
+        rc = CORRUPT("%s: trailer index checksum differs from the manifest (offset %llu)",
+                     name, (unsigned long long)(toff + 16));
+        goto done;
+    }
+    if (!(ibuf = malloc(ilen ? (size_t)ilen : 1)) ||
+        !(ix->entries = calloc(count ? (size_t)count : 1, sizeof *ix->entries))) {
+        rc = ckpt_seterr(CKPT_ENOMEM, "out of memory for the index of %s", name);
+        goto done;
+    }
+    got = fsio_pread(fs, fd, ibuf, (size_t)ilen, index_offset);
+    if (got != (int64_t)ilen) {
+        rc = got < 0 ? ckpt_seterr_errno((int)-got, "cannot read shard %s", path)
+                     : ckpt_seterr(CKPT_EINCOMPLETE, "%s: short read of the index", name);
+        goto done;
+    }
+    if (codec_hash(ibuf, (size_t)ilen) != x->index_hash) {
+        rc = CORRUPT("%s: index (offset %llu, %llu bytes) fails its checksum", name,
+                     (unsigned long long)index_offset, (unsigned long long)ilen);
+        goto done;
+    }
+    for (uint64_t i = 0; i < count; i++)
+        decode_entry(ibuf + i * SHARD_ENTRY_SIZE, &ix->entries[i]);
+    ix->count = count;
+    rc = check_entries(name, x, ix, index_offset);
+done:
+    free(ibuf);
+    if (rc) {
+        shard_index_free(ix);
+        fsio_close(fs, fd);
+        return rc;
+    }
+    *fd_out = fd;
+    return CKPT_OK;
+}

@@ -1,17 +1,53 @@
-/* device: the host backend (memcpy into pre-faulted memory).  The cuda
- * backend hooks in here once a device pointer is seen. */
+/* device: the host backend (memcpy into pre-faulted memory) and the switch
+ * to the cuda backend (device_cuda.c), which is created the first time a
+ * device pointer is seen. */
 #include "device.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
+#include "cuda_loader.h"
+#include "device_cuda.h"
 #include "error.h"
+
+#define DEFAULT_PINNED_LIMIT ((uint64_t)1 << 30)
 
 struct device {
     device_options opts;
+    pthread_mutex_t mu;             /* guards pinned_bytes and cu creation */
     uint64_t pinned_bytes;
+    dcuda *_Atomic cu;              /* NULL until a device pointer is seen */
 };
+
+static dcuda *cuda_of(const device *dev)
+{
+    return atomic_load_explicit(&((device *)dev)->cu, memory_order_acquire);
+}
+
+/* The cuda backend, created on first need.  `ordinal` is the CUDA device of
+ * the first device pointer (-1: the current one). */
+static int cuda_get(device *dev, int ordinal, dcuda **out)
+{
+    dcuda *cu = cuda_of(dev);
+    if (cu) {
+        *out = cu;
+        return CKPT_OK;
+    }
+    pthread_mutex_lock(&dev->mu);
+    int rc = CKPT_OK;
+    cu = atomic_load_explicit(&dev->cu, memory_order_relaxed);
+    if (!cu) {
+        rc = dcuda_open(&cu, dev->opts.mode, ordinal);
+        if (rc == CKPT_OK)
+            atomic_store_explicit(&dev->cu, cu, memory_order_release);
+    }
+    pthread_mutex_unlock(&dev->mu);
+    *out = cu;
+    return rc;
+}
 
 int device_open(device **out, const device_options *opts)
 {
@@ -19,21 +55,30 @@ int device_open(device **out, const device_options *opts)
     if (!dev)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory allocating the device backend");
     dev->opts = *opts;
+    if (dev->opts.pinned_limit == 0)
+        dev->opts.pinned_limit = DEFAULT_PINNED_LIMIT;
+    pthread_mutex_init(&dev->mu, NULL);
     *out = dev;
     return CKPT_OK;
 }
 
 void device_free(device *dev)
 {
+    if (!dev)
+        return;
+    dcuda_free(cuda_of(dev));
+    pthread_mutex_destroy(&dev->mu);
     free(dev);
 }
 
-int device_host_alloc(device *dev, size_t bytes, int want_pinned, void **ptr,
-                      int *pinned)
+int device_cuda_available(void)
 {
-    (void)dev;
-    (void)want_pinned;
-    *pinned = 0;
+    const cuda_api *api;
+    return cuda_loader_get(&api);
+}
+
+static int pageable_alloc(size_t bytes, void **ptr)
+{
     if (bytes == 0)
         bytes = 1;
     /* mmap, then touch every page now: fresh pages cost far more to fault in
@@ -47,96 +92,201 @@ int device_host_alloc(device *dev, size_t bytes, int want_pinned, void **ptr,
     return CKPT_OK;
 }
 
+int device_host_alloc(device *dev, size_t bytes, int want_pinned, void **ptr,
+                      int *pinned)
+{
+    *pinned = 0;
+    dcuda *cu = cuda_of(dev);
+    if (want_pinned && cu) {
+        /* Reserve under the cap first so concurrent callers cannot overshoot. */
+        pthread_mutex_lock(&dev->mu);
+        int fits = dev->pinned_bytes + bytes <= dev->opts.pinned_limit;
+        if (fits)
+            dev->pinned_bytes += bytes;
+        pthread_mutex_unlock(&dev->mu);
+        if (fits) {
+            int rc = dcuda_host_alloc(cu, bytes, ptr);
+            if (rc != CKPT_OK) {
+                pthread_mutex_lock(&dev->mu);
+                dev->pinned_bytes -= bytes;
+                pthread_mutex_unlock(&dev->mu);
+                return rc;
+            }
+            *pinned = 1;
+            return CKPT_OK;
+        }
+        dcuda_note(cu, "pinned memory cap of %llu bytes reached: a %zu-byte buffer is "
+                   "pageable, device copies into it are slower (raise pinned_limit)",
+                   (unsigned long long)dev->opts.pinned_limit, bytes);
+    }
+    return pageable_alloc(bytes, ptr);
+}
+
 void device_host_free(device *dev, void *ptr, size_t bytes, int pinned)
 {
-    (void)dev;
-    (void)pinned;
-    if (ptr)
-        munmap(ptr, bytes ? bytes : 1);
+    if (!ptr)
+        return;
+    if (pinned) {
+        dcuda *cu = cuda_of(dev);
+        if (cu)
+            dcuda_host_free(cu, ptr);
+        pthread_mutex_lock(&dev->mu);
+        dev->pinned_bytes -= bytes <= dev->pinned_bytes ? bytes : dev->pinned_bytes;
+        pthread_mutex_unlock(&dev->mu);
+        return;
+    }
+    munmap(ptr, bytes ? bytes : 1);
 }
 
 uint64_t device_pinned_bytes(const device *dev)
 {
-    return dev->pinned_bytes;
+    device *d = (device *)dev;
+    pthread_mutex_lock(&d->mu);
+    uint64_t n = d->pinned_bytes;
+    pthread_mutex_unlock(&d->mu);
+    return n;
 }
 
 int device_classify(device *dev, const void *ptr, ckpt_memory declared,
                     ckpt_memory *actual)
 {
-    (void)dev;
-    (void)ptr;
-    if (declared == CKPT_MEM_DEVICE)
-        return ckpt_seterr(CKPT_ENODEVICE, "device tensors need the CUDA backend, "
-                           "which this build does not have yet");
-    *actual = CKPT_MEM_HOST;
+    const cuda_api *api = NULL;
+    int rc, type = CU_MEM_UNREGISTERED, ordinal = -1;
+    dcuda *cu;
+
+    switch (declared) {
+    case CKPT_MEM_HOST:
+        *actual = CKPT_MEM_HOST;
+        return CKPT_OK;
+    case CKPT_MEM_DEVICE:
+        if ((rc = cuda_loader_get(&api)) != CKPT_OK) {
+            char why[2048];
+            strncpy(why, ckpt_error_last(), sizeof why - 1);
+            why[sizeof why - 1] = 0;
+            return ckpt_seterr(rc, "device tensors need CUDA: %s", why);
+        }
+        if (ptr) {
+            if ((rc = dcuda_pointer_type(api, ptr, &type, &ordinal)) != CKPT_OK)
+                return rc;
+            if (type == CU_MEM_UNREGISTERED)
+                return ckpt_seterr(CKPT_EINVAL, "pointer %p is declared device memory "
+                                   "but the CUDA runtime reports host memory", ptr);
+            if (type == CU_MEM_HOST) {
+                *actual = CKPT_MEM_HOST; /* pinned host memory: memcpy is right */
+                return CKPT_OK;
+            }
+        }
+        break;
+    case CKPT_MEM_AUTO:
+        api = ptr ? cuda_loader_peek() : NULL;
+        if (!api) {
+            *actual = CKPT_MEM_HOST;
+            return CKPT_OK;
+        }
+        if ((rc = dcuda_pointer_type(api, ptr, &type, &ordinal)) != CKPT_OK)
+            return rc;
+        if (type != CU_MEM_DEVICE && type != CU_MEM_MANAGED) {
+            *actual = CKPT_MEM_HOST;
+            return CKPT_OK;
+        }
+        break;
+    default:
+        return ckpt_seterr(CKPT_EINVAL, "unknown memory kind %d", (int)declared);
+    }
+    if ((rc = cuda_get(dev, ordinal, &cu)) != CKPT_OK)
+        return rc;
+    *actual = CKPT_MEM_DEVICE;
     return CKPT_OK;
+}
+
+/* The cuda backend for an operation on device memory; its absence means the
+ * caller skipped device_classify. */
+static int need_cuda(device *dev, const char *tensor, dcuda **cu)
+{
+    *cu = cuda_of(dev);
+    if (*cu)
+        return CKPT_OK;
+    return ckpt_seterr(CKPT_ENODEVICE, "tensor '%s': no CUDA backend (device memory "
+                       "was not classified)", tensor ? tensor : "");
+}
+
+int device_snapshot_reserve(device *dev, uint64_t device_bytes)
+{
+    dcuda *cu = cuda_of(dev);
+    return cu ? dcuda_snapshot_reserve(cu, device_bytes) : CKPT_OK;
 }
 
 int device_snapshot_start(device *dev, void *caller_stream)
 {
-    (void)dev;
-    (void)caller_stream;
-    return CKPT_OK;
+    dcuda *cu = cuda_of(dev);
+    return cu ? dcuda_snapshot_start(cu, caller_stream) : CKPT_OK;
 }
 
 int device_copy_d2h(device *dev, void *dst, const void *src, size_t n,
                     const char *tensor)
 {
-    (void)dev;
-    (void)dst;
-    (void)src;
-    (void)n;
-    return ckpt_seterr(CKPT_ENODEVICE, "tensor '%s': no CUDA backend", tensor);
+    dcuda *cu;
+    int rc = need_cuda(dev, tensor, &cu);
+    return rc != CKPT_OK ? rc : dcuda_copy_d2h(cu, dst, src, n, tensor);
 }
 
 int device_record(device *dev, device_event **ev)
 {
-    (void)dev;
+    dcuda *cu = cuda_of(dev);
     *ev = NULL; /* host copies are complete when they return */
-    return CKPT_OK;
+    return cu ? dcuda_record(cu, 0, NULL, ev) : CKPT_OK;
 }
 
 int device_event_wait(device *dev, device_event *ev)
 {
-    (void)dev;
-    (void)ev;
-    return CKPT_OK;
+    return ev ? dcuda_event_wait(cuda_of(dev), ev, 0) : CKPT_OK;
+}
+
+int device_snapshot_wait(device *dev, device_event *ev)
+{
+    return ev ? dcuda_event_wait(cuda_of(dev), ev, 1) : CKPT_OK;
 }
 
 int device_fence(device *dev, device_event *ev, void *stream)
 {
-    (void)dev;
-    (void)ev;
-    (void)stream;
-    return CKPT_OK;
+    return ev ? dcuda_fence(cuda_of(dev), ev, stream) : CKPT_OK;
 }
 
 void device_event_free(device *dev, device_event *ev)
 {
-    (void)dev;
-    (void)ev;
+    if (ev)
+        dcuda_event_free(cuda_of(dev), ev);
+}
+
+void device_quiesce(device *dev)
+{
+    dcuda_quiesce(cuda_of(dev));
 }
 
 int device_copy_h2d(device *dev, void *dst, const void *src, size_t n,
                     void *stream, const char *tensor)
 {
-    (void)dev;
-    (void)dst;
-    (void)src;
-    (void)n;
-    (void)stream;
-    return ckpt_seterr(CKPT_ENODEVICE, "tensor '%s': no CUDA backend", tensor);
+    dcuda *cu;
+    int rc = need_cuda(dev, tensor, &cu);
+    return rc != CKPT_OK ? rc : dcuda_copy_h2d(cu, dst, src, n, stream, tensor);
+}
+
+int device_record_stream(device *dev, void *stream, device_event **ev)
+{
+    dcuda *cu = cuda_of(dev);
+    *ev = NULL;
+    return cu ? dcuda_record(cu, 1, stream, ev) : CKPT_OK;
 }
 
 int device_stream_sync(device *dev, void *stream)
 {
-    (void)dev;
-    (void)stream;
-    return CKPT_OK;
+    dcuda *cu = cuda_of(dev);
+    return cu ? dcuda_stream_sync(cu, stream) : CKPT_OK;
 }
 
 void device_describe(device *dev, struct json_t *env)
 {
-    (void)dev;
-    (void)env;
+    dcuda *cu = cuda_of(dev);
+    if (cu)
+        dcuda_describe(cu, env, device_pinned_bytes(dev));
 }

@@ -52,7 +52,8 @@ struct ckpt_save {
     shard_writer *writer;
     pool_group group;
     encode_job *jobs;
-    size_t njobs;
+    size_t njobs;          /* queued so far */
+    size_t jobs_total;     /* allocated (events may sit in unqueued ones) */
     device_event *snap_ev;  /* all snapshot copies complete */
     double t_begin, t_return;
 };
@@ -150,7 +151,7 @@ static void save_unref(ckpt_save *s)
         pthread_join(s->thread, NULL);
     if (s->snap_ev)
         device_event_free(s->store->dev, s->snap_ev);
-    for (size_t i = 0; i < s->njobs; i++)
+    for (size_t i = 0; i < s->jobs_total; i++)
         if (s->jobs[i].ev)
             device_event_free(s->store->dev, s->jobs[i].ev);
     free(s->jobs);
@@ -394,6 +395,19 @@ static int build_manifest(ckpt_save *s, const ckpt_tensor *t, size_t count,
     return CKPT_OK;
 }
 
+/* Queue jobs [from, to): the caller's copy runs alone first, so workers do
+ * not compete with it for the cores while the caller is stalled. */
+static int submit_range(ckpt_save *s, size_t from, size_t to)
+{
+    for (size_t k = from; k < to; k++) {
+        int rc = pool_submit(s->store->pool, &s->group, encode_job_run, &s->jobs[k]);
+        if (rc)
+            return rc;
+        s->njobs = k + 1;
+    }
+    return CKPT_OK;
+}
+
 static int snapshot(ckpt_save *s, const ckpt_tensor *t, size_t count,
                     const ckpt_memory *mem, int any_device, void *stream)
 {
@@ -402,19 +416,22 @@ static int snapshot(ckpt_save *s, const ckpt_tensor *t, size_t count,
     int rc;
     if (any_device && (rc = device_snapshot_start(st->dev, stream)))
         return rc;
-    size_t used = 0, k = 0;
+    size_t used = 0, k = 0, queued = 0;
     for (size_t i = 0; i < count; i++) {
         for (uint64_t off = 0; off < t[i].bytes; off += chunk, k++) {
             size_t n = (size_t)(t[i].bytes - off < chunk ? t[i].bytes - off : chunk);
             if (used + n > st->arena_cap) {
-                /* The state is larger than the arena: let the chunks in it
-                 * drain, then reuse it from the start (memory stays bounded,
-                 * the caller waits for that part). */
+                /* The state is larger than the arena: encode what it holds,
+                 * let it drain, then reuse it from the start (memory stays
+                 * bounded; the caller waits for that part). */
+                if ((rc = submit_range(s, queued, k)))
+                    return rc;
+                queued = k;
                 wait_jobs_idle(&s->group);
+                if (pool_group_failed(&s->group))
+                    return CKPT_OK; /* persist reports the job's error */
                 used = 0;
             }
-            if (pool_group_failed(&s->group))
-                return CKPT_OK; /* persist reports the job's error */
             unsigned char *dst = st->arena + used;
             const unsigned char *src = (const unsigned char *)t[i].data + off;
             encode_job *j = &s->jobs[k];
@@ -427,11 +444,10 @@ static int snapshot(ckpt_save *s, const ckpt_tensor *t, size_t count,
                 memcpy(dst, src, n);
             }
             used += n;
-            s->njobs = k + 1;
-            if ((rc = pool_submit(st->pool, &s->group, encode_job_run, j)))
-                return rc;
         }
     }
+    if ((rc = submit_range(s, queued, k)))
+        return rc;
     if (any_device)
         return device_record(st->dev, &s->snap_ev);
     return CKPT_OK;
@@ -463,6 +479,8 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
     if (!rc && !(s->jobs = calloc(chunks ? chunks : 1, sizeof *s->jobs)))
         rc = ckpt_seterr(CKPT_ENOMEM, "out of memory for %llu chunk jobs",
                          (unsigned long long)chunks);
+    if (!rc)
+        s->jobs_total = (size_t)chunks;
     s->stats.raw_bytes = total;
     /* The arena holds the whole state when the limit allows, else at least
      * one chunk; it is grown only here, while no save is in flight. */

@@ -77,6 +77,11 @@ int device_cuda_available(void)
     return cuda_loader_get(&api);
 }
 
+CKPT_API int ckpt_cuda_available(void)
+{
+    return device_cuda_available();
+}
+
 static int pageable_alloc(size_t bytes, void **ptr)
 {
     if (bytes == 0)

@@ -452,8 +452,12 @@ int dcuda_record(dcuda *cu, int on_stream, void *stream, device_event **out)
 
 int dcuda_event_wait(dcuda *cu, device_event *ev, int snapshot_only)
 {
-    cu_event e = snapshot_only && ev->snap ? ev->snap : ev->data;
-    cu_err err = cu->api->EventSynchronize(e);
+    /* In DEVICE mode a failed D2D shows on `snap`, not on the drain's event. */
+    cu_err err = CU_SUCCESS;
+    if (ev->snap)
+        err = cu->api->EventSynchronize(ev->snap);
+    if (err == CU_SUCCESS && !(snapshot_only && ev->snap))
+        err = cu->api->EventSynchronize(ev->data);
     if (err != CU_SUCCESS) {
         char buf[256];
         return ckpt_seterr(CKPT_EDEVICE, "tensor '%s': CUDA error during the device "

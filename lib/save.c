@@ -149,11 +149,8 @@ static void save_unref(ckpt_save *s)
         return;
     if (s->thread_started && !s->joined)
         pthread_join(s->thread, NULL);
-    if (s->snap_ev)
-        device_event_free(s->store->dev, s->snap_ev);
-    for (size_t i = 0; i < s->jobs_total; i++)
-        if (s->jobs[i].ev)
-            device_event_free(s->store->dev, s->jobs[i].ev);
+    if (!s->thread_started)
+        release_events(s); /* failed begin: the persist thread never ran */
     free(s->jobs);
     shard_writer_free(s->writer);
     manifest_clear(&s->m);
@@ -317,10 +314,29 @@ static int persist(ckpt_save *s)
     return CKPT_OK;
 }
 
+/* Every copy has completed once the jobs have run (each waited for its
+ * chunk's event), so the events can go now: a handle that outlives its
+ * store must not touch the store's device later. */
+static void release_events(ckpt_save *s)
+{
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < s->jobs_total; i++)
+        if (s->jobs[i].ev) {
+            device_event_free(s->store->dev, s->jobs[i].ev);
+            s->jobs[i].ev = NULL;
+        }
+    if (s->snap_ev) {
+        device_event_free(s->store->dev, s->snap_ev);
+        s->snap_ev = NULL;
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
 static void *persist_thread(void *arg)
 {
     ckpt_save *s = arg;
     int rc = persist(s);
+    release_events(s);
     if (rc && s->tmp) {
         /* Keep the message: cleanup may overwrite this thread's error. */
         char msg[1024];
@@ -588,22 +604,26 @@ CKPT_API int ckpt_save_done(ckpt_save *s)
     return done;
 }
 
+/* The snapshot event lives until the persist thread has seen every copy
+ * complete; after that there is nothing left to wait for. */
 CKPT_API int ckpt_save_wait_snapshot(ckpt_save *s)
 {
     if (!s)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_save_wait_snapshot: save is NULL");
-    if (!s->snap_ev)
-        return CKPT_OK;
-    return device_event_wait(s->store->dev, s->snap_ev);
+    pthread_mutex_lock(&s->lock);
+    int rc = s->snap_ev ? device_event_wait(s->store->dev, s->snap_ev) : CKPT_OK;
+    pthread_mutex_unlock(&s->lock);
+    return rc;
 }
 
 CKPT_API int ckpt_save_fence(ckpt_save *s, void *stream)
 {
     if (!s)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_save_fence: save is NULL");
-    if (!s->snap_ev)
-        return CKPT_OK;
-    return device_fence(s->store->dev, s->snap_ev, stream);
+    pthread_mutex_lock(&s->lock);
+    int rc = s->snap_ev ? device_fence(s->store->dev, s->snap_ev, stream) : CKPT_OK;
+    pthread_mutex_unlock(&s->lock);
+    return rc;
 }
 
 CKPT_API int ckpt_save_stats_get(const ckpt_save *s, ckpt_save_stats *stats)

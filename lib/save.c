@@ -140,6 +140,8 @@ int save_validate_tensors(const ckpt_tensor *t, size_t count, int for_restore)
 
 /* ---------------------------------------------------------------- handles */
 
+static void release_events(ckpt_save *s);
+
 static void save_unref(ckpt_save *s)
 {
     pthread_mutex_lock(&s->lock);

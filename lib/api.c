@@ -102,7 +102,10 @@ static int resolve_options(const ckpt_store_options *in, ckpt_store_options *o)
     }
     if (o->host_memory_limit < o->chunk_bytes)
         o->chunk_bytes = o->host_memory_limit < 4096 ? 4096 : o->host_memory_limit & ~15ull;
-    if (o->keep_last < 0)
+    if (o->keep_last < -1)
+        return ckpt_seterr(CKPT_EINVAL, "keep_last %d is invalid (0 keeps all, -1 means "
+                           "the default of %d)", o->keep_last, DEFAULT_KEEP);
+    if (o->keep_last == -1)
         o->keep_last = DEFAULT_KEEP;
     if (o->fsync != 0 && o->fsync != 1)
         return ckpt_seterr(CKPT_EINVAL, "fsync must be 0 or 1");

@@ -1,0 +1,48 @@
+"""libckpt: asynchronous, verified checkpoints of NumPy arrays and PyTorch
+tensors (CPU and CUDA), through ctypes on the C library libckpt.
+
+    import libckpt
+    with libckpt.Store("ckpt", keep_last=3) as store:
+        h = store.save(100, {"w": w, "b": b}, metadata={"epoch": 3})
+        ...                      # train on while it is written
+        h.wait()                 # durable and committed; raises on failure
+        step, arrays = store.load()           # newest checkpoint that verifies
+        step = store.restore({"w": w, "b": b})  # in place
+
+Errors raise :class:`libckpt.Error` subclasses carrying the C library's
+message.  Blocking calls release the GIL.  See docs/PYTHON.md.
+"""
+
+from ._version import __version__
+from .errors import (AccessError, BusyError, CorruptError, DeviceError, Error,
+                     IncompleteError, InternalError, InvalidArgumentError,
+                     IoError, MismatchError, NoCheckpointError, NoDeviceError,
+                     NoSpaceError, NotFoundError, OutOfMemoryError,
+                     SkippedCheckpointWarning, VersionError)
+from . import ffi
+from .store import SaveHandle, Store
+
+__all__ = [
+    "Store", "SaveHandle", "Error", "InvalidArgumentError",
+    "OutOfMemoryError", "IoError", "NoSpaceError", "BusyError",
+    "CorruptError", "NotFoundError", "NoCheckpointError", "MismatchError",
+    "VersionError", "DeviceError", "NoDeviceError", "AccessError",
+    "InternalError", "IncompleteError", "SkippedCheckpointWarning",
+    "library_version", "library_path", "cuda_available", "__version__",
+]
+
+#: Path or name the C library was loaded from.
+library_path = ffi.library_path
+
+
+def library_version():
+    """Version string of the loaded C library ("MAJOR.MINOR.PATCH")."""
+    return ffi.LIBRARY_VERSION
+
+
+def cuda_available():
+    """True when libckpt found a CUDA runtime and a device."""
+    try:
+        return ffi.lib.ckpt_cuda_available() == 0
+    except Error:  # built without the CUDA part
+        return False

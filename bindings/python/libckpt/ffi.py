@@ -1,0 +1,301 @@
+"""Every ctypes declaration of the binding: loading libckpt, the C structs,
+enums and function prototypes of include/ckpt.h.
+
+Functions returning a ``ckpt_status`` get an ``errcheck`` that turns a
+negative status into an :class:`libckpt.Error` subclass carrying
+``ckpt_error_last()``.  The message slot is per thread; errcheck runs in the
+calling thread right after the foreign call returns, before any other
+libckpt call can overwrite it.
+
+The library is loaded with ``ctypes.CDLL``, which releases the GIL for the
+duration of every foreign call, so a blocking wait lets other Python threads
+run.  Search order: ``$LIBCKPT_LIBRARY`` (only that file when set), a
+``libckpt.so*`` next to this package, the library directory ``meson
+install`` put it in, then ``ctypes.util.find_library("ckpt")`` and the
+dynamic loader's search for ``libckpt.so.0``.
+"""
+
+import ctypes
+import ctypes.util
+import glob
+import os
+
+from . import errors
+from ._version import VERSION_MAJOR, VERSION_MINOR, __version__
+
+# ------------------------------------------------------------------ enums
+
+CKPT_OK = 0
+CKPT_LATEST = -1
+CKPT_MAX_DIMS = 16
+CKPT_OPEN_READONLY = 0x1
+
+# ckpt_dtype
+CKPT_DTYPE_INVALID = 0
+(CKPT_BOOL, CKPT_U8, CKPT_I8, CKPT_U16, CKPT_I16, CKPT_U32, CKPT_I32,
+ CKPT_U64, CKPT_I64, CKPT_F16, CKPT_BF16, CKPT_F32, CKPT_F64, CKPT_C64,
+ CKPT_C128, CKPT_F8_E4M3, CKPT_F8_E5M2, CKPT_BYTES) = range(1, 19)
+
+# ckpt_memory
+CKPT_MEM_HOST, CKPT_MEM_DEVICE, CKPT_MEM_AUTO = 0, 1, 2
+
+# ckpt_verify_level
+CKPT_VERIFY_NONE, CKPT_VERIFY_QUICK, CKPT_VERIFY_FULL = 0, 1, 2
+
+# ckpt_snapshot_mode
+CKPT_SNAPSHOT_HOST, CKPT_SNAPSHOT_DEVICE, CKPT_SNAPSHOT_STREAM = 0, 1, 2
+
+CKPT_STORE_OPTIONS_VERSION = 1
+CKPT_SAVE_OPTIONS_VERSION = 1
+CKPT_RESTORE_OPTIONS_VERSION = 1
+
+# ---------------------------------------------------------------- structs
+
+c_int64_p = ctypes.POINTER(ctypes.c_int64)
+
+
+class ckpt_tensor(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("data", ctypes.c_void_p),
+        ("bytes", ctypes.c_uint64),
+        ("dtype", ctypes.c_int),
+        ("ndim", ctypes.c_int),
+        ("shape", c_int64_p),
+        ("memory", ctypes.c_int),
+    ]
+
+
+class ckpt_store_options(ctypes.Structure):
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("flags", ctypes.c_uint),
+        ("level", ctypes.c_int),
+        ("threads", ctypes.c_int),
+        ("chunk_bytes", ctypes.c_uint64),
+        ("host_memory_limit", ctypes.c_uint64),
+        ("keep_last", ctypes.c_int),
+        ("fsync", ctypes.c_int),
+        ("verify_after_save", ctypes.c_int),
+        ("snapshot_mode", ctypes.c_int),
+        ("pinned_limit", ctypes.c_uint64),
+    ]
+
+
+class ckpt_save_options(ctypes.Structure):
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("metadata_json", ctypes.c_char_p),
+        ("cuda_stream", ctypes.c_void_p),
+    ]
+
+
+class ckpt_save_stats(ctypes.Structure):
+    _fields_ = [
+        ("step", ctypes.c_int64),
+        ("raw_bytes", ctypes.c_uint64),
+        ("stored_bytes", ctypes.c_uint64),
+        ("chunks", ctypes.c_uint64),
+        ("stall_s", ctypes.c_double),
+        ("persist_s", ctypes.c_double),
+    ]
+
+
+class ckpt_problem(ctypes.Structure):
+    _fields_ = [
+        ("step", ctypes.c_int64),
+        ("status", ctypes.c_int),
+        ("message", ctypes.c_char_p),
+        ("file", ctypes.c_char_p),
+        ("tensor", ctypes.c_char_p),
+        ("offset", ctypes.c_int64),
+    ]
+
+
+class ckpt_restore_options(ctypes.Structure):
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("allow_missing", ctypes.c_int),
+        ("cuda_stream", ctypes.c_void_p),
+    ]
+
+
+class ckpt_tensor_info(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("dtype", ctypes.c_int),
+        ("ndim", ctypes.c_int),
+        ("shape", ctypes.c_int64 * CKPT_MAX_DIMS),
+        ("bytes", ctypes.c_uint64),
+        ("stored_bytes", ctypes.c_uint64),
+        ("chunks", ctypes.c_uint64),
+    ]
+
+
+# Opaque handles are plain void pointers.
+store_p = ctypes.c_void_p
+save_p = ctypes.c_void_p
+report_p = ctypes.c_void_p
+checkpoint_p = ctypes.c_void_p
+
+# ----------------------------------------------------------------- loading
+
+
+def _candidates():
+    """Paths or names to try, in order."""
+    env = os.environ.get("LIBCKPT_LIBRARY")
+    if env:
+        return [env]
+    here = os.path.dirname(os.path.abspath(__file__))
+    found = sorted(glob.glob(os.path.join(here, "libckpt.so*")))
+    try:
+        from ._install import LIBDIR  # written by meson install
+        found.append(os.path.join(LIBDIR, "libckpt.so.0"))
+    except ImportError:
+        pass
+    name = ctypes.util.find_library("ckpt")
+    if name:
+        found.append(name)
+    found.append("libckpt.so.0")
+    return found
+
+
+def _load():
+    tried = []
+    for cand in _candidates():
+        if os.sep in cand and not os.path.exists(cand):
+            tried.append("%s (no such file)" % cand)
+            continue
+        try:
+            return ctypes.CDLL(cand), cand
+        except OSError as e:
+            tried.append("%s (%s)" % (cand, e))
+    raise ImportError(
+        "libckpt: cannot load the C library; tried: %s.  Set LIBCKPT_LIBRARY "
+        "to the path of libckpt.so, or install it (meson install)."
+        % "; ".join(tried))
+
+
+lib, library_path = _load()
+
+# --------------------------------------------------------------- prototypes
+
+
+def _errcheck(result, func, args):
+    if result < 0:
+        msg = lib.ckpt_error_last()
+        msg = msg.decode("utf-8", "replace") if msg else ""
+        if not msg:
+            msg = (lib.ckpt_strerror(result) or b"").decode("utf-8", "replace")
+        raise errors.error_for_status(result, msg, func.__name__)
+    return result
+
+
+def _fn(name, restype, argtypes, check=None, optional=False):
+    try:
+        f = getattr(lib, name)
+    except AttributeError:
+        if not optional:
+            raise ImportError("libckpt: %s lacks the symbol %s"
+                              % (library_path, name)) from None
+
+        def missing(*args):
+            raise errors.Error("this libckpt was built without %s" % name,
+                               function=name)
+        missing.__name__ = name
+        setattr(lib, name, missing)
+        return
+    f.restype = restype
+    f.argtypes = argtypes
+    if check is None:
+        check = restype is ctypes.c_int
+    if check:
+        f.errcheck = _errcheck
+
+
+_int, _u64, _i64 = ctypes.c_int, ctypes.c_uint64, ctypes.c_int64
+_P, _ref = ctypes.POINTER, ctypes.byref
+_str, _vp, _size = ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t
+
+# version and errors
+_fn("ckpt_version_number", _int, [], check=False)
+_fn("ckpt_version_string", _str, [])
+_fn("ckpt_strerror", _str, [_int])
+_fn("ckpt_error_last", _str, [])
+_fn("ckpt_error_last_status", _int, [], check=False)
+_fn("ckpt_error_clear", None, [])
+
+# dtypes
+_fn("ckpt_dtype_size", _size, [_int])
+_fn("ckpt_dtype_name", _str, [_int])
+_fn("ckpt_dtype_from_name", _int, [_str], check=False)
+
+# store
+_fn("ckpt_store_options_init", _int, [_P(ckpt_store_options), ctypes.c_uint])
+_fn("ckpt_store_open", _int, [_P(store_p), _str, _P(ckpt_store_options)])
+_fn("ckpt_store_free", None, [store_p])
+_fn("ckpt_store_path", _str, [store_p])
+_fn("ckpt_store_steps", _int, [store_p, _P(c_int64_p), _P(_size)])
+_fn("ckpt_store_latest", _int, [store_p, _int, _P(_i64)])
+_fn("ckpt_store_pinned_bytes", _u64, [store_p])
+_fn("ckpt_store_gc", _int, [store_p, _int, _int, _P(report_p)])
+_fn("ckpt_cuda_available", _int, [], check=False, optional=True)
+_fn("ckpt_free", None, [_vp])
+
+# save
+_fn("ckpt_save_options_init", _int, [_P(ckpt_save_options), ctypes.c_uint])
+_fn("ckpt_save_begin", _int, [_P(save_p), store_p, _i64, _P(ckpt_tensor),
+                              _size, _P(ckpt_save_options)])
+_fn("ckpt_save_wait", _int, [save_p])
+_fn("ckpt_save_wait_snapshot", _int, [save_p])
+_fn("ckpt_save_fence", _int, [save_p, _vp])
+_fn("ckpt_save_done", _int, [save_p], check=False)
+_fn("ckpt_save_stats_get", _int, [save_p, _P(ckpt_save_stats)])
+_fn("ckpt_save_free", None, [save_p])
+
+# reports
+_fn("ckpt_report_step", _i64, [report_p])
+_fn("ckpt_report_count", _size, [report_p])
+_fn("ckpt_report_get", _P(ckpt_problem), [report_p, _size])
+_fn("ckpt_report_free", None, [report_p])
+
+# restore and verify
+_fn("ckpt_restore_options_init", _int,
+    [_P(ckpt_restore_options), ctypes.c_uint])
+_fn("ckpt_restore", _int, [store_p, _i64, _P(ckpt_tensor), _size,
+                           _P(ckpt_restore_options), _P(report_p)])
+_fn("ckpt_verify", _int, [store_p, _i64, _int, _P(report_p)])
+
+# checkpoints
+_fn("ckpt_checkpoint_open", _int, [_P(checkpoint_p), store_p, _i64])
+_fn("ckpt_checkpoint_free", None, [checkpoint_p])
+_fn("ckpt_checkpoint_step", _i64, [checkpoint_p])
+_fn("ckpt_checkpoint_path", _str, [checkpoint_p])
+_fn("ckpt_checkpoint_tensor_count", _size, [checkpoint_p])
+_fn("ckpt_checkpoint_tensor", _int,
+    [checkpoint_p, _size, _P(ckpt_tensor_info)])
+_fn("ckpt_checkpoint_find", _int, [checkpoint_p, _str, _P(_size)])
+_fn("ckpt_checkpoint_metadata", _str, [checkpoint_p])
+_fn("ckpt_checkpoint_env", _str, [checkpoint_p])
+_fn("ckpt_checkpoint_manifest", _str, [checkpoint_p])
+_fn("ckpt_checkpoint_time", ctypes.c_double, [checkpoint_p])
+_fn("ckpt_checkpoint_stats", _int, [checkpoint_p, _P(ckpt_save_stats)])
+_fn("ckpt_checkpoint_read", _int, [checkpoint_p, _str, _vp, _u64])
+_fn("ckpt_load", _int, [store_p, _i64, _str, _P(_vp), _P(_u64),
+                        _P(ckpt_tensor_info)])
+
+# preemption (process-wide; Python programs usually prefer the signal module)
+_fn("ckpt_preempt_watch", _int, [_P(_int), _size], optional=True)
+_fn("ckpt_preempt_requested", _int, [], check=False, optional=True)
+_fn("ckpt_preempt_reset", None, [], optional=True)
+_fn("ckpt_preempt_unwatch", None, [], optional=True)
+
+# --------------------------------------------------------------- version
+
+LIBRARY_VERSION_NUMBER = lib.ckpt_version_number()
+LIBRARY_VERSION = lib.ckpt_version_string().decode()
+if LIBRARY_VERSION_NUMBER // 100 != VERSION_MAJOR * 100 + VERSION_MINOR:
+    raise ImportError(
+        "libckpt: the binding %s needs a %d.%d.x C library, but %s is %s"
+        % (__version__, VERSION_MAJOR, VERSION_MINOR, library_path,
+           LIBRARY_VERSION))

@@ -1,0 +1,250 @@
+"""Turning NumPy arrays, PyTorch tensors and objects exposing
+``__array_interface__`` / ``__cuda_array_interface__`` into ``ckpt_tensor``
+descriptions, and checkpoint dtypes back into NumPy dtypes.
+
+Nothing is copied: a description points at the caller's memory, so the
+caller's object must stay alive while the C library reads or writes it (the
+save handle and restore keep references).  Non-contiguous inputs are refused
+with a clear error rather than copied behind the caller's back.
+"""
+
+import ctypes
+import sys
+
+import numpy as np
+
+from . import ffi
+from .errors import InvalidArgumentError
+
+try:  # NumPy has no bfloat16 / float8; ml_dtypes provides them.
+    import ml_dtypes
+except ImportError:  # pragma: no cover - depends on the installation
+    ml_dtypes = None
+
+_NUMPY = {
+    np.dtype(np.bool_): ffi.CKPT_BOOL,
+    np.dtype(np.uint8): ffi.CKPT_U8,
+    np.dtype(np.int8): ffi.CKPT_I8,
+    np.dtype(np.uint16): ffi.CKPT_U16,
+    np.dtype(np.int16): ffi.CKPT_I16,
+    np.dtype(np.uint32): ffi.CKPT_U32,
+    np.dtype(np.int32): ffi.CKPT_I32,
+    np.dtype(np.uint64): ffi.CKPT_U64,
+    np.dtype(np.int64): ffi.CKPT_I64,
+    np.dtype(np.float16): ffi.CKPT_F16,
+    np.dtype(np.float32): ffi.CKPT_F32,
+    np.dtype(np.float64): ffi.CKPT_F64,
+    np.dtype(np.complex64): ffi.CKPT_C64,
+    np.dtype(np.complex128): ffi.CKPT_C128,
+}
+if ml_dtypes is not None:  # pragma: no cover - depends on the installation
+    _NUMPY[np.dtype(ml_dtypes.bfloat16)] = ffi.CKPT_BF16
+    _NUMPY[np.dtype(ml_dtypes.float8_e4m3fn)] = ffi.CKPT_F8_E4M3
+    _NUMPY[np.dtype(ml_dtypes.float8_e5m2)] = ffi.CKPT_F8_E5M2
+
+# What load() returns for each checkpoint dtype.  Without ml_dtypes,
+# bfloat16 comes back as its bit pattern in uint16 and float8 in uint8.
+_TO_NUMPY = {v: k for k, v in _NUMPY.items()}
+_TO_NUMPY.setdefault(ffi.CKPT_BF16, np.dtype(np.uint16))
+_TO_NUMPY.setdefault(ffi.CKPT_F8_E4M3, np.dtype(np.uint8))
+_TO_NUMPY.setdefault(ffi.CKPT_F8_E5M2, np.dtype(np.uint8))
+_TO_NUMPY[ffi.CKPT_BYTES] = np.dtype(np.uint8)
+
+_TORCH_NAMES = {
+    "bool": ffi.CKPT_BOOL, "uint8": ffi.CKPT_U8, "int8": ffi.CKPT_I8,
+    "int16": ffi.CKPT_I16, "int32": ffi.CKPT_I32, "int64": ffi.CKPT_I64,
+    "uint16": ffi.CKPT_U16, "uint32": ffi.CKPT_U32, "uint64": ffi.CKPT_U64,
+    "float16": ffi.CKPT_F16, "bfloat16": ffi.CKPT_BF16,
+    "float32": ffi.CKPT_F32, "float64": ffi.CKPT_F64,
+    "complex64": ffi.CKPT_C64, "complex128": ffi.CKPT_C128,
+    "float8_e4m3fn": ffi.CKPT_F8_E4M3, "float8_e5m2": ffi.CKPT_F8_E5M2,
+}
+_torch_map = None
+
+
+def numpy_dtype(ckpt_dtype):
+    """The NumPy dtype load() uses for a checkpoint dtype."""
+    try:
+        return _TO_NUMPY[ckpt_dtype]
+    except KeyError:
+        raise InvalidArgumentError("checkpoint dtype %d has no NumPy "
+                                   "equivalent" % ckpt_dtype) from None
+
+
+class Tensor:
+    """One described buffer: where it is, what it holds, who owns it."""
+
+    __slots__ = ("name", "ptr", "nbytes", "dtype", "shape", "memory",
+                 "stream", "owner")
+
+    def __init__(self, name, ptr, nbytes, dtype, shape, memory, stream,
+                 owner):
+        self.name = name
+        self.ptr = ptr
+        self.nbytes = nbytes
+        self.dtype = dtype
+        self.shape = shape
+        self.memory = memory
+        self.stream = stream  # CUDA stream handle (int) or None
+        self.owner = owner    # keeps the memory alive
+
+
+def _torch_dtypes(torch):
+    global _torch_map
+    if _torch_map is None:
+        _torch_map = {getattr(torch, n): v for n, v in _TORCH_NAMES.items()
+                      if isinstance(getattr(torch, n, None), torch.dtype)}
+    return _torch_map
+
+
+def _not_contiguous(name, how):
+    return InvalidArgumentError(
+        "tensor %r is not contiguous; libckpt reads and writes dense "
+        "row-major buffers only: %s" % (name, how))
+
+
+def _from_torch(name, t, torch, writable):
+    dtype = _torch_dtypes(torch).get(t.dtype)
+    if dtype is None:
+        raise TypeError("tensor %r: torch dtype %s is not supported"
+                        % (name, t.dtype))
+    if t.layout != torch.strided:
+        raise TypeError("tensor %r: layout %s is not supported (dense "
+                        "tensors are)" % (name, t.layout))
+    if t.is_conj() or t.is_neg():
+        raise InvalidArgumentError(
+            "tensor %r has a lazy conjugate/negative bit; pass "
+            "t.resolve_conj().resolve_neg()" % name)
+    if not t.is_contiguous():
+        raise _not_contiguous(name, "pass t.contiguous() (a copy) to save; "
+                              "restore into a contiguous tensor")
+    if t.device.type == "cpu":
+        memory, stream = ffi.CKPT_MEM_HOST, None
+    elif t.device.type == "cuda":
+        memory = ffi.CKPT_MEM_DEVICE
+        stream = torch.cuda.current_stream(t.device).cuda_stream or None
+    else:
+        raise TypeError("tensor %r: device %s is not supported (cpu and "
+                        "cuda are)" % (name, t.device))
+    return Tensor(name, t.data_ptr(), t.numel() * t.element_size(), dtype,
+                  tuple(t.shape), memory, stream, t)
+
+
+def _c_contiguous(shape, strides, itemsize):
+    expect = itemsize
+    for dim, stride in zip(reversed(shape), reversed(strides)):
+        if dim > 1 and stride != expect:
+            return False
+        expect *= dim
+    return True
+
+
+def _from_cuda_interface(name, obj, writable):
+    cai = obj.__cuda_array_interface__
+    shape = tuple(int(d) for d in cai["shape"])
+    npdt = np.dtype(cai["typestr"])
+    dtype = _numpy_to_ckpt(name, npdt)
+    strides = cai.get("strides")
+    if strides is not None and not _c_contiguous(shape, strides,
+                                                 npdt.itemsize):
+        raise _not_contiguous(name, "strides %r" % (tuple(strides),))
+    if cai.get("mask") is not None:
+        raise TypeError("tensor %r: masked CUDA arrays are not supported"
+                        % name)
+    ptr, readonly = cai["data"]
+    if writable and readonly:
+        raise InvalidArgumentError("tensor %r is read-only" % name)
+    # Per the interface (v3): None means no synchronisation is needed, 1 is
+    # the legacy default stream (NULL), 2 the per-thread default stream.
+    stream = cai.get("stream")
+    if stream in (None, 0, 1):
+        stream = None
+    count = 1
+    for d in shape:
+        count *= d
+    return Tensor(name, ptr, count * npdt.itemsize, dtype, shape,
+                  ffi.CKPT_MEM_DEVICE, stream, obj)
+
+
+def _numpy_to_ckpt(name, npdt):
+    if not npdt.isnative:
+        raise TypeError("tensor %r: dtype %s is not in native byte order; "
+                        "use a.astype(a.dtype.newbyteorder('='))"
+                        % (name, npdt.str))
+    dtype = _NUMPY.get(npdt)
+    if dtype is None:
+        raise TypeError("tensor %r: dtype %s is not supported" % (name, npdt))
+    return dtype
+
+
+def describe(name, obj, writable=False):
+    """Describe `obj` as tensor `name` for a save (or, with `writable`, for a
+    restore into it)."""
+    if not isinstance(name, str):
+        raise TypeError("tensor names must be str, not %s"
+                        % type(name).__name__)
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor):
+        return _from_torch(name, obj, torch, writable)
+    if hasattr(obj, "__cuda_array_interface__"):
+        return _from_cuda_interface(name, obj, writable)
+    if isinstance(obj, np.generic):
+        if writable:
+            raise TypeError("tensor %r: a NumPy scalar cannot be restored "
+                            "into (it is immutable); use a 0-d array" % name)
+        obj = np.asarray(obj)
+    if not (isinstance(obj, np.ndarray) or
+            hasattr(obj, "__array_interface__")):
+        raise TypeError(
+            "tensor %r: %s is not an array (NumPy arrays, torch tensors and "
+            "objects with __array_interface__ or __cuda_array_interface__ "
+            "are)" % (name, type(obj).__name__))
+    a = np.asarray(obj)
+    dtype = _numpy_to_ckpt(name, a.dtype)
+    if not a.flags.c_contiguous:
+        raise _not_contiguous(name, "pass np.ascontiguousarray(a) (a copy) "
+                              "to save; restore into a contiguous array")
+    if writable and not a.flags.writeable:
+        raise InvalidArgumentError("tensor %r is read-only" % name)
+    return Tensor(name, a.ctypes.data, a.nbytes, dtype, a.shape,
+                  ffi.CKPT_MEM_HOST, None, a if a is obj else (a, obj))
+
+
+def describe_all(tensors, writable=False):
+    """Describe a mapping of names to arrays; returns a list of Tensor."""
+    if not hasattr(tensors, "items"):
+        raise TypeError("tensors must be a mapping of names to arrays, not %s"
+                        % type(tensors).__name__)
+    return [describe(n, a, writable) for n, a in tensors.items()]
+
+
+def c_array(described):
+    """A ctypes ckpt_tensor[] for the described tensors, and the objects it
+    points into (keep them alive while the array is in use)."""
+    arr = (ffi.ckpt_tensor * max(len(described), 1))()
+    keep = [arr]
+    for i, t in enumerate(described):
+        name = t.name.encode("utf-8")
+        shape = (ctypes.c_int64 * max(len(t.shape), 1))(*t.shape)
+        keep += [name, shape, t.owner]
+        c = arr[i]
+        c.name = name
+        c.data = t.ptr  # may be NULL for an empty tensor (torch's are)
+        c.bytes = t.nbytes
+        c.dtype = t.dtype
+        c.ndim = len(t.shape)
+        c.shape = ctypes.cast(shape, ffi.c_int64_p)
+        c.memory = t.memory
+    return arr, keep
+
+
+def one_stream(described):
+    """The single CUDA stream the device tensors were written on (None for
+    the legacy default stream or host-only saves)."""
+    streams = {t.stream for t in described if t.memory == ffi.CKPT_MEM_DEVICE}
+    if len(streams) > 1:
+        raise InvalidArgumentError(
+            "device tensors of one save or restore come from different CUDA "
+            "streams %s; synchronise them and use one stream (or one device)"
+            % sorted(s or 0 for s in streams))
+    return streams.pop() if streams else None

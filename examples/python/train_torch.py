@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Train a small PyTorch model with Adam on CPU, checkpointing through libckpt.
+
+Every --every steps the model's and the optimizer's state_dict tensors, the
+global RNG state and the data sampler's RNG state are saved asynchronously
+(training goes on while the checkpoint is compressed and written); the
+optimizer's hyper-parameters and the step go into the checkpoint metadata.
+Started again on the same --ckpt directory, the script resumes from the
+newest checkpoint that verifies, and because everything that influences the
+next step is restored and the run is deterministic, the loss curve is
+identical to that of a run that was never interrupted (demo.sh shows it
+after a kill -9).
+
+The log (--log) gets one line per step, "STEP LOSS" with the loss printed
+exactly (repr of the float), and a last line with a SHA-256 of the final
+parameters.  On resume, lines after the restored step are dropped: they
+belong to work the crash threw away.
+
+SIGTERM or SIGUSR1 (a scheduler's preemption notice) makes the loop save at
+the end of the current step, wait for the commit and exit with 75
+(EX_TEMPFAIL, CKPT_EXIT_PREEMPTED in ckpt.h) so a wrapper knows to restart.
+"""
+
+import argparse
+import hashlib
+import os
+import signal
+import sys
+import time
+
+import torch
+from torch import nn
+
+import libckpt
+
+EXIT_PREEMPTED = 75
+
+
+def build(seed=0):
+    """Model, optimizer, data and sampler, identical in every run."""
+    torch.manual_seed(seed)
+    data_gen = torch.Generator().manual_seed(1234)
+    x = torch.randn(1024, 16, generator=data_gen)
+    w = torch.randn(16, 1, generator=data_gen)
+    y = torch.sin(x @ w) + 0.05 * torch.randn(1024, 1, generator=data_gen)
+    model = nn.Sequential(nn.Linear(16, 64), nn.Tanh(), nn.Dropout(0.1),
+                          nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 1))
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    sampler = torch.Generator().manual_seed(42)
+    return model, opt, x, y, sampler
+
+
+def state_tensors(model, opt, sampler):
+    """Everything that decides the next step, as named tensors, plus the
+    JSON-able rest (for the metadata)."""
+    tensors = {"model/" + k: v for k, v in model.state_dict().items()}
+    sd = opt.state_dict()
+    scalars = {}
+    for pid, st in sd["state"].items():
+        for k, v in st.items():
+            if torch.is_tensor(v):
+                tensors["optim/%d/%s" % (pid, k)] = v
+            else:
+                scalars["%d/%s" % (pid, k)] = v
+    tensors["rng/torch"] = torch.get_rng_state()
+    tensors["rng/sampler"] = sampler.get_state()
+    return tensors, {"param_groups": sd["param_groups"],
+                     "optim_scalars": scalars}
+
+
+def load_state(arrays, meta, model, opt, sampler):
+    t = {k: torch.from_numpy(v) for k, v in arrays.items()}
+    model.load_state_dict({k[len("model/"):]: v for k, v in t.items()
+                           if k.startswith("model/")})
+    state = {}
+    for k, v in t.items():
+        if k.startswith("optim/"):
+            _, pid, name = k.split("/", 2)
+            state.setdefault(int(pid), {})[name] = v
+    for k, v in meta["optim_scalars"].items():
+        pid, name = k.split("/", 1)
+        state.setdefault(int(pid), {})[name] = v
+    opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    torch.set_rng_state(t["rng/torch"])
+    sampler.set_state(t["rng/sampler"])
+
+
+def params_digest(model):
+    h = hashlib.sha256()
+    for k, v in model.state_dict().items():
+        h.update(k.encode())
+        h.update(v.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def truncate_log(path, last_step):
+    """Keep the log lines of steps up to last_step (the resumed state)."""
+    keep = []
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                parts = line.split()
+                if (len(parts) == 2 and line.endswith("\n")
+                        and parts[0].isdigit() and int(parts[0]) <= last_step):
+                    keep.append(line)
+    with open(path, "w") as f:
+        f.writelines(keep)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ckpt", required=True, help="checkpoint directory")
+    ap.add_argument("--log", required=True, help="loss log file")
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--every", type=int, default=20,
+                    help="checkpoint every N steps")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--keep-last", type=int, default=3)
+    ap.add_argument("--no-fsync", action="store_true",
+                    help="skip fsync (faster; not crash-safe against power loss)")
+    ap.add_argument("--step-delay", type=float, default=0.0,
+                    help="sleep this long per step (to have time to kill it)")
+    args = ap.parse_args(argv)
+
+    torch.use_deterministic_algorithms(True)
+    torch.set_num_threads(1)  # same reduction order in every run
+    model, opt, x, y, sampler = build()
+
+    preempted = []
+    for sig in (signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(sig, lambda signum, frame: preempted.append(signum))
+
+    with libckpt.Store(args.ckpt, keep_last=args.keep_last,
+                       fsync=not args.no_fsync) as store:
+        start = 0
+        if store.latest() is not None:
+            step, arrays = store.load()  # newest that verifies, every chunk
+            load_state(arrays, store.metadata(step), model, opt, sampler)
+            start = step
+            print("resumed from step %d" % step, flush=True)
+        truncate_log(args.log, start)
+
+        pending = None
+        with open(args.log, "a") as log:
+            for step in range(start + 1, args.steps + 1):
+                idx = torch.randint(0, x.shape[0], (args.batch,),
+                                    generator=sampler)
+                model.train()
+                loss = nn.functional.mse_loss(model(x[idx]), y[idx])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                log.write("%d %r\n" % (step, loss.item()))
+                log.flush()
+
+                if step % args.every == 0 or preempted or step == args.steps:
+                    tensors, meta = state_tensors(model, opt, sampler)
+                    meta["step"] = step
+                    if pending is not None:
+                        pending.wait()  # raise if the previous save failed
+                    # Returns once the state is copied: training goes on
+                    # while the checkpoint is compressed and written.
+                    pending = store.save(step, tensors, metadata=meta)
+                if preempted:
+                    pending.wait()
+                    print("preempted by signal %d: saved step %d"
+                          % (preempted[0], step), flush=True)
+                    return EXIT_PREEMPTED
+                if args.step_delay:
+                    time.sleep(args.step_delay)
+            if pending is not None:
+                pending.wait()
+                st = pending.stats
+                print("last checkpoint: step %d, %d -> %d bytes, stall %.3f ms"
+                      % (pending.step, st["raw_bytes"], st["stored_bytes"],
+                         st["stall_s"] * 1e3), flush=True)
+            log.write("params-sha256 %s\n" % params_digest(model))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""A damaged newest checkpoint: detected, reported, and skipped for the
+previous one by load() and restore()."""
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+import libckpt
+from conftest import flip_byte, open_store, shard_files, step_dir
+
+OLD = np.arange(300000, dtype=np.float64)       # step 1
+NEW = np.arange(300000, dtype=np.float64) * -1  # step 2
+
+
+@pytest.fixture
+def two_steps(root):
+    with open_store(root) as store:
+        store.save(1, {"w": OLD, "b": np.ones(3, np.int8)},
+                   metadata={"step": 1}).wait()
+        store.save(2, {"w": NEW, "b": np.zeros(3, np.int8)},
+                   metadata={"step": 2}).wait()
+    return root
+
+
+def skipped_steps(record):
+    return [w for w in record
+            if issubclass(w.category, libckpt.SkippedCheckpointWarning)]
+
+
+@pytest.mark.parametrize("where", ["middle", "first", "last"])
+def test_flipped_shard_byte_falls_back_to_older_step(two_steps, where):
+    shard = shard_files(two_steps, 2)[0]
+    size = os.path.getsize(shard)
+    offset = flip_byte(shard, {"middle": None, "first": 0,
+                               "last": size - 1}[where])
+    with open_store(two_steps) as store:
+        report = store.verify(2)  # raises nothing on corruption
+        assert report["ok"] is False
+        assert report["status"] in ("corrupt", "incomplete")
+        assert report["step"] == 2
+        assert report["problems"], report
+        p = report["problems"][0]
+        assert p["step"] == 2 and p["message"]
+        assert p["code"] in ("CKPT_ECORRUPT", "CKPT_EINCOMPLETE")
+        assert store.verify(1)["ok"]
+        assert store.latest(full=True) == 1
+
+        with pytest.warns(libckpt.SkippedCheckpointWarning, match="step 2"):
+            step, got = store.load()
+        assert step == 1
+        assert np.array_equal(got["w"], OLD)
+
+        w, b = np.zeros_like(OLD), np.zeros(3, np.int8)
+        with pytest.warns(libckpt.SkippedCheckpointWarning, match="step 2"):
+            assert store.restore({"w": w, "b": b}) == 1
+        assert np.array_equal(w, OLD) and np.array_equal(b, np.ones(3))
+
+        with pytest.raises(libckpt.CorruptError) as e:
+            store.restore({"w": w, "b": b}, step=2)
+        assert e.value.message
+        with pytest.raises(libckpt.CorruptError):
+            store.load(step=2)
+
+        listing = {e["step"]: e for e in store.steps(full=True)}
+        assert listing[1]["status"] == "valid"
+        assert listing[2]["status"] in ("corrupt", "incomplete")
+        assert listing[2]["error"]
+    assert offset >= 0
+
+
+def test_problem_names_file_and_offset(two_steps):
+    shard = shard_files(two_steps, 2)[0]
+    flip_byte(shard)
+    with open_store(two_steps) as store:
+        p = store.verify(2)["problems"][0]
+        assert p["file"] and p["file"] in os.path.basename(shard)
+        assert p["offset"] is None or p["offset"] >= 0
+
+
+def test_missing_shard_falls_back(two_steps):
+    os.unlink(shard_files(two_steps, 2)[0])
+    with open_store(two_steps) as store:
+        r = store.verify(2)
+        assert not r["ok"] and r["status"] in ("incomplete", "corrupt")
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            assert store.load()[0] == 1
+        assert skipped_steps(rec)
+
+
+def test_truncated_shard_falls_back(two_steps):
+    shard = shard_files(two_steps, 2)[0]
+    os.truncate(shard, os.path.getsize(shard) // 3)
+    with open_store(two_steps) as store:
+        assert not store.verify(2)["ok"]
+        w = np.zeros_like(OLD)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert store.restore({"w": w}, allow_missing=True) == 1
+        assert np.array_equal(w, OLD)
+
+
+def test_corrupt_manifest_falls_back(two_steps):
+    manifest = os.path.join(step_dir(two_steps, 2), "manifest.json")
+    with open(manifest, "rb") as f:
+        text = f.read()
+    with open(manifest, "wb") as f:  # change a digit, keep valid JSON
+        f.write(text.replace(b"300000", b"300001", 1))
+    with open_store(two_steps) as store:
+        assert not store.verify(2, full=False)["ok"]
+        assert store.latest() == 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert store.load()[0] == 1
+        assert store.metadata() == {"step": 1}
+
+
+def test_every_checkpoint_corrupt_is_no_checkpoint(two_steps):
+    for s in (1, 2):
+        flip_byte(shard_files(two_steps, s)[0])
+    with open_store(two_steps) as store:
+        w = np.zeros_like(OLD)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with pytest.raises(libckpt.NoCheckpointError) as e:
+                store.restore({"w": w}, allow_missing=True)
+        assert {p["step"] for p in e.value.skipped} == {1, 2}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with pytest.raises(libckpt.NoCheckpointError) as e:
+                store.load()
+        assert [p["step"] for p in e.value.skipped] == [2, 1]
+        assert store.latest(full=True) is None

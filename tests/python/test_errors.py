@@ -1,0 +1,186 @@
+"""C status codes become libckpt.Error subclasses carrying the library's
+message; the binding's own argument errors are clear."""
+
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import libckpt
+from libckpt import errors, ffi
+from conftest import open_store, sub_env
+
+
+def test_every_status_has_its_class_and_a_strerror():
+    for status in range(-1, -16, -1):
+        e = errors.error_for_status(status, "msg", "ckpt_x")
+        assert isinstance(e, libckpt.Error)
+        assert type(e) is not libckpt.Error
+        assert e.status == status and e.code.startswith("CKPT_E")
+        assert str(e) == "ckpt_x: msg"
+        assert ffi.lib.ckpt_strerror(status)
+    assert type(errors.error_for_status(-99, "m")) is libckpt.Error
+    assert issubclass(libckpt.IncompleteError, libckpt.CorruptError)
+    assert issubclass(libckpt.NoDeviceError, libckpt.DeviceError)
+    assert issubclass(libckpt.InvalidArgumentError, ValueError)
+    assert issubclass(libckpt.NotFoundError, KeyError)
+
+
+def test_busy_when_another_process_writes(root):
+    code = ("import sys, libckpt\n"
+            "s = libckpt.Store(sys.argv[1], fsync=False)\n"
+            "print('ready', flush=True)\n"
+            "sys.stdin.read()\n")
+    child = subprocess.Popen([sys.executable, "-c", code, str(root)],
+                             env=sub_env(), stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        with pytest.raises(libckpt.BusyError) as e:
+            open_store(root)
+        assert e.value.status == -5 and e.value.message
+        assert e.value.function == "ckpt_store_open"
+        with open_store(root, readonly=True) as ro:  # readers take no lock
+            assert ro.latest() is None
+    finally:
+        child.stdin.close()
+        child.wait(30)
+    open_store(root).close()  # free again once the writer is gone
+
+
+def test_busy_when_opened_twice_in_one_process(store):
+    with pytest.raises(libckpt.BusyError):
+        open_store(store.path)
+    store.save(1, {"x": np.ones(1)}).wait()  # the first is unharmed
+
+
+def test_mismatch_on_dtype_and_shape(store):
+    store.save(1, {"w": np.ones((4, 4), np.float32)}).wait()
+    with pytest.raises(libckpt.MismatchError) as e:
+        store.restore({"w": np.ones((4, 4), np.float64)})
+    assert "w" in e.value.message
+    assert e.value.function == "ckpt_restore"
+    with pytest.raises(libckpt.MismatchError):
+        store.restore({"w": np.ones((2, 8), np.float32)})
+    with pytest.raises(libckpt.MismatchError):
+        store.restore({"w": np.ones((4,), np.float32)})
+
+
+def test_not_found(store):
+    store.save(1, {"w": np.ones(3)}).wait()
+    with pytest.raises(libckpt.NotFoundError) as e:
+        store.restore({"nope": np.ones(3)})
+    assert "nope" in e.value.message
+    with pytest.raises(libckpt.NotFoundError):
+        store.load(step=999)
+    with pytest.raises(libckpt.NotFoundError):
+        store.metadata(step=999)
+    with pytest.raises(libckpt.NotFoundError):
+        store.verify(step=999)
+    with pytest.raises(libckpt.NotFoundError):
+        store.restore({"w": np.ones(3)}, step=999)
+
+
+def test_no_checkpoint(store):
+    assert store.latest() is None
+    with pytest.raises(libckpt.NoCheckpointError) as e:
+        store.restore({"w": np.ones(3)})
+    assert e.value.message and e.value.status == -8
+    with pytest.raises(libckpt.NoCheckpointError):
+        store.load()
+    with pytest.raises((libckpt.NoCheckpointError, libckpt.NotFoundError)):
+        store.metadata()
+
+
+def test_invalid_arguments(store):
+    with pytest.raises(libckpt.InvalidArgumentError):
+        store.save(-5, {"w": np.ones(3)})
+    with pytest.raises(libckpt.InvalidArgumentError):
+        store.save(1, {"": np.ones(3)})
+    with pytest.raises(libckpt.InvalidArgumentError):
+        store.save(1, {"x" * 300: np.ones(3)})
+    with pytest.raises(ValueError):
+        open_store(store.path + "-2", verify_after_save="sometimes")
+    assert store.latest() is None
+
+
+def test_readonly_root_must_exist(tmp_path):
+    with pytest.raises(libckpt.Error) as e:
+        open_store(tmp_path / "missing", readonly=True)
+    assert e.value.message
+
+
+def test_binding_refuses_what_it_cannot_describe(store):
+    a = np.arange(20.0).reshape(4, 5)
+    with pytest.raises(libckpt.InvalidArgumentError, match="'t'.*contiguous"):
+        store.save(1, {"t": a[:, ::2]})
+    with pytest.raises(ValueError, match="contiguous"):
+        store.save(1, {"t": a.T})
+    with pytest.raises(TypeError, match="not an array"):
+        store.save(1, {"l": [1, 2, 3]})
+    with pytest.raises(TypeError, match="not supported"):
+        store.save(1, {"o": np.array([None, 1], dtype=object)})
+    with pytest.raises(TypeError, match="byte order"):
+        store.save(1, {"be": np.arange(3, dtype=">f4")})
+    with pytest.raises(TypeError, match="names must be str"):
+        store.save(1, {1: np.ones(2)})
+    with pytest.raises(TypeError, match="mapping"):
+        store.save(1, [np.ones(2)])
+    store.save(1, {"w": np.ones(2)}).wait()
+    ro = np.ones(2)
+    ro.flags.writeable = False
+    with pytest.raises(libckpt.InvalidArgumentError, match="read-only"):
+        store.restore({"w": ro})
+    with pytest.raises(TypeError, match="immutable"):
+        store.restore({"w": np.float64(1.0)})
+
+
+def test_device_array_without_cuda_is_a_device_error(store):
+    if libckpt.cuda_available():
+        pytest.skip("a CUDA device is present")
+
+    class FakeDeviceArray:
+        __cuda_array_interface__ = {"shape": (4,), "typestr": "<f4",
+                                    "data": (0x7F0000001000, False),
+                                    "version": 3, "strides": None,
+                                    "stream": None}
+
+    with pytest.raises(libckpt.DeviceError) as e:
+        store.save(1, {"d": FakeDeviceArray()}).wait()
+    assert e.value.message
+    assert store.latest() is None
+
+
+def test_error_message_is_per_thread(store):
+    store.save(1, {"w": np.ones(3, np.float32)}).wait()
+    caught = {}
+
+    def worker():
+        try:
+            store.restore({"w": np.ones(3, np.int64)})
+        except libckpt.Error as e:
+            caught["worker"] = e
+
+    t = threading.Thread(target=worker)
+    with pytest.raises(libckpt.NotFoundError) as main:
+        store.load(step=12345)
+    t.start()
+    t.join()
+    assert isinstance(caught["worker"], libckpt.MismatchError)
+    # Each thread's exception carries its own call's message.
+    assert "12345" in main.value.message
+    assert "'w'" in caught["worker"].message
+    assert "12345" not in caught["worker"].message
+
+
+def test_closed_store_and_handle(root):
+    s = open_store(root)
+    h = s.save(1, {"x": np.ones(1)})
+    s.close()
+    s.close()  # idempotent
+    assert s.closed and h.done()
+    h.wait()
+    with pytest.raises(ValueError, match="closed"):
+        s.latest()

@@ -1,0 +1,168 @@
+"""Handles, file descriptors and threads are released; the library is found
+and its version and ABI match the binding."""
+
+import ctypes
+import gc
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import libckpt
+from libckpt import ffi, tensors
+from conftest import BINDING, TOP, open_store, sub_env
+
+
+def fds():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def threads():
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_no_leaked_fds_or_threads_after_many_stores(tmp_path):
+    def cycle(i):
+        with open_store(tmp_path / ("r%d" % (i % 3)), keep_last=2) as s:
+            s.save(i, {"x": np.full(1000, i)}).wait()
+            s.load()
+            s.restore({"x": np.empty(1000, np.int64)})
+            s.verify()
+            s.steps()
+        with open_store(tmp_path / ("r%d" % (i % 3)), readonly=True) as ro:
+            ro.latest()
+
+    cycle(0)  # first-use allocations (loader, caches) happen here
+    gc.collect()
+    before_fds, before_threads = fds(), threads()
+    for i in range(1, 150):
+        cycle(i)
+    gc.collect()
+    assert fds() == before_fds
+    assert threads() == before_threads
+
+
+def test_garbage_collected_store_releases_its_lock(root):
+    s = open_store(root)
+    s.save(1, {"x": np.ones(3)})  # handle dropped, save in flight
+    del s
+    gc.collect()
+    with open_store(root) as again:  # not BusyError
+        assert again.latest() == 1
+
+
+def test_store_close_waits_for_saves_in_flight(root):
+    s = open_store(root)
+    h = s.save(1, {"x": np.random.default_rng(0).standard_normal(1 << 21)})
+    s.close()
+    assert h.done()
+    with open_store(root, readonly=True) as ro:
+        assert ro.latest() == 1
+
+
+def test_versions_agree():
+    major, minor, _ = (int(x) for x in libckpt.__version__.split("."))
+    assert ffi.LIBRARY_VERSION_NUMBER // 100 == major * 100 + minor
+    assert libckpt.library_version().startswith("%d.%d." % (major, minor))
+    with open(os.path.join(BINDING, "pyproject.toml")) as f:
+        assert 'attr = "libckpt._version.__version__"' in f.read()
+    with open(os.path.join(TOP, "meson.build")) as f:
+        m = re.search(r"version\s*:\s*'([^']+)'", f.read())
+    assert m and m.group(1) == libckpt.__version__
+
+
+def test_dtype_table_agrees_with_the_library():
+    for npdt, code in tensors._NUMPY.items():
+        assert ffi.lib.ckpt_dtype_size(code) == npdt.itemsize, npdt
+        assert ffi.lib.ckpt_dtype_name(code).decode() == npdt.name, npdt
+        assert ffi.lib.ckpt_dtype_from_name(npdt.name.encode()) == code
+    for code, name, size in ((ffi.CKPT_BF16, "bfloat16", 2),
+                             (ffi.CKPT_F8_E4M3, None, 1),
+                             (ffi.CKPT_F8_E5M2, None, 1),
+                             (ffi.CKPT_BYTES, None, 1)):
+        assert ffi.lib.ckpt_dtype_size(code) == size
+        if name:
+            assert ffi.lib.ckpt_dtype_name(code).decode() == name
+    assert ffi.lib.ckpt_dtype_size(ffi.CKPT_BYTES + 1) == 0
+
+
+STRUCTS = {
+    "ckpt_tensor": ["name", "data", "bytes", "dtype", "ndim", "shape",
+                    "memory"],
+    "ckpt_store_options": ["version", "flags", "level", "threads",
+                           "chunk_bytes", "host_memory_limit", "keep_last",
+                           "fsync", "verify_after_save", "snapshot_mode",
+                           "pinned_limit"],
+    "ckpt_save_options": ["version", "metadata_json", "cuda_stream"],
+    "ckpt_save_stats": ["step", "raw_bytes", "stored_bytes", "chunks",
+                        "stall_s", "persist_s"],
+    "ckpt_problem": ["step", "status", "message", "file", "tensor", "offset"],
+    "ckpt_restore_options": ["version", "allow_missing", "cuda_stream"],
+    "ckpt_tensor_info": ["name", "dtype", "ndim", "shape", "bytes",
+                         "stored_bytes", "chunks"],
+}
+
+
+def test_ctypes_structs_match_the_header(tmp_path):
+    """Compile a probe against include/ckpt.h and compare every struct's
+    size and field offsets with the ctypes declarations."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    lines = ['#include <stdio.h>', '#include <stddef.h>', '#include "ckpt.h"',
+             "int main(void) {"]
+    for s, fields in STRUCTS.items():
+        lines.append('printf("%s %%zu\\n", sizeof(%s));' % (s, s))
+        for f in fields:
+            lines.append('printf("%s.%s %%zu\\n", offsetof(%s, %s));'
+                         % (s, f, s, f))
+    lines.append("return 0; }")
+    src = tmp_path / "probe.c"
+    src.write_text("\n".join(lines))
+    exe = tmp_path / "probe"
+    subprocess.run([cc, "-std=c11", "-I", os.path.join(TOP, "include"),
+                    str(src), "-o", str(exe)], check=True)
+    out = subprocess.run([str(exe)], check=True, capture_output=True,
+                         text=True).stdout.split("\n")
+    want = dict(line.split() for line in out if line)
+    for s, fields in STRUCTS.items():
+        cls = getattr(ffi, s)
+        assert ctypes.sizeof(cls) == int(want[s]), s
+        for f in fields:
+            assert getattr(cls, f).offset == int(want["%s.%s" % (s, f)]), \
+                (s, f)
+
+
+def run_import(env, cwd=None):
+    return subprocess.run(
+        [sys.executable, "-c",
+         "import libckpt; print(libckpt.library_path)"],
+        env=env, cwd=cwd, capture_output=True, text=True)
+
+
+def test_library_from_environment_variable_only():
+    env = sub_env()
+    env["LIBCKPT_LIBRARY"] = "/nonexistent/libckpt.so"
+    r = run_import(env)
+    assert r.returncode != 0
+    assert "ImportError" in r.stderr and "/nonexistent/libckpt.so" in r.stderr
+
+
+def test_library_next_to_the_package(tmp_path):
+    pkg = tmp_path / "site" / "libckpt"
+    shutil.copytree(os.path.join(BINDING, "libckpt"), str(pkg),
+                    ignore=shutil.ignore_patterns("__pycache__", "*.in",
+                                                  "_install.py"))
+    shutil.copy(os.path.realpath(libckpt.library_path),
+                str(pkg / "libckpt.so.0"))
+    env = sub_env()
+    del env["LIBCKPT_LIBRARY"]
+    env["PYTHONPATH"] = str(tmp_path / "site")
+    r = run_import(env, cwd=str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(pkg / "libckpt.so.0")

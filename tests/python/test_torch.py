@@ -1,0 +1,185 @@
+"""PyTorch tensors: every dtype (bfloat16 and bool included), state_dict
+round trips, and CUDA tensors where a device exists."""
+
+import numpy as np
+import pytest
+
+import libckpt
+from libckpt import tensors as _tensors
+
+torch = pytest.importorskip("torch")
+
+TORCH_DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16,
+                torch.int32, torch.int64, torch.float16, torch.bfloat16,
+                torch.float32, torch.float64, torch.complex64,
+                torch.complex128]
+
+
+def sample(dtype, shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=g).bool()
+    if not dtype.is_floating_point and not dtype.is_complex:
+        info = torch.iinfo(dtype)
+        return torch.randint(info.min, info.max, shape, generator=g,
+                             dtype=dtype)
+    return torch.randn(shape, generator=g, dtype=dtype)
+
+
+def as_torch(a, dtype):
+    """A loaded NumPy array as a torch tensor of `dtype`."""
+    if a.dtype == np.uint16:  # bfloat16 bits; torch has no uint16 arrays
+        a = a.view(np.int16)
+    t = torch.from_numpy(a)
+    return t.view(dtype) if t.dtype != dtype else t
+
+
+@pytest.mark.parametrize("dtype", TORCH_DTYPES, ids=str)
+def test_every_torch_dtype_round_trips(store, dtype):
+    t = sample(dtype, (4, 6))
+    store.save(1, {"t": t}).wait()
+    _, got = store.load()
+    assert got["t"].shape == (4, 6)
+    assert torch.equal(as_torch(got["t"], dtype), t)
+    back = torch.zeros_like(t)
+    assert store.restore({"t": back}) == 1
+    assert torch.equal(back, t)
+
+
+def test_bfloat16_loads_as_documented(store):
+    t = torch.tensor([1.0, -2.5, 3.140625], dtype=torch.bfloat16)
+    store.save(1, {"t": t}).wait()
+    a = store.load()[1]["t"]
+    if _tensors.ml_dtypes is None:
+        assert a.dtype == np.uint16  # the bit patterns
+        assert np.array_equal(a, t.view(torch.int16).numpy().view(np.uint16))
+    else:
+        assert a.dtype.name == "bfloat16"
+        assert np.array_equal(a.astype(np.float32), t.float().numpy())
+    # A uint16 buffer is not a bfloat16 one: restore checks dtypes.
+    with pytest.raises(libckpt.MismatchError):
+        store.restore({"t": np.zeros(3, np.uint16)})
+
+
+def test_bool_is_one_byte_per_element(store):
+    t = torch.tensor([True, False, True])
+    h = store.save(1, {"t": t})
+    h.wait()
+    assert h.stats["raw_bytes"] == 3
+    a = store.load()[1]["t"]
+    assert a.dtype == np.bool_ and a.tolist() == [True, False, True]
+
+
+def test_zero_d_and_empty_tensors(store):
+    ts = {"s": torch.tensor(2.5), "i": torch.tensor(7),
+          "e": torch.zeros(0), "e2": torch.zeros(2, 0, dtype=torch.int16)}
+    store.save(1, ts).wait()
+    _, got = store.load()
+    for k, t in ts.items():
+        assert tuple(got[k].shape) == tuple(t.shape)
+        assert torch.equal(torch.from_numpy(got[k]), t)
+    out = {k: torch.ones_like(t) for k, t in ts.items()}
+    store.restore(out)
+    for k in ts:
+        assert torch.equal(out[k], ts[k])
+
+
+def test_non_contiguous_tensor_is_refused(store):
+    t = torch.arange(12.0).reshape(3, 4)
+    with pytest.raises(libckpt.InvalidArgumentError, match="contiguous"):
+        store.save(1, {"t": t.t()})
+    store.save(1, {"t": t.t().contiguous()}).wait()
+    with pytest.raises(libckpt.InvalidArgumentError, match="contiguous"):
+        store.restore({"t": torch.zeros(4, 3).t()})
+
+
+def test_model_and_optimizer_state_round_trip(store):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                                torch.nn.Linear(16, 2))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(3):
+        opt.zero_grad()
+        model(torch.randn(4, 8)).sum().backward()
+        opt.step()
+    state = {"model/" + k: v for k, v in model.state_dict().items()}
+    for pid, st in opt.state_dict()["state"].items():
+        for k, v in st.items():
+            state["opt/%d/%s" % (pid, k)] = v
+    # Parameters require grad; their memory is saved all the same.
+    state["param0"] = next(model.parameters())
+    store.save(3, state, metadata={"lr": 1e-2}).wait()
+
+    _, got = store.load()
+    assert sorted(got) == sorted(state)
+    for k, v in state.items():
+        assert torch.equal(torch.from_numpy(got[k]), v.detach()), k
+
+    fresh = {k: torch.zeros_like(v).detach() for k, v in state.items()}
+    assert store.restore(fresh) == 3
+    for k, v in state.items():
+        assert torch.equal(fresh[k], v.detach()), k
+
+
+def test_restore_into_parameters_in_place(store):
+    lin = torch.nn.Linear(3, 3)
+    saved = {k: v.clone() for k, v in lin.state_dict().items()}
+    store.save(1, lin.state_dict()).wait()
+    with torch.no_grad():
+        for p in lin.parameters():
+            p.zero_()
+    store.restore(lin.state_dict())
+    for k, v in lin.state_dict().items():
+        assert torch.equal(v, saved[k])
+
+
+def test_mixed_numpy_and_torch(store):
+    store.save(1, {"np": np.arange(4), "pt": torch.arange(4)}).wait()
+    _, got = store.load()
+    assert np.array_equal(got["np"], got["pt"])
+
+
+cuda = pytest.mark.skipif(
+    not (torch.cuda.is_available() and libckpt.cuda_available()),
+    reason="needs a CUDA device, a CUDA build of torch and libckpt's CUDA "
+           "support")
+
+
+@cuda
+def test_cuda_tensors_round_trip(store):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    w = torch.randn(1 << 20, device="cuda", generator=g)
+    b = torch.ones(7, dtype=torch.bfloat16, device="cuda")
+    want_w, want_b = w.cpu(), b.cpu()
+    h = store.save(1, {"w": w, "b": b})
+    w.mul_(-1)  # enqueued after the fence: cannot reach the snapshot
+    h.wait()
+    _, got = store.load()
+    assert torch.equal(torch.from_numpy(got["w"]), want_w)
+    assert torch.equal(as_torch(got["b"], torch.bfloat16), want_b)
+    store.restore({"w": w, "b": b})
+    torch.cuda.current_stream().synchronize()
+    assert torch.equal(w.cpu(), want_w) and torch.equal(b.cpu(), want_b)
+
+
+@cuda
+def test_cuda_tensor_on_a_side_stream(store):
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        x = torch.arange(1 << 16, device="cuda", dtype=torch.float32) * 2
+        h = store.save(1, {"x": x})  # ordered after the fill on stream s
+        x.zero_()
+    h.wait()
+    assert np.array_equal(store.load()[1]["x"],
+                          np.arange(1 << 16, dtype=np.float32) * 2)
+
+
+@cuda
+def test_cuda_array_interface_objects(store):
+    x = torch.arange(100, device="cuda", dtype=torch.int32)
+
+    class Exposed:
+        __cuda_array_interface__ = x.__cuda_array_interface__
+
+    store.save(1, {"x": Exposed()}).wait()
+    assert np.array_equal(store.load()[1]["x"], np.arange(100, dtype=np.int32))

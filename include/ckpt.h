@@ -244,7 +244,8 @@ CKPT_API int ckpt_cuda_available(void);
  * Garbage-collect the root (writer only): retire committed steps beyond the
  * newest `keep_last` (never the newest one that passes quick verification)
  * and remove stale temporary directories.  With `dry_run` nothing is
- * removed.  Each (would-be) removal is listed in `*report` (may be NULL) as
+ * removed, and a read-only store may be used (its temporary directories
+ * are listed although a live writer may still own them).  Each (would-be) removal is listed in `*report` (may be NULL) as
  * an entry with status CKPT_OK, its step (-1 for a temporary directory) and
  * its directory name in `file`.
  */

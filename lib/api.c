@@ -217,10 +217,11 @@ int ckpt_store_open_with_fsio(ckpt_store **out, const char *path,
     }
     s->readonly = (s->opts.flags & CKPT_OPEN_READONLY) != 0;
     device_options dopts = {s->opts.snapshot_mode, s->opts.pinned_limit};
-    if (!(s->root = util_strdup(path)))
-        rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
-    if (!rc)
-        rc = open_root(s, path);
+    rc = open_root(s, path);
+    /* Absolute, so paths handed out stay valid if the caller changes
+     * directory. */
+    if (!rc && !(s->root = realpath(path, NULL)))
+        rc = ckpt_seterr_errno(errno, "cannot resolve the checkpoint root %s", path);
     if (!rc && !s->readonly && !(rc = store_lock(s)))
         store_clean_stale(s);
     if (!rc)
@@ -282,8 +283,9 @@ CKPT_API int ckpt_store_gc(ckpt_store *s, int keep_last, int dry_run, ckpt_repor
         *report = NULL;
     if (!s || keep_last < 1)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_store_gc: keep_last must be >= 1");
-    if (s->readonly)
-        return ckpt_seterr(CKPT_EINVAL, "%s was opened read-only", s->root);
+    if (s->readonly && !dry_run)
+        return ckpt_seterr(CKPT_EACCES, "%s was opened read-only: only a dry run can "
+                           "list what gc would remove", s->root);
     ckpt_report *r = report_new();
     if (!r)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
@@ -319,7 +321,7 @@ CKPT_API int ckpt_store_gc(ckpt_store *s, int keep_last, int dry_run, ckpt_repor
     for (size_t i = 0; !rc && i < nn; i++) {
         if (strncmp(names[i], STORE_TMP_PREFIX, strlen(STORE_TMP_PREFIX)) &&
             strncmp(names[i], STORE_TRASH_PREFIX, strlen(STORE_TRASH_PREFIX)))
-            continue;
+            continue; /* .replaced-* is a committed step: the writer's open restores it */
         char *p = util_join(s->root, names[i]);
         int e = p ? (dry_run ? 0 : fsio_remove_tree(&s->fs, p)) : -ENOMEM;
         free(p);

@@ -68,6 +68,39 @@ int store_lock(ckpt_store *s)
     return CKPT_OK;
 }
 
+static int has_prefix(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+/* `.replaced-step-N-...`: the committed step-N, moved aside by a writer that
+ * died before its replacement was renamed in.  It is still the checkpoint. */
+static void recover_replaced(ckpt_store *s, const char *name)
+{
+    int64_t step;
+    char stepname[32];
+    const char *rest = name + strlen(STORE_REPLACED_PREFIX);
+    const char *dash = strchr(rest + 5, '-');
+    if (!dash || (size_t)(dash - rest) >= sizeof stepname)
+        return;
+    memcpy(stepname, rest, (size_t)(dash - rest));
+    stepname[dash - rest] = '\0';
+    if (!store_parse_step_name(stepname, &step))
+        return;
+    char *from = util_join(s->root, name), *to = store_step_path(s, step);
+    if (from && to) {
+        int is_dir;
+        if (fsio_stat(&s->fs, to, NULL, &is_dir) == -ENOENT) {
+            if (fsio_rename(&s->fs, from, to) == 0 && s->opts.fsync)
+                fsio_fsync_path(&s->fs, s->root);
+        } else {
+            fsio_remove_tree(&s->fs, from); /* its replacement made it */
+        }
+    }
+    free(from);
+    free(to);
+}
+
 void store_clean_stale(ckpt_store *s)
 {
     char **names;
@@ -75,6 +108,10 @@ void store_clean_stale(ckpt_store *s)
     if (fsio_list(&s->fs, s->root, &names, &n))
         return;
     for (size_t i = 0; i < n; i++) {
+        if (has_prefix(names[i], STORE_REPLACED_PREFIX)) {
+            recover_replaced(s, names[i]);
+            continue;
+        }
         if (strncmp(names[i], STORE_TMP_PREFIX, strlen(STORE_TMP_PREFIX)) != 0 &&
             strncmp(names[i], STORE_TRASH_PREFIX, strlen(STORE_TRASH_PREFIX)) != 0)
             continue;
@@ -154,14 +191,18 @@ int store_commit(ckpt_store *s, const char *tmp, int64_t step)
             fsio_remove_tree(&s->fs, tmp);
         } else if (rc == -EINVAL || rc == -ENOSYS || rc == -ENOTSUP) {
             /* No atomic swap on this file system: move the old one aside
-             * first.  A crash in between leaves only the old one, as trash. */
-            char *trash = unique_name(s, STORE_TRASH_PREFIX, step);
-            rc = trash ? fsio_rename(&s->fs, final, trash) : -ENOMEM;
-            if (rc == 0)
+             * under a name the next open puts back if we die in between,
+             * and put it back ourselves if the second rename fails. */
+            char *aside = unique_name(s, STORE_REPLACED_PREFIX, step);
+            rc = aside ? fsio_rename(&s->fs, final, aside) : -ENOMEM;
+            if (rc == 0) {
                 rc = fsio_rename(&s->fs, tmp, final);
-            if (rc == 0)
-                fsio_remove_tree(&s->fs, trash);
-            free(trash);
+                if (rc == 0)
+                    fsio_remove_tree(&s->fs, aside);
+                else
+                    fsio_rename(&s->fs, aside, final);
+            }
+            free(aside);
         }
     }
     if (rc) {

@@ -12,6 +12,9 @@
 #define STORE_LOCK_NAME ".lock"
 #define STORE_TMP_PREFIX ".tmp-"
 #define STORE_TRASH_PREFIX ".trash-"
+/* A committed step moved aside while its replacement is renamed in (only on
+ * file systems without RENAME_EXCHANGE); put back at open if left alone. */
+#define STORE_REPLACED_PREFIX ".replaced-"
 
 /* "step-%012lld" into buf (at least 32 bytes). */
 void store_step_name(int64_t step, char *buf, size_t size);
@@ -22,8 +25,9 @@ char *store_step_path(const ckpt_store *s, int64_t step);
 
 /* Take the writer lock; CKPT_EBUSY if held elsewhere. */
 int store_lock(ckpt_store *s);
-/* Remove `.tmp-*` and `.trash-*` directories left by dead writers.  Best
- * effort: what cannot be removed now is tried again next open. */
+/* Remove `.tmp-*` and `.trash-*` directories left by dead writers and put
+ * back a `.replaced-step-N-*` whose step-N is missing.  Best effort: what
+ * cannot be done now is tried again next open. */
 void store_clean_stale(ckpt_store *s);
 
 /* Committed steps, ascending. */

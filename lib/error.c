@@ -51,10 +51,15 @@ CKPT_API void ckpt_error_clear(void)
     last_error.message[0] = '\0';
 }
 
+/* Formats into a local buffer first: callers often add context to the
+ * message already there (`"tensor '%s': %s", name, ckpt_error_last()`), and
+ * the slot must not be both source and destination of vsnprintf. */
 static void vset(int status, const char *fmt, va_list ap)
 {
+    char buf[sizeof last_error.message];
+    vsnprintf(buf, sizeof buf, fmt, ap);
     last_error.status = status;
-    vsnprintf(last_error.message, sizeof last_error.message, fmt, ap);
+    memcpy(last_error.message, buf, sizeof buf);
 }
 
 int ckpt_seterr(int status, const char *fmt, ...)

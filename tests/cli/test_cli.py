@@ -1,0 +1,470 @@
+"""Every `ckpt` subcommand and exit code, text and --json (validated against
+the schemas in docs/CLI.md), on valid, corrupt, incomplete, empty, missing
+and read-only roots."""
+
+import fcntl
+import os
+import pty
+import select
+import shutil
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clitest import (CKPT, Skip, check, ckpt, ckpt_json, data_files, expect_rc,  # noqa: E402
+                     flip_byte, main, make_step, names, run, step_dir, test)
+
+STEPS = (10, 20, 30)
+
+
+def valid_root(tmp, steps=STEPS):
+    root = os.path.join(tmp, "root")
+    for s in steps:
+        make_step(root, s)
+    return root
+
+
+def statuses(doc):
+    return {s["step"]: s["status"] for s in doc["steps"]}
+
+
+# ------------------------------------------------------------------ usage
+
+@test
+def help_and_usage_errors(tmp):
+    root = valid_root(tmp, (10,))
+    r = expect_rc(ckpt("--help"), 0)
+    for cmd in ("list", "verify", "latest", "inspect", "gc", "doctor", "export", "import"):
+        check(cmd in r.out, "ckpt --help does not mention " + cmd, r)
+        h = expect_rc(ckpt(cmd, "--help"), 0)
+        check("Exit codes" in h.out and "Usage: ckpt " + cmd in h.out,
+              "ckpt %s --help lacks usage or exit codes" % cmd, h)
+        expect_rc(ckpt("help", cmd), 0)
+    expect_rc(ckpt("--version"), 0)
+    expect_rc(ckpt(), 2)
+    for argv in (["bogus"], ["list"], ["list", root, "extra"], ["list", root, "--bogus"],
+                 ["verify", root, "--step", "10", "--all"], ["verify", root, "--step", "x"],
+                 ["verify", root, "--step", "-5"], ["gc", root], ["gc", root, "--keep-last", "0"],
+                 ["latest", root, "--full=1"], ["inspect", root, "--step"],
+                 ["export", root, os.path.join(tmp, "o.h5"), "--codec", "lz4"],
+                 ["-x"]):
+        r = expect_rc(ckpt(*argv), 2)
+        check(r.out == "", "usage error printed on stdout", r)
+        check(r.err.strip(), "usage error without a message", r)
+        # --json: the error is a JSON document on stdout
+        ckpt_json(None, *argv, rc=2)
+
+
+# ------------------------------------------------------------------- list
+
+@test
+def list_valid(tmp):
+    root = valid_root(tmp)
+    r = expect_rc(ckpt("list", root), 0)
+    lines = r.out.strip().splitlines()
+    check(lines[0].split()[:2] == ["STEP", "STATUS"], "no header", r)
+    check([l.split()[:2] for l in lines[1:]] == [[str(s), "valid"] for s in STEPS],
+          "list rows", r)
+    check(r.err == "", "stderr not empty without a terminal", r)
+    _, doc = ckpt_json("list", "list", root, rc=0)
+    check(statuses(doc) == {s: "valid" for s in STEPS}, "statuses %s" % doc)
+    check(doc["latest_valid"] == 30 and doc["verify"] == "quick", "latest_valid/verify")
+    raw = 0
+    for n, dt, sh in names():
+        size = {"bool": 1, "uint8": 1, "int8": 1, "uint16": 2, "int16": 2, "uint32": 4,
+                "int32": 4, "uint64": 8, "int64": 8, "float16": 2, "bfloat16": 2,
+                "float32": 4, "float64": 8, "complex64": 8, "complex128": 16}.get(dt, 1)
+        for d in sh:
+            size *= d
+        raw += size
+    for s in doc["steps"]:
+        check(s["tensors"] == len(names()), "tensor count %s" % s)
+        check(s["raw_bytes"] == raw, "raw_bytes %s != %d" % (s["raw_bytes"], raw))
+        check(s["stored_bytes"] > 0 and s["ratio"] > 0 and s["chunks"] > 0, "sizes %s" % s)
+        check(s["path"] == os.path.realpath(step_dir(root, s["step"])) or
+              s["path"] == step_dir(root, s["step"]), "path %s" % s["path"])
+        check(s["problems"] == [], "problems on a valid step")
+    _, doc = ckpt_json("list", "list", root, "--full", rc=0)
+    check(doc["verify"] == "full" and statuses(doc) == {s: "valid" for s in STEPS}, "full")
+
+
+@test
+def list_corrupt_incomplete(tmp):
+    root = valid_root(tmp)
+    # a byte flipped inside chunk data: only full verification sees it
+    flip_byte(data_files(root, 30)[0])
+    _, doc = ckpt_json("list", "list", root, rc=0)
+    check(statuses(doc)[30] == "valid", "quick list flags data corruption? %s" % doc)
+    _, doc = ckpt_json("list", "list", root, "--full", rc=0)
+    check(statuses(doc) == {10: "valid", 20: "valid", 30: "corrupt"}, "full %s" % doc)
+    check(doc["latest_valid"] == 20, "latest_valid")
+    check(doc["steps"][2]["problems"], "no problem listed for the corrupt step")
+    r = expect_rc(ckpt("list", root, "--full"), 0)
+    check("corrupt" in r.out, "text list lacks corrupt", r)
+    # a damaged manifest fails quick verification
+    flip_byte(os.path.join(step_dir(root, 20), "manifest.json"), 40)
+    _, doc = ckpt_json("list", "list", root, rc=0)
+    check(statuses(doc)[20] == "corrupt", "manifest damage: %s" % statuses(doc))
+    check(doc["steps"][1]["path"] is None and doc["steps"][1]["raw_bytes"] is None,
+          "fields of an unreadable step must be null")
+    # a missing shard: incomplete
+    for f in data_files(root, 10):
+        os.unlink(f)
+    _, doc = ckpt_json("list", "list", root, rc=0)
+    check(statuses(doc)[10] == "incomplete", "missing shard: %s" % statuses(doc))
+    check(any(p["status"] == "incomplete" for p in doc["steps"][0]["problems"]) or
+          doc["steps"][0]["problems"], "no problem for the incomplete step")
+    # nothing valid left at quick level? 30 still passes quick
+    for f in data_files(root, 30):
+        os.unlink(f)
+    _, doc = ckpt_json("list", "list", root, rc=1)
+    check(doc["latest_valid"] is None, "latest_valid should be null")
+    r = expect_rc(ckpt("list", root), 1)
+    check("no valid checkpoint" in r.err, "message for no valid checkpoint", r)
+
+
+@test
+def list_empty_and_missing(tmp):
+    empty = os.path.join(tmp, "empty")
+    os.mkdir(empty)
+    _, doc = ckpt_json("list", "list", empty, rc=1)
+    check(doc["steps"] == [] and doc["latest_valid"] is None, "empty list %s" % doc)
+    r = expect_rc(ckpt("list", empty), 1)
+    check(r.out == "" and "no checkpoints" in r.err, "empty text", r)
+    missing = os.path.join(tmp, "missing")
+    r = expect_rc(ckpt("list", missing), 3)
+    check(missing in r.err, "error does not name the directory", r)
+    _, doc = ckpt_json(None, "list", missing, rc=3)
+    check("error" in doc and missing in doc["error"]["message"], "json error %s" % doc)
+    check(not os.path.exists(missing), "a read-only command created the root")
+    notdir = os.path.join(tmp, "file")
+    open(notdir, "w").close()
+    expect_rc(ckpt("list", notdir), 3)
+
+
+# ----------------------------------------------------------------- verify
+
+@test
+def verify_valid(tmp):
+    root = valid_root(tmp)
+    r = expect_rc(ckpt("verify", root), 0)
+    check(r.out.strip() == "step 30: valid", "default verifies the newest step", r)
+    _, doc = ckpt_json("verify", "verify", root, "--all", rc=0)
+    check(doc["ok"] and doc["checked"] == 3 and doc["failed"] == 0 and doc["level"] == "full",
+          "verify --all %s" % doc)
+    _, doc = ckpt_json("verify", "verify", root, "--step", "20", "--quick", rc=0)
+    check([s["step"] for s in doc["steps"]] == [20] and doc["level"] == "quick", "step 20")
+    _, doc = ckpt_json(None, "verify", root, "--step", "25", rc=1)
+    check(doc["error"]["status"] == "not_found", "missing step %s" % doc)
+
+
+@test
+def verify_corrupt(tmp):
+    root = valid_root(tmp)
+    shard = data_files(root, 30)[0]
+    off = flip_byte(shard)
+    r = expect_rc(ckpt("verify", root), 1)
+    check("step 30: corrupt" in r.out, "verify text", r)
+    check(os.path.basename(shard) in r.out, "verify does not name the file", r)
+    _, doc = ckpt_json("verify", "verify", root, "--all", rc=1)
+    check(not doc["ok"] and doc["failed"] == 1, "verify --all %s" % doc)
+    st = statuses(doc)
+    check(st == {10: "valid", 20: "valid", 30: "corrupt"}, "statuses %s" % st)
+    probs = doc["steps"][2]["problems"]
+    check(probs, "no problems listed")
+    p = probs[0]
+    check(p["file"] == os.path.basename(shard), "problem file %s" % p)
+    check(p["offset"] is not None and p["offset"] <= off, "problem offset %s (flipped %d)"
+          % (p["offset"], off))
+    check(p["tensor"], "problem names no tensor: %s" % p)
+    check(p["status"] == "corrupt" and p["step"] == 30, "problem status %s" % p)
+    # quick verification does not read chunk data
+    ckpt_json("verify", "verify", root, "--quick", rc=0)
+    ckpt_json("verify", "verify", root, "--step", "20", rc=0)
+
+
+@test
+def verify_incomplete_and_empty(tmp):
+    root = valid_root(tmp)
+    os.unlink(data_files(root, 30)[0])
+    _, doc = ckpt_json("verify", "verify", root, rc=1)
+    check(statuses(doc) == {30: "incomplete"}, "incomplete %s" % doc)
+    r = expect_rc(ckpt("verify", root, "--quick"), 1)
+    check("incomplete" in r.out, "text", r)
+    empty = os.path.join(tmp, "empty")
+    os.mkdir(empty)
+    _, doc = ckpt_json("verify", "verify", empty, rc=1)
+    check(doc["checked"] == 0 and not doc["ok"], "empty verify %s" % doc)
+    expect_rc(ckpt("verify", empty, "--all"), 1)
+    expect_rc(ckpt("verify", os.path.join(tmp, "missing")), 3)
+
+
+# ----------------------------------------------------------------- latest
+
+@test
+def latest(tmp):
+    root = valid_root(tmp)
+    r = expect_rc(ckpt("latest", root), 0)
+    check(os.path.realpath(r.out.strip()) == os.path.realpath(step_dir(root, 30)),
+          "latest path", r)
+    r = expect_rc(ckpt("latest", root, "--step"), 0)
+    check(r.out == "30\n", "latest --step", r)
+    _, doc = ckpt_json("latest", "latest", root, rc=0)
+    check(doc["step"] == 30 and doc["level"] == "quick", "latest json %s" % doc)
+    flip_byte(data_files(root, 30)[0])
+    check(ckpt("latest", root, "--step").out == "30\n", "quick latest skips data damage?")
+    r = expect_rc(ckpt("latest", root, "--full", "--step"), 0)
+    check(r.out == "20\n", "latest --full must skip the corrupt step", r)
+    flip_byte(os.path.join(step_dir(root, 20), "manifest.json"), 40)
+    check(ckpt("latest", root, "--full", "--step").out == "10\n", "skip corrupt manifest")
+    os.unlink(data_files(root, 30)[0])
+    check(ckpt("latest", root, "--step").out == "10\n", "skip incomplete")
+    os.unlink(data_files(root, 10)[0])
+    r = expect_rc(ckpt("latest", root), 1)
+    check(r.out == "" and "no valid checkpoint" in r.err, "none valid", r)
+    _, doc = ckpt_json("latest", "latest", root, "--full", rc=1)
+    check(doc["step"] is None and doc["path"] is None, "none valid json %s" % doc)
+    empty = os.path.join(tmp, "empty")
+    os.mkdir(empty)
+    expect_rc(ckpt("latest", empty, "--step"), 1)
+    ckpt_json("latest", "latest", empty, rc=1)
+    ckpt_json(None, "latest", os.path.join(tmp, "missing"), rc=3)
+
+
+# ---------------------------------------------------------------- inspect
+
+@test
+def inspect(tmp):
+    root = valid_root(tmp)
+    _, doc = ckpt_json("inspect", "inspect", root, rc=0)
+    check(doc["step"] == 30, "default step")
+    got = [(t["name"], t["dtype"], t["shape"]) for t in doc["tensors"]]
+    check(got == [tuple(x) for x in names()], "tensors %s" % got)
+    check(doc["metadata"] == {"lr": 0.001, "epoch": 3, "seed": 30}, "metadata %s"
+          % doc["metadata"])
+    check(doc["environment"].get("libckpt"), "environment %s" % doc["environment"])
+    for t in doc["tensors"]:
+        if t["bytes"]:
+            check(t["stored_bytes"] > 0 and t["chunks"] > 0, "tensor sizes %s" % t)
+    _, doc = ckpt_json("inspect", "inspect", root, "--step", "10", rc=0)
+    check(doc["metadata"]["seed"] == 10, "step 10 metadata")
+    r = expect_rc(ckpt("inspect", root), 0)
+    for n, dt, _ in names():
+        check(n in r.out, "inspect text lacks " + n, r)
+    check("environment:" in r.out and "metadata:" in r.out and '"epoch": 3' in r.out,
+          "inspect text lacks env/metadata", r)
+    ckpt_json(None, "inspect", root, "--step", "99", rc=1)
+    flip_byte(os.path.join(step_dir(root, 30), "manifest.json"), 40)
+    _, doc = ckpt_json(None, "inspect", root, "--step", "30", rc=1)
+    check(doc["error"]["status"] == "corrupt", "corrupt manifest %s" % doc)
+    _, doc = ckpt_json("inspect", "inspect", root, rc=0)
+    check(doc["step"] == 20, "inspect falls back to the newest valid step")
+    empty = os.path.join(tmp, "empty")
+    os.mkdir(empty)
+    expect_rc(ckpt("inspect", empty), 1)
+    ckpt_json(None, "inspect", empty, rc=1)
+
+
+# --------------------------------------------------------------------- gc
+
+def tree(root):
+    return sorted(os.listdir(root))
+
+
+@test
+def gc(tmp):
+    root = valid_root(tmp, (10, 20, 30, 40, 50))
+    tmpdir = os.path.join(root, ".tmp-step-000000000060-99999-1")
+    os.mkdir(tmpdir)
+    with open(os.path.join(tmpdir, "rank-00000.shard"), "wb") as f:
+        f.write(b"x" * 100)
+    before = tree(root)
+    _, doc = ckpt_json("gc", "gc", root, "--keep-last", "2", "--dry-run", rc=0)
+    check(tree(root) == before, "dry run changed the root")
+    got = sorted((e["kind"], e["step"]) for e in doc["removed"])
+    check(got == [("step", 10), ("step", 20), ("step", 30), ("temp", None)],
+          "dry run plan %s" % got)
+    r = expect_rc(ckpt("gc", root, "--keep-last", "2", "--dry-run"), 0)
+    check("would remove step-000000000010" in r.out, "dry-run text", r)
+    _, doc = ckpt_json("gc", "gc", root, "--keep-last", "2", rc=0)
+    check(not os.path.exists(tmpdir), "stale temporary directory kept")
+    check([s for s in tree(root) if s.startswith("step-")] ==
+          ["step-000000000040", "step-000000000050"], "after gc: %s" % tree(root))
+    r = expect_rc(ckpt("gc", root, "--keep-last", "2"), 0)
+    check("nothing to remove" in r.out, "second gc", r)
+
+
+@test
+def gc_keeps_newest_valid(tmp):
+    root = valid_root(tmp)
+    flip_byte(os.path.join(step_dir(root, 30), "manifest.json"), 40)
+    _, doc = ckpt_json("gc", "gc", root, "--keep-last", "1", "--dry-run", rc=0)
+    check([e["step"] for e in doc["removed"]] == [10], "dry-run must keep 20: %s" % doc)
+    _, doc = ckpt_json("gc", "gc", root, "--keep-last", "1", rc=0)
+    check([e["step"] for e in doc["removed"]] == [10], "gc must keep 20: %s" % doc)
+    check(os.path.isdir(step_dir(root, 20)) and os.path.isdir(step_dir(root, 30)), "kept")
+
+
+@test
+def gc_busy_and_missing(tmp):
+    root = valid_root(tmp, (10, 20))
+    lock = os.path.join(root, ".lock")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        r = expect_rc(ckpt("gc", root, "--keep-last", "1"), 3)
+        check(r.err.strip(), "no message when busy", r)
+        _, doc = ckpt_json(None, "gc", root, "--keep-last", "1", rc=3)
+        check(doc["error"]["status"] == "busy", "busy status %s" % doc)
+        # the dry run needs no lock
+        ckpt_json("gc", "gc", root, "--keep-last", "1", "--dry-run", rc=0)
+    finally:
+        os.close(fd)
+    check(os.path.isdir(step_dir(root, 10)), "busy gc removed a step")
+    expect_rc(ckpt("gc", os.path.join(tmp, "missing"), "--keep-last", "1", "--dry-run"), 3)
+
+
+# ----------------------------------------------------------------- doctor
+
+def findings(doc):
+    return {f["check"]: f["severity"] for f in doc["findings"]}
+
+
+@test
+def doctor_healthy_and_problems(tmp):
+    root = valid_root(tmp)
+    _, doc = ckpt_json("doctor", "doctor", root, rc=0)
+    check(doc["ok"] and findings(doc) == {"disk": "ok", "temp": "ok", "verify": "ok",
+                                          "drift": "ok"} or findings(doc)["disk"] != "ok",
+          "healthy doctor %s" % doc)
+    check(doc["steps"] == {"total": 3, "valid": 3}, "steps %s" % doc["steps"])
+    check(doc["disk"]["free_bytes"] > 0 and doc["disk"]["recent_max_bytes"] > 0 and
+          len(doc["disk"]["recent_steps"]) == 3, "disk %s" % doc["disk"])
+    r = expect_rc(ckpt("doctor", root), 0)
+    check("[ok]" in r.out and "verify" in r.out, "doctor text", r)
+    # a stale temporary directory: warning only
+    os.mkdir(os.path.join(root, ".tmp-step-000000000040-1-1"))
+    _, doc = ckpt_json("doctor", "doctor", root, rc=0)
+    check(findings(doc)["temp"] == "warning" and len(doc["temp_dirs"]) == 1, "temp %s" % doc)
+    # data damage: found with --full only
+    flip_byte(data_files(root, 20)[0])
+    ckpt_json("doctor", "doctor", root, rc=0)
+    _, doc = ckpt_json("doctor", "doctor", root, "--full", rc=1)
+    check(findings(doc)["verify"] == "error" and not doc["ok"], "verify error %s" % doc)
+    check([s["step"] for s in doc["unverifiable"]] == [20], "unverifiable %s"
+          % doc["unverifiable"])
+    os.unlink(data_files(root, 30)[0])
+    _, doc = ckpt_json("doctor", "doctor", root, rc=1)
+    check([(s["step"], s["status"]) for s in doc["unverifiable"]] == [(30, "incomplete")],
+          "incomplete %s" % doc["unverifiable"])
+    r = expect_rc(ckpt("doctor", root), 1)
+    check("[error]" in r.out and "step 30: incomplete" in r.out, "doctor text", r)
+
+
+@test
+def doctor_empty_missing(tmp):
+    empty = os.path.join(tmp, "empty")
+    os.mkdir(empty)
+    _, doc = ckpt_json("doctor", "doctor", empty, rc=1)
+    check(findings(doc)["verify"] == "error" and doc["steps"]["total"] == 0, "empty %s" % doc)
+    ckpt_json(None, "doctor", os.path.join(tmp, "missing"), rc=3)
+
+
+@test
+def doctor_drift(tmp):
+    root = valid_root(tmp, (10, 20))
+    # step 30 saved on "another host": a UTS namespace with its own hostname
+    r = run("unshare", "-u", "sh", "-c",
+            'hostname ckpt-drift-host && exec "$0" make "$1" 30 30 4096',
+            os.environ.get("CKPT_TESTTOOL", "ckpt_testtool"), root)
+    if r.rc != 0:
+        raise Skip("cannot change the hostname in a UTS namespace: " + r.err.strip())
+    _, doc = ckpt_json("doctor", "doctor", root, rc=0)
+    check(findings(doc)["drift"] == "warning", "drift finding %s" % doc["findings"])
+    d = [x for x in doc["drift"] if x["field"] == "host"]
+    check(d and d[0]["from_step"] == 20 and d[0]["to_step"] == 30 and
+          d[0]["new"] == "ckpt-drift-host", "host drift %s" % doc["drift"])
+    check(not any(x["field"] in ("pid", "time", "command_line") for x in doc["drift"]),
+          "volatile fields reported as drift: %s" % doc["drift"])
+    r = expect_rc(ckpt("doctor", root), 0)
+    check("drift" in r.out and "ckpt-drift-host" in r.out, "drift text", r)
+
+
+# ------------------------------------------------------------- read-only
+
+def run_readonly(root, *args):
+    """Run ckpt ARGS with `root` on a read-only bind mount (or, failing that,
+    as user nobody on a directory without write permission)."""
+    script = ('mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && '
+              'exec "$@"')
+    r = run("unshare", "-m", "sh", "-c", script, root, CKPT, *args)
+    if r.rc not in (126, 127) and "mount" not in r.err:
+        return r
+    subprocess.run(["chmod", "-R", "a-w,a+rX", root], check=True)
+    r = run("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", CKPT, *args)
+    subprocess.run(["chmod", "-R", "u+w", root], check=True)
+    if r.rc in (126, 127):
+        raise Skip("neither a read-only mount nor setpriv works here")
+    return r
+
+
+@test
+def readonly_root(tmp):
+    os.chmod(tmp, 0o755)
+    root = valid_root(tmp)
+    os.chmod(root, 0o755)
+    before = tree(root)
+    expect_rc(run_readonly(root, "list", root), 0)
+    expect_rc(run_readonly(root, "verify", root, "--all"), 0)
+    r = expect_rc(run_readonly(root, "latest", root, "--step"), 0)
+    check(r.out == "30\n", "latest on read-only", r)
+    expect_rc(run_readonly(root, "inspect", root), 0)
+    expect_rc(run_readonly(root, "doctor", root), 0)
+    expect_rc(run_readonly(root, "gc", root, "--keep-last", "1", "--dry-run"), 0)
+    r = expect_rc(run_readonly(root, "gc", root, "--keep-last", "1"), 3)
+    check(r.err.strip(), "gc on a read-only root gives no message", r)
+    check(tree(root) == before, "read-only commands changed the root: %s" % tree(root))
+
+
+# --------------------------------------------------------------- progress
+
+def run_with_pty_stderr(*args):
+    master, slave = pty.openpty()
+    env = dict(os.environ)
+    env.pop("CKPT_NO_PROGRESS", None)
+    p = subprocess.Popen([CKPT] + [str(a) for a in args], stdout=subprocess.PIPE,
+                         stderr=slave, env=env)
+    os.close(slave)
+    err = b""
+    while True:
+        rl, _, _ = select.select([master], [], [], 30)
+        if not rl:
+            break
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        err += chunk
+    out = p.stdout.read()
+    p.wait()
+    os.close(master)
+    return p.returncode, out.decode(), err.decode(errors="replace")
+
+
+@test
+def progress_bar_only_on_a_terminal(tmp):
+    root = valid_root(tmp)
+    rc, out, err = run_with_pty_stderr("verify", root, "--all")
+    check(rc == 0, "verify under a pty: rc %d" % rc)
+    check("verify [" in err and "/s" in err and "%" in err, "no progress bar: %r" % err)
+    check("[" not in out, "progress bar on stdout: %r" % out)
+    r = expect_rc(ckpt("verify", root, "--all"), 0)
+    check(r.err == "", "progress output without a terminal", r)
+    rc, out, err = run_with_pty_stderr("--json", "list", root, "--full")
+    check(rc == 0 and out.startswith("{"), "json stdout with a terminal stderr")
+
+
+if __name__ == "__main__":
+    sys.exit(main("cli"))

@@ -1,0 +1,356 @@
+"""ckpt export / import: every codec read back with h5py and h5dump (through
+the h5zstd plugin) equals the checkpoint's bytes; import then restore
+equals the HDF5 data; malformed files give clear errors."""
+
+import fcntl
+import json
+import os
+import re
+import shutil
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clitest import (H5ZSTD_DIR, Skip, check, ckpt, ckpt_json, expect_rc,  # noqa: E402
+                     expected_bytes, main, make_step, names, restored_bytes, run, test)
+
+# The plugin must be on the path before libhdf5 initialises (h5py import).
+if H5ZSTD_DIR:
+    os.environ["HDF5_PLUGIN_PATH"] = H5ZSTD_DIR
+try:
+    import h5py
+    import numpy as np
+except ImportError:  # Debian: python3-h5py, python3-numpy
+    h5py = np = None
+
+SEED = 20
+CODECS = [("none", []), ("deflate", []), ("zstd", []),
+          ("deflate", ["--chunk-kib", "1"]), ("zstd", ["--chunk-kib", "1", "--level", "5"])]
+
+NP_DTYPE = {
+    "bool": "u1", "uint8": "u1", "int8": "i1", "uint16": "<u2", "int16": "<i2",
+    "uint32": "<u4", "int32": "<i4", "uint64": "<u8", "int64": "<i8", "float16": "<f2",
+    "bfloat16": "<u2", "float32": "<f4", "float64": "<f8", "complex64": "<f4",
+    "complex128": "<f8", "float8_e4m3fn": "u1", "float8_e5m2": "u1", "bytes": "u1",
+}
+
+
+def need_hdf5():
+    r = ckpt("export", "--help")
+    if "needs HDF5" in r.out or r.rc != 0:
+        raise Skip("ckpt was built without HDF5")
+    if not H5ZSTD_DIR:
+        raise Skip("CKPT_H5ZSTD_DIR not set (h5zstd plugin not built)")
+
+
+def need_h5py():
+    if h5py is None:
+        raise Skip("python3-h5py / numpy not installed")
+
+
+def source_root(tmp):
+    root = os.path.join(tmp, "root")
+    make_step(root, 10, 10)
+    make_step(root, SEED, SEED)
+    return root
+
+
+def export(root, out, codec, extra=(), step=SEED):
+    _, doc = ckpt_json("export", "export", root, out, "--step", step, "--codec", codec,
+                       *extra, rc=0)
+    check(doc["codec"] == codec and doc["step"] == step and os.path.exists(out),
+          "export doc %s" % doc)
+    return doc
+
+
+def h5dump_bytes(path, name, dtype, env=None):
+    """The dataset's values as printed by h5dump (floats with 17 digits),
+    packed back into the bytes of `dtype`."""
+    r = run("h5dump", "-y", "-A", "0", "-m", "%.17g", "-d", "/" + name, path, env=env)
+    check(r.rc == 0, "h5dump -d /%s failed" % name, r)
+    body = r.out.split("DATA {", 1)[1]
+    toks = re.findall(r"TRUE|FALSE|[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?", body)
+    vals = [1 if t == "TRUE" else 0 if t == "FALSE" else
+            (float(t) if re.search(r"[.eE]", t) or NP_DTYPE[dtype][1] == "f" else int(t))
+            for t in toks]
+    return np.array(vals, dtype=NP_DTYPE[dtype]).tobytes()
+
+
+@test
+def export_every_codec_reads_back(tmp):
+    need_hdf5()
+    need_h5py()
+    if not shutil.which("h5dump"):
+        raise Skip("h5dump not installed (Debian hdf5-tools)")
+    root = source_root(tmp)
+    tensors = names()
+    expect = {n: expected_bytes(SEED, n, tmp) for n, _, _ in tensors}
+    for codec, extra in CODECS:
+        out = os.path.join(tmp, "out-%s-%d.h5" % (codec, len(extra)))
+        doc = export(root, out, codec, extra)
+        check(doc["datasets"] == len(tensors), "dataset count")
+        with h5py.File(out, "r") as f:
+            check(int(f.attrs["step"]) == SEED, "step attribute")
+            check(json.loads(f.attrs["metadata"]) == {"lr": 0.001, "epoch": 3, "seed": SEED},
+                  "metadata attribute %r" % f.attrs["metadata"])
+            check(json.loads(f.attrs["environment"]).get("libckpt"), "environment attribute")
+            check(f.attrs["codec"] == codec, "codec attribute")
+            for n, dt, shape in tensors:
+                ds = f[n]
+                check(ds.attrs["dtype"] == dt, "%s: dtype attribute %r" % (n, ds.attrs["dtype"]))
+                check(list(ds.shape) == shape, "%s: shape %s != %s" % (n, ds.shape, shape))
+                got = ds[()].tobytes() if ds.size else b""
+                check(got == expect[n], "%s (%s): h5py bytes differ" % (n, codec))
+                want = {"bool": np.bool_, "float16": np.float16, "bfloat16": np.uint16,
+                        "complex64": np.complex64, "complex128": np.complex128,
+                        "float8_e4m3fn": np.uint8, "float8_e5m2": np.uint8,
+                        "bytes": np.uint8}.get(dt, np.dtype(NP_DTYPE[dt]))
+                check(ds.dtype == want, "%s: h5py dtype %s, want %s" % (n, ds.dtype, want))
+                filters = ds.id.get_create_plist()
+                ids = [filters.get_filter(i)[0] for i in range(filters.get_nfilters())]
+                if codec == "zstd" and ds.size and ds.ndim:
+                    check(ids == [32015], "%s: filters %s, want [32015]" % (n, ids))
+                if codec == "deflate" and ds.size and ds.ndim:
+                    check(ids == [1], "%s: filters %s" % (n, ids))
+                if codec == "none":
+                    check(ids == [] and ds.chunks is None, "%s: none is contiguous" % n)
+            if extra:  # small chunks: several per dataset, edge chunks too
+                w = f["model/layer0/weight"]
+                check(w.chunks and w.chunks[0] < 64, "chunks %s" % (w.chunks,))
+        for n, dt, shape in tensors:
+            if expect[n]:
+                check(h5dump_bytes(out, n, dt) == expect[n],
+                      "%s (%s): h5dump values differ" % (n, codec))
+
+
+@test
+def zstd_needs_the_plugin(tmp):
+    need_hdf5()
+    if not shutil.which("h5dump"):
+        raise Skip("h5dump not installed")
+    root = source_root(tmp)
+    out = os.path.join(tmp, "z.h5")
+    export(root, out, "zstd")
+    env = {"HDF5_PLUGIN_PATH": os.path.join(tmp, "no-plugins-here")}
+    r = run("h5dump", "-d", "/model/layer0/weight", out, env=env)
+    check(r.rc != 0, "h5dump read zstd chunks without the plugin", r)
+    r = run("h5dump", "-d", "/model/layer0/weight", out)
+    check(r.rc == 0 and "32015" not in r.err, "h5dump with the plugin", r)
+    # ckpt registers the filter itself: import works without the plugin
+    dest = os.path.join(tmp, "dest")
+    _, doc = ckpt_json("import", "import", out, dest, env=env, rc=0)
+    check(doc["step"] == SEED, "import takes the step attribute")
+
+
+@test
+def export_import_round_trip(tmp):
+    need_hdf5()
+    root = source_root(tmp)
+    tensors = names()
+    for i, (codec, extra) in enumerate(CODECS):
+        out = os.path.join(tmp, "rt-%d.h5" % i)
+        export(root, out, codec, extra)
+        dest = os.path.join(tmp, "dest-%d" % i)
+        _, doc = ckpt_json("import", "import", out, dest, "--step", 7, rc=0)
+        check(doc["tensors"] == len(tensors) and doc["step"] == 7, "import doc %s" % doc)
+        _, insp = ckpt_json("inspect", "inspect", dest, rc=0)
+        check([(t["name"], t["dtype"], t["shape"]) for t in insp["tensors"]] ==
+              sorted(tuple(t) for t in tensors), "imported tensors %s" % insp["tensors"])
+        check(insp["metadata"] == {"lr": 0.001, "epoch": 3, "seed": SEED},
+              "metadata kept: %s" % insp["metadata"])
+        for n, dt, shape in tensors:
+            desc, data = restored_bytes(dest, 7, n, tmp)
+            check(data == expected_bytes(SEED, n, tmp), "%s (%s): restored bytes differ"
+                  % (n, codec))
+        expect_rc(ckpt("verify", dest), 0)
+
+
+def h5py_file(path):
+    """A file made by h5py, as other tools write them."""
+    rng = np.random.default_rng(5)
+    arrays = {
+        "a/b/c/deep": rng.standard_normal((5, 37, 29)),
+        "wide": rng.standard_normal((3, 300)),
+        "ints/i8": rng.integers(-128, 127, 11, dtype=np.int8),
+        "ints/u16": rng.integers(0, 65535, (3, 3), dtype=np.uint16),
+        "ints/i32be": rng.integers(-2**31, 2**31 - 1, 6, dtype=np.int32).astype(">i4"),
+        "ints/u64": rng.integers(0, 2**63, 4, dtype=np.uint64),
+        "f/half": rng.standard_normal(9).astype(np.float16),
+        "f/single_be": rng.standard_normal((2, 5)).astype(">f4"),
+        "flags": rng.integers(0, 2, 13).astype(bool),
+        "cplx": (rng.standard_normal(4) + 1j * rng.standard_normal(4)).astype(np.complex64),
+        "cplx128": (rng.standard_normal(3) + 1j).astype(np.complex128),
+        "scalar": np.float64(2.5),
+        "empty": np.zeros((0, 4), dtype=np.float32),
+    }
+    with h5py.File(path, "w") as f:
+        for k, v in arrays.items():
+            kw = {}
+            if k in ("a/b/c/deep", "wide"):
+                kw = {"chunks": True, "compression": "gzip", "shuffle": True}
+            f.create_dataset(k, data=v, **kw)
+        f.create_dataset("color", data=np.array([0, 2, 1], dtype=np.uint8),
+                         dtype=h5py.enum_dtype({"R": 0, "G": 1, "B": 2}, basetype="u1"))
+        f.create_dataset("raw", data=np.frombuffer(b"abcdefgh", dtype="V4"))
+        f.attrs["step"] = 42
+        f.attrs["metadata"] = '{"source": "h5py"}'
+    arrays["color"] = np.array([0, 2, 1], dtype=np.uint8)
+    return arrays
+
+
+@test
+def import_h5py_file(tmp):
+    need_hdf5()
+    need_h5py()
+    src = os.path.join(tmp, "h5py.h5")
+    arrays = h5py_file(src)
+    dest = os.path.join(tmp, "dest")
+    _, doc = ckpt_json("import", "import", src, dest, rc=0)
+    check(doc["step"] == 42 and doc["tensors"] == len(arrays) + 1, "import %s" % doc)
+    _, insp = ckpt_json("inspect", "inspect", dest, "--step", 42, rc=0)
+    got = {t["name"]: (t["dtype"], t["shape"]) for t in insp["tensors"]}
+    want = {"a/b/c/deep": ("float64", [5, 37, 29]), "wide": ("float64", [3, 300]),
+            "ints/i8": ("int8", [11]), "ints/u16": ("uint16", [3, 3]),
+            "ints/i32be": ("int32", [6]), "ints/u64": ("uint64", [4]),
+            "f/half": ("float16", [9]), "f/single_be": ("float32", [2, 5]),
+            "flags": ("bool", [13]), "cplx": ("complex64", [4]),
+            "cplx128": ("complex128", [3]), "scalar": ("float64", []),
+            "empty": ("float32", [0, 4]), "color": ("uint8", [3]), "raw": ("bytes", [2, 4])}
+    check(got == want, "imported dtypes/shapes:\n%s\nwant\n%s" % (got, want))
+    check(insp["metadata"] == {"source": "h5py"}, "metadata %s" % insp["metadata"])
+    for name, arr in arrays.items():
+        _, data = restored_bytes(dest, 42, name, tmp)
+        native = np.asarray(arr)
+        native = native.astype(native.dtype.newbyteorder("="))
+        check(data == native.tobytes(), "%s: restored bytes differ from HDF5 data" % name)
+    _, data = restored_bytes(dest, 42, "raw", tmp)
+    check(data == b"abcdefgh", "opaque bytes")
+    # and back out with small zstd chunks: partial chunks in every dimension
+    out = os.path.join(tmp, "again.h5")
+    export(dest, out, "zstd", ["--chunk-kib", "1"], step=42)
+    with h5py.File(out, "r") as f:
+        check(f["a/b/c/deep"].chunks == (1, 4, 29), "chunks %s" % (f["a/b/c/deep"].chunks,))
+        check(f["wide"].chunks == (1, 128), "chunks %s" % (f["wide"].chunks,))
+        for name in ("a/b/c/deep", "wide", "ints/i32be", "f/half", "flags", "cplx"):
+            a = np.asarray(arrays[name])
+            check(np.array_equal(f[name][()], a), "%s differs after re-export" % name)
+
+
+@test
+def import_step_and_errors(tmp):
+    need_hdf5()
+    need_h5py()
+    dest = os.path.join(tmp, "dest")
+    # no step attribute and no --step: usage error
+    nostep = os.path.join(tmp, "nostep.h5")
+    with h5py.File(nostep, "w") as f:
+        f["x"] = np.arange(4, dtype=np.int32)
+    r = expect_rc(ckpt("import", nostep, dest), 2)
+    check("--step" in r.err, "message should ask for --step", r)
+    ckpt_json(None, "import", nostep, dest, rc=2)
+    expect_rc(ckpt("import", nostep, dest, "--step", 3), 0)
+    # importing again replaces the step; other steps stay
+    expect_rc(ckpt("import", nostep, dest, "--step", 4), 0)
+    expect_rc(ckpt("import", nostep, dest, "--step", 3), 0)
+    r = expect_rc(ckpt("latest", dest, "--step"), 0)
+    check(r.out == "4\n", "steps after re-import", r)
+    _, doc = ckpt_json("list", "list", dest, rc=0)
+    check([s["step"] for s in doc["steps"]] == [3, 4], "steps %s" % doc["steps"])
+    # a job holds the root: busy, exit 3
+    fd = os.open(os.path.join(dest, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _, doc = ckpt_json(None, "import", nostep, dest, "--step", 5, rc=3)
+        check(doc["error"]["status"] == "busy", "busy %s" % doc)
+    finally:
+        os.close(fd)
+
+
+@test
+def malformed_inputs(tmp):
+    need_hdf5()
+    need_h5py()
+    dest = os.path.join(tmp, "dest")
+
+    def refused(path, words, *extra):
+        r = expect_rc(ckpt("import", path, dest, "--step", 1, *extra), 3)
+        for w in words:
+            check(w in r.err, "message lacks %r" % w, r)
+        check(r.out == "", "stdout on error", r)
+        _, doc = ckpt_json(None, "import", path, dest, "--step", 1, rc=3)
+        check(not os.path.exists(os.path.join(dest, "step-000000000001")),
+              "a refused import wrote a step")
+        return r
+
+    txt = os.path.join(tmp, "notes.h5")
+    with open(txt, "w") as f:
+        f.write("this is not HDF5\n" * 100)
+    refused(txt, ["not an HDF5 file", txt])
+    refused(os.path.join(tmp, "missing.h5"), ["cannot read", "missing.h5"])
+
+    good = os.path.join(tmp, "good.h5")
+    with h5py.File(good, "w") as f:
+        f["x"] = np.arange(100000, dtype=np.float64)
+    trunc = os.path.join(tmp, "trunc.h5")
+    with open(good, "rb") as f:
+        data = f.read()
+    with open(trunc, "wb") as f:
+        f.write(data[:len(data) // 2])
+    refused(trunc, [trunc])
+
+    for label, make, words in (
+        ("string", lambda f: f.create_dataset("s", data=np.array([b"ab", b"cd"])),
+         ["'s'", "unsupported HDF5 type (string"]),
+        ("vlen", lambda f: f.create_dataset("v", (2,), dtype=h5py.vlen_dtype(np.int32)),
+         ["'v'", "variable-length"]),
+        ("vlenstr", lambda f: f.create_dataset("g/name", data="text"),
+         ["'g/name'", "string"]),
+        ("array", lambda f: f.create_dataset("arr", (2,), dtype=np.dtype("(3,)f4")),
+         ["'arr'", "array"]),
+        ("nullspace", lambda f: f.create_dataset("n", data=h5py.Empty("f4")),
+         ["'n'", "dataspace"]),
+        ("longdouble", lambda f: f.create_dataset("ld", data=np.zeros(2, np.longdouble)),
+         ["'ld'", "float"]),
+        ("empty file", lambda f: f.create_group("only/groups"), ["no datasets"]),
+    ):
+        path = os.path.join(tmp, label.replace(" ", "_") + ".h5")
+        with h5py.File(path, "w") as f:
+            if label != "empty file":
+                f["ok"] = np.arange(3)  # good datasets do not make it partial
+            make(f)
+        refused(path, words)
+
+
+@test
+def export_errors(tmp):
+    need_hdf5()
+    root = source_root(tmp)
+    out = os.path.join(tmp, "x.h5")
+    ckpt_json(None, "export", root, out, "--step", 99, rc=1)
+    check(not os.path.exists(out), "failed export left a file")
+    expect_rc(ckpt("export", root, "--step", SEED, out), 0)  # the issue's order
+    r = expect_rc(ckpt("export", root, out), 3)
+    check("--force" in r.err, "existing output", r)
+    expect_rc(ckpt("export", root, out, "--force", "--codec", "zstd"), 0)
+    expect_rc(ckpt("export", root, os.path.join(tmp, "no", "such", "dir.h5")), 3)
+    check(not [f for f in os.listdir(tmp) if ".tmp-" in f], "temporary file left")
+    empty = os.path.join(tmp, "empty")
+    os.mkdir(empty)
+    expect_rc(ckpt("export", empty, os.path.join(tmp, "e.h5")), 1)
+    expect_rc(ckpt("export", root, out, "--level", "12", "--codec", "deflate"), 2)
+    # a chunk that fails verification: exit 1, nothing written
+    shard = sorted(f for f in os.listdir(os.path.join(root, "step-%012d" % SEED))
+                   if f != "manifest.json")[0]
+    path = os.path.join(root, "step-%012d" % SEED, shard)
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) // 3)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0xFF]))
+    bad = os.path.join(tmp, "bad.h5")
+    r = expect_rc(ckpt("export", root, bad, "--step", SEED), 1)
+    check(shard in r.err and not os.path.exists(bad), "corrupt export", r)
+    check(not [f for f in os.listdir(tmp) if ".tmp-" in f], "temporary file left")
+
+
+if __name__ == "__main__":
+    sys.exit(main("hdf5"))

@@ -1,0 +1,243 @@
+"""The resume hook: a running job receives SIGUSR1 (or SIGTERM), saves,
+commits and exits 75; the restart resumes at the right step with exactly
+the state an uninterrupted run has.  Also examples/resume.sh (crash and
+preemption restarts, giving up after N) and examples/slurm/train.sbatch
+(with stand-ins for srun and scontrol)."""
+
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from clitest import (CKPT, SOURCE_ROOT, TOY_TRAIN, check, ckpt, expect_rc,  # noqa: E402
+                     main, restored_bytes, run, test)
+
+STEPS = 300
+EVERY = 25
+RESUME_SH = os.path.join(SOURCE_ROOT, "examples", "resume.sh")
+SBATCH = os.path.join(SOURCE_ROOT, "examples", "slurm", "train.sbatch")
+PREEMPT_API = os.environ.get("PREEMPT_API", "preempt_api")
+
+
+def toy_args(root, out, *extra):
+    return [TOY_TRAIN, root, "--steps", str(STEPS), "--save-every", str(EVERY),
+            "--out", out] + list(extra)
+
+
+def reference(tmp):
+    out = os.path.join(tmp, "reference.bin")
+    r = run(*toy_args(os.path.join(tmp, "ref-root"), out))
+    check(r.rc == 0 and "fresh start" in r.out, "reference run", r)
+    with open(out, "rb") as f:
+        return f.read()
+
+
+def read_file(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+class Proc:
+    """A process whose stdout is read line by line with a deadline."""
+
+    def __init__(self, argv, tmp, env=None):
+        self.errpath = os.path.join(tmp, "stderr-%d.txt" % time.monotonic_ns())
+        self.err_f = open(self.errpath, "w")
+        e = dict(os.environ)
+        e["CKPT"] = CKPT
+        if env:
+            e.update(env)
+        self.p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self.err_f, env=e,
+                                  start_new_session=True)
+        self.lines = []
+        self.buf = b""
+
+    def wait_for(self, pattern, timeout=60):
+        deadline = time.monotonic() + timeout
+        rx = re.compile(pattern)
+        while True:
+            for line in self.lines:
+                m = rx.search(line)
+                if m:
+                    return m
+            left = deadline - time.monotonic()
+            check(left > 0, "timed out waiting for %r; output so far:\n%s\n%s"
+                  % (pattern, "\n".join(self.lines), self.stderr()))
+            rl, _, _ = select.select([self.p.stdout], [], [], left)
+            if rl:
+                chunk = os.read(self.p.stdout.fileno(), 4096)
+                if not chunk:
+                    check(False, "process ended before %r:\n%s\n%s"
+                          % (pattern, "\n".join(self.lines), self.stderr()))
+                self.buf += chunk
+                *done, self.buf = self.buf.split(b"\n")
+                self.lines += [l.decode() for l in done]
+
+    def finish(self, timeout=60):
+        rest, _ = self.p.communicate(timeout=timeout)
+        self.lines += (self.buf + rest).decode().splitlines()
+        self.err_f.close()
+        return self.p.returncode
+
+    def stderr(self):
+        if not self.err_f.closed:
+            self.err_f.flush()
+        return read_file(self.errpath).decode(errors="replace")
+
+    def out(self):
+        return "\n".join(self.lines)
+
+
+def latest_step(root):
+    r = expect_rc(ckpt("latest", root, "--step"), 0)
+    return int(r.out)
+
+
+@test
+def preempt_api_contract(tmp):
+    r = run(PREEMPT_API)
+    check(r.rc == 0, "preempt_api checks", r)
+
+
+def preempt_and_resume(tmp, sig):
+    ref = reference(tmp)
+    root = os.path.join(tmp, "root")
+    out = os.path.join(tmp, "out.bin")
+    p = Proc(toy_args(root, out, "--sleep-ms", "10"), tmp)
+    p.wait_for(r"^step 60$")
+    os.kill(p.p.pid, sig)
+    rc = p.finish()
+    check(rc == 75, "exit status %d, want 75 (CKPT_EXIT_PREEMPTED)\n%s\n%s"
+          % (rc, p.out(), p.stderr()))
+    m = re.search(r"preempted by signal (\d+) at step (\d+)", p.out())
+    check(m and int(m.group(1)) == sig, "no preemption line:\n" + p.out())
+    stopped = int(m.group(2))
+    check(60 <= stopped < STEPS, "stopped at step %d" % stopped)
+    check(not os.path.exists(out), "a preempted run wrote its final state")
+    # the save was committed before the exit, and it is the newest one
+    check(latest_step(root) == stopped, "latest step is not the preemption step")
+    expect_rc(ckpt("verify", root), 0)
+    _, data = restored_bytes(root, stopped, "step", tmp)
+    check(int.from_bytes(data, "little") == stopped, "saved step tensor")
+    r = run(*toy_args(root, out))
+    check(r.rc == 0, "restart", r)
+    check("resumed at step %d" % stopped in r.out, "restart did not resume at %d" % stopped, r)
+    check(read_file(out) == ref, "state after resume differs from an uninterrupted run")
+
+
+@test
+def sigusr1_saves_and_resumes_exactly(tmp):
+    preempt_and_resume(tmp, signal.SIGUSR1)
+
+
+@test
+def sigterm_saves_and_resumes_exactly(tmp):
+    preempt_and_resume(tmp, signal.SIGTERM)
+
+
+@test
+def resume_sh_restarts_after_a_crash(tmp):
+    ref = reference(tmp)
+    root = os.path.join(tmp, "root")
+    out = os.path.join(tmp, "out.bin")
+    marker = os.path.join(tmp, "crashed-once")
+    r = run("sh", RESUME_SH, "-n", "3", "-w", "0", "-d", root, "--",
+            *toy_args(root, out, "--crash-at", "110", "--crash-once", marker),
+            env={"CKPT": CKPT})
+    check(r.rc == 0, "resume.sh", r)
+    check("killed by signal 6" in r.err and "restart 1 of 3" in r.err, "restart log", r)
+    m = re.search(r"resumed at step (\d+)", r.out)
+    check(m and int(m.group(1)) in (75, 100), "resumed from the newest commit", r)
+    check("newest valid checkpoint is step %s" % m.group(1) in r.err, "ckpt latest hook", r)
+    check(read_file(out) == ref, "state after crash and resume differs")
+
+
+@test
+def resume_sh_gives_up(tmp):
+    root = os.path.join(tmp, "root")
+    r = run("sh", RESUME_SH, "-n", "2", "-w", "0", "-d", root, "--",
+            *toy_args(root, os.path.join(tmp, "out.bin"), "--crash-at", "30"),
+            env={"CKPT": CKPT})
+    check(r.rc == 134, "status of the last crash (134), got %d" % r.rc, r)
+    check(r.out.count("pid ") == 3 and "giving up after 2 restarts" in r.err, "3 runs", r)
+    r = run("sh", RESUME_SH, "-n", "x", "--", "true")
+    check(r.rc == 2, "bad -n", r)
+
+
+@test
+def resume_sh_restarts_a_preempted_job(tmp):
+    ref = reference(tmp)
+    root = os.path.join(tmp, "root")
+    out = os.path.join(tmp, "out.bin")
+    p = Proc(["sh", RESUME_SH, "-n", "2", "-w", "0", "-d", root, "--"] +
+             toy_args(root, out, "--sleep-ms", "10"), tmp)
+    pid = int(p.wait_for(r"^pid (\d+)$").group(1))
+    p.wait_for(r"^step 50$")
+    os.kill(pid, signal.SIGUSR1)  # to the job itself, not the wrapper
+    rc = p.finish(timeout=120)
+    check(rc == 0, "resume.sh after a preemption: %d\n%s\n%s" % (rc, p.out(), p.stderr()))
+    m = re.search(r"preempted by signal \d+ at step (\d+)", p.out())
+    check(m and "resumed at step %s" % m.group(1) in p.out(), "resume step:\n" + p.out())
+    check("preempted (exit 75); restart 1 of 2" in p.stderr(), "log:\n" + p.stderr())
+    check(read_file(out) == ref, "state differs")
+
+
+@test
+def resume_sh_passes_signals_on(tmp):
+    ref = reference(tmp)
+    root = os.path.join(tmp, "root")
+    out = os.path.join(tmp, "out.bin")
+    p = Proc(["sh", RESUME_SH, "-n", "2", "-w", "0", "-d", root, "--"] +
+             toy_args(root, out, "--sleep-ms", "10"), tmp)
+    p.wait_for(r"^step 40$")
+    os.kill(p.p.pid, signal.SIGUSR1)  # to the wrapper: forwarded, no restart
+    rc = p.finish(timeout=120)
+    check(rc == 75, "wrapper status %d\n%s\n%s" % (rc, p.out(), p.stderr()))
+    check("not restarting" in p.stderr() and "resumed" not in p.out(), p.stderr())
+    stopped = int(re.search(r"at step (\d+)", p.out().split("preempted")[1]).group(1))
+    check(latest_step(root) == stopped, "committed before exit")
+    r = run("sh", RESUME_SH, "-w", "0", "-d", root, "--", *toy_args(root, out),
+            env={"CKPT": CKPT})
+    check(r.rc == 0 and "resumed at step %d" % stopped in r.out, "second run", r)
+    check(read_file(out) == ref, "state differs")
+
+
+@test
+def slurm_script_requeues_and_resumes(tmp):
+    ref = reference(tmp)
+    bindir = os.path.join(tmp, "bin")
+    os.mkdir(bindir)
+    log = os.path.join(tmp, "scontrol.log")
+    with open(os.path.join(bindir, "srun"), "w") as f:
+        f.write('#!/bin/sh\nexec "$@"\n')
+    with open(os.path.join(bindir, "scontrol"), "w") as f:
+        f.write('#!/bin/sh\necho "$@" >> %s\n' % log)
+    for n in ("srun", "scontrol"):
+        os.chmod(os.path.join(bindir, n), 0o755)
+    root = os.path.join(tmp, "root")
+    out = os.path.join(tmp, "out.bin")
+    env = {"PATH": bindir + ":" + os.environ["PATH"], "CKPT_DIR": root,
+           "SLURM_JOB_ID": "4242", "SLURM_SUBMIT_DIR": tmp}
+    p = Proc(["bash", SBATCH] + toy_args(root, out, "--sleep-ms", "10"), tmp, env=env)
+    p.wait_for(r"starting fresh")
+    p.wait_for(r"^step 40$")
+    os.kill(p.p.pid, signal.SIGUSR1)  # what --signal=B:USR1@120 does
+    rc = p.finish(timeout=120)
+    check(rc == 0, "batch script after preemption: %d\n%s\n%s" % (rc, p.out(), p.stderr()))
+    check(read_file(log).decode().strip() == "requeue 4242", "scontrol requeue not called")
+    stopped = latest_step(root)
+    check("preempted by signal 10 at step %d" % stopped in p.out(), p.out())
+    # the requeued job
+    r = run("bash", SBATCH, *toy_args(root, out), env=env)
+    check(r.rc == 0, "requeued run", r)
+    check("resuming from step %d" % stopped in r.out and
+          "resumed at step %d" % stopped in r.out, "requeued run resumes", r)
+    check(read_file(out) == ref, "state differs")
+
+
+if __name__ == "__main__":
+    sys.exit(main("preempt"))

@@ -1,0 +1,191 @@
+/* cli: what the `ckpt` subcommands share (options, output, progress). */
+#ifndef CKPT_CLI_H
+#define CKPT_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "ckpt.h"
+
+/* Exit codes, the same for every subcommand (docs/CLI.md). */
+enum cli_exit {
+    CLI_EXIT_OK = 0,      /* success                                      */
+    CLI_EXIT_INVALID = 1, /* verification failed, or nothing valid        */
+    CLI_EXIT_USAGE = 2,   /* bad command line                             */
+    CLI_EXIT_ERROR = 3    /* I/O or any other error                       */
+};
+
+typedef struct cli_ctx {
+    const char *cmd; /* subcommand name, for messages                     */
+    int json;        /* --json: one JSON document on stdout, errors too   */
+} cli_ctx;
+
+/* ------------------------------------------------------------ options */
+
+typedef enum cli_opt_kind {
+    CLI_OPT_END = 0,
+    CLI_OPT_FLAG,   /* --name            value: int *, set to 1          */
+    CLI_OPT_INT,    /* --name N          value: int64_t *, N >= min       */
+    CLI_OPT_STRING, /* --name VALUE      value: const char **             */
+    CLI_OPT_ARG     /* positional        value: const char **             */
+} cli_opt_kind;
+
+typedef struct cli_opt {
+    cli_opt_kind kind;
+    const char *name;    /* long name without "--", or the positional's name */
+    const char *metavar; /* "N", "LEVEL" (options taking a value)            */
+    const char *help;
+    void *value;
+    int required;        /* positional that must be given                   */
+    int64_t min;         /* smallest value accepted by CLI_OPT_INT          */
+    int *seen;           /* optional: set to 1 when the option was given    */
+} cli_opt;
+
+typedef struct cli_cmd {
+    const char *name;
+    const char *summary;     /* one line, for `ckpt --help`                   */
+    const char *description; /* paragraphs for `ckpt CMD --help`, or NULL     */
+    int json;                /* accepts --json                                */
+    int (*run)(cli_ctx *ctx, int argc, char **argv);
+} cli_cmd;
+
+/*
+ * Parse argv (argv[0] is the subcommand) against `opts`.  Returns 0 to go
+ * on, CLI_EXIT_OK after printing --help (the caller returns it), or
+ * CLI_EXIT_USAGE after reporting the problem.  --json and --help are
+ * accepted for every command (--json only where cmd->json).
+ */
+int cli_parse(cli_ctx *ctx, const cli_cmd *cmd, const cli_opt *opts, int argc,
+              char **argv, int *ret);
+void cli_print_help(FILE *f, const cli_cmd *cmd, const cli_opt *opts);
+void cli_print_exit_codes(FILE *f);
+
+/* ------------------------------------------------------------- output */
+
+/* Exit code for a libckpt status (docs/CLI.md, "Exit codes"). */
+int cli_exit_for(int status);
+/* "corrupt", "incomplete", "io", ... for a libckpt status ("ok" for 0). */
+const char *cli_status_name(int status);
+
+/*
+ * Report an error and return `exit_code`: a JSON document {"error": ...}
+ * on stdout with --json, else "ckpt CMD: message" on stderr.  `status` is
+ * the libckpt status (0 when the CLI itself found the problem).
+ */
+int cli_fail(cli_ctx *ctx, int exit_code, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* cli_fail for a failed libckpt call: "what: <library message>". */
+int cli_fail_lib(cli_ctx *ctx, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Usage error (exit 2), with a hint to run --help in text mode. */
+int cli_usage(cli_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Print `doc` on stdout (indented, newline) and release it. */
+int cli_json_print(json_t *doc);
+/* Parse JSON text produced by libckpt; a JSON string holding the text when it
+ * does not parse, JSON null for NULL. */
+json_t *cli_json_from_text(const char *text);
+/* json_integer, or null for a negative value (meaning "unknown"). */
+json_t *cli_json_int_or_null(int64_t v);
+
+/* One ckpt_problem as a JSON object (docs/CLI.md, "problem"). */
+json_t *cli_problem_json(const ckpt_problem *p);
+/* Every problem of `report` (may be NULL) as a JSON array. */
+json_t *cli_report_json(const ckpt_report *report);
+/* "  step N: message [file F, tensor T, offset O]" lines on `f`. */
+void cli_report_print(FILE *f, const ckpt_report *report);
+
+/* "1.5 MiB" */
+const char *cli_fmt_bytes(uint64_t bytes, char buf[32]);
+/* "2024-05-01T12:00:00Z" (UTC) */
+const char *cli_fmt_time(double unix_s, char buf[32]);
+/* "1:02:03" or "4.2s" */
+const char *cli_fmt_duration(double s, char buf[32]);
+
+/* ---------------------------------------------------------- progress */
+
+/* A progress bar with throughput and ETA on stderr, drawn only when stderr
+ * is a terminal (and CKPT_NO_PROGRESS is unset); silent otherwise. */
+typedef struct cli_progress {
+    int enabled;
+    const char *label;
+    uint64_t total;   /* bytes expected (0: unknown)  */
+    uint64_t done;
+    double start;
+    double last_draw;
+} cli_progress;
+
+/* 1 when a bar would be drawn (so callers may skip computing its total). */
+int cli_progress_wanted(void);
+void cli_progress_start(cli_progress *p, const char *label, uint64_t total);
+void cli_progress_add(cli_progress *p, uint64_t bytes);
+void cli_progress_end(cli_progress *p);
+/* Erase the bar before printing result lines (stdout may be the same
+ * terminal). */
+void cli_progress_hide(cli_progress *p);
+double cli_now(void);
+
+/* ------------------------------------------------------------ helpers */
+
+/* Open `dir` read-only (no lock, no writes).  On failure reports the error
+ * and returns its exit code; 0 on success. */
+int cli_open_readonly(cli_ctx *ctx, const char *dir, ckpt_store **out);
+/* Open `dir` as the writer, keeping every step (retention stays off). */
+int cli_open_writer(cli_ctx *ctx, const char *dir, ckpt_store **out);
+
+/* Verification outcome of one step, as the CLI names it. */
+typedef enum cli_step_state {
+    CLI_STEP_VALID = 0,
+    CLI_STEP_INCOMPLETE,
+    CLI_STEP_CORRUPT,
+    CLI_STEP_ERROR /* could not be checked (I/O error, permission, ...) */
+} cli_step_state;
+
+const char *cli_step_state_name(cli_step_state s);
+/* Classify the result of ckpt_verify(): incomplete when any problem (or the
+ * status) is CKPT_EINCOMPLETE, corrupt for CKPT_ECORRUPT, else error. */
+cli_step_state cli_classify(int status, const ckpt_report *report);
+
+/* One step checked at a verification level: what list, verify and doctor
+ * show for it. */
+typedef struct cli_step {
+    int64_t step;
+    int status;             /* ckpt_verify() result (or CKPT_OK)               */
+    cli_step_state state;
+    ckpt_report *report;    /* problems found (may be NULL)                    */
+    ckpt_checkpoint *ckpt;  /* open when quick verification passed, else NULL */
+    int have_stats;
+    ckpt_save_stats stats;
+    char message[512];      /* the library's message when it filed no problem */
+} cli_step;
+
+int cli_step_check(ckpt_store *store, int64_t step, ckpt_verify_level level,
+                   cli_step *out);
+void cli_step_clear(cli_step *s);
+/* The "step" object of docs/CLI.md. */
+json_t *cli_step_json(const cli_step *s);
+/* Problems of `s` as text lines (cli_report_print, or its message). */
+void cli_step_print_problems(FILE *f, const cli_step *s);
+
+/* Sum of the stored bytes of `steps` that pass quick verification. */
+uint64_t cli_steps_stored_bytes(ckpt_store *store, const int64_t *steps, size_t count);
+
+/* Size in bytes of the regular files directly inside `dir` (0 if none). */
+uint64_t cli_dir_bytes(const char *dir);
+
+/* Subcommands. */
+int cmd_list(cli_ctx *ctx, int argc, char **argv);
+int cmd_verify(cli_ctx *ctx, int argc, char **argv);
+int cmd_latest(cli_ctx *ctx, int argc, char **argv);
+int cmd_inspect(cli_ctx *ctx, int argc, char **argv);
+int cmd_gc(cli_ctx *ctx, int argc, char **argv);
+int cmd_doctor(cli_ctx *ctx, int argc, char **argv);
+int cmd_export(cli_ctx *ctx, int argc, char **argv);
+int cmd_import(cli_ctx *ctx, int argc, char **argv);
+
+extern const cli_cmd cli_cmd_list, cli_cmd_verify, cli_cmd_latest, cli_cmd_inspect,
+    cli_cmd_gc, cli_cmd_doctor, cli_cmd_export, cli_cmd_import;
+
+#endif

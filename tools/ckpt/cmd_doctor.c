@@ -1,0 +1,341 @@
+/* ckpt doctor: disk space, stale temporaries, bad steps, environment drift. */
+#include <dirent.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <time.h>
+
+#include "cli.h"
+
+const cli_cmd cli_cmd_doctor = {
+    "doctor", "Check a checkpoint root: disk space, stale temporaries, bad steps, drift",
+    "Checks, each reported as ok, warning or error:\n"
+    "  disk    free space against the size of the newest checkpoints (a save\n"
+    "          needs room for one more before the oldest is retired)\n"
+    "  temp    temporary directories (.tmp-*, .trash-*) left by writers that died\n"
+    "  verify  steps that fail verification (quick unless --full)\n"
+    "  drift   environment changes between consecutive steps (libckpt and\n"
+    "          zstd versions, CUDA driver and runtime, GPU, host, ...)\n"
+    "Exits 1 when any check is an error (a step fails verification, no valid\n"
+    "step, or too little free space), 0 otherwise.",
+    1, cmd_doctor};
+
+#define RECENT_STEPS 3
+
+/* Environment fields that differ on every run and so are not drift. */
+static int volatile_key(const char *key)
+{
+    static const char *const skip[] = {"pid", "ppid", "tid", "time", "timestamp", "start_time",
+                                       "argv", "cmdline", "command", "command_line", "cwd",
+                                       "date", "uptime"};
+    for (size_t i = 0; i < sizeof skip / sizeof skip[0]; i++)
+        if (strcmp(key, skip[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* Flatten JSON into {"a.b.c": scalar} so records of any shape compare. */
+static void flatten(json_t *out, const char *prefix, json_t *v)
+{
+    char path[512];
+    if (json_is_object(v)) {
+        const char *k;
+        json_t *x;
+        json_object_foreach(v, k, x) {
+            if (volatile_key(k))
+                continue;
+            snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "." : "", k);
+            flatten(out, path, x);
+        }
+    } else if (json_is_array(v)) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(v, i, x) {
+            snprintf(path, sizeof path, "%s[%zu]", prefix, i);
+            flatten(out, path, x);
+        }
+    } else {
+        json_object_set(out, *prefix ? prefix : "(value)", v);
+    }
+}
+
+static json_t *env_flat(const char *text)
+{
+    json_t *v = cli_json_from_text(text), *flat = json_object();
+    flatten(flat, "", v);
+    json_decref(v);
+    return flat;
+}
+
+/* Append to `drift` every field that differs between `a` and `b`. */
+static void env_diff(json_t *drift, int64_t from, int64_t to, json_t *a, json_t *b)
+{
+    const char *k;
+    json_t *x;
+    json_object_foreach(a, k, x) {
+        json_t *y = json_object_get(b, k);
+        if (!y || !json_equal(x, y))
+            json_array_append_new(drift,
+                                  json_pack("{s:I, s:I, s:s, s:O, s:O}", "from_step",
+                                            (json_int_t)from, "to_step", (json_int_t)to,
+                                            "field", k, "old", x, "new",
+                                            y ? y : json_null()));
+    }
+    json_object_foreach(b, k, x) {
+        if (!json_object_get(a, k))
+            json_array_append_new(drift,
+                                  json_pack("{s:I, s:I, s:s, s:n, s:O}", "from_step",
+                                            (json_int_t)from, "to_step", (json_int_t)to,
+                                            "field", k, "old", "new", x));
+    }
+}
+
+static void finding(json_t *findings, const char *check, const char *severity,
+                    const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void finding(json_t *findings, const char *check, const char *severity,
+                    const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    json_array_append_new(findings, json_pack("{s:s, s:s, s:s}", "check", check, "severity",
+                                              severity, "message", msg));
+}
+
+static json_t *scan_temps(const char *root, uint64_t *bytes)
+{
+    json_t *arr = json_array();
+    DIR *d = opendir(root);
+    *bytes = 0;
+    if (!d)
+        return arr;
+    struct dirent *e;
+    time_t now = time(NULL);
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, ".tmp-", 5) != 0 && strncmp(e->d_name, ".trash-", 7) != 0)
+            continue;
+        char path[4096];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s", root, e->d_name);
+        if (lstat(path, &sb) != 0)
+            continue;
+        uint64_t b = S_ISDIR(sb.st_mode) ? cli_dir_bytes(path) : (uint64_t)sb.st_size;
+        *bytes += b;
+        json_array_append_new(arr, json_pack("{s:s, s:I, s:I}", "name", e->d_name,
+                                             "age_seconds",
+                                             (json_int_t)(now > sb.st_mtime ? now - sb.st_mtime
+                                                                            : 0),
+                                             "bytes", (json_int_t)b));
+    }
+    closedir(d);
+    return arr;
+}
+
+int cmd_doctor(cli_ctx *ctx, int argc, char **argv)
+{
+    const char *dir = NULL;
+    int full = 0;
+    const cli_opt opts[] = {
+        {CLI_OPT_ARG, "DIR", NULL, "checkpoint root", &dir, 1, 0, NULL},
+        {CLI_OPT_FLAG, "full", NULL, "verify every chunk of every step (slower)", &full, 0, 0,
+         NULL},
+        {CLI_OPT_END, NULL, NULL, NULL, NULL, 0, 0, NULL},
+    };
+    int ret = 0;
+    if (cli_parse(ctx, &cli_cmd_doctor, opts, argc, argv, &ret))
+        return ret;
+
+    ckpt_store *store = NULL;
+    int64_t *steps = NULL;
+    size_t count = 0, nvalid = 0, nrecent = 0;
+    json_t *findings = json_array(), *unverifiable = json_array(), *drift = json_array();
+    json_t *recent = json_array(), *prev_env = NULL, *temps = NULL, *disk = NULL;
+    int64_t prev_step = -1;
+    uint64_t recent_max = 0, recent_total = 0;
+    int errors = 0;
+    cli_progress prog = {0};
+
+    if ((ret = cli_open_readonly(ctx, dir, &store)))
+        goto done;
+    const char *root = ckpt_store_path(store);
+    int st = ckpt_store_steps(store, &steps, &count);
+    if (st != CKPT_OK) {
+        ret = cli_fail_lib(ctx, st == CKPT_ENOTFOUND ? CKPT_EIO : st, "cannot list %s", dir);
+        goto done;
+    }
+
+    /* verify + drift, oldest first; sizes of the newest valid steps. */
+    if (full)
+        cli_progress_start(&prog, "verify",
+                           cli_progress_wanted() ? cli_steps_stored_bytes(store, steps, count)
+                                                 : 0);
+    for (size_t i = 0; i < count; i++) {
+        cli_step s;
+        cli_step_check(store, steps[i], full ? CKPT_VERIFY_FULL : CKPT_VERIFY_QUICK, &s);
+        if (s.have_stats)
+            cli_progress_add(&prog, s.stats.stored_bytes);
+        if (s.state == CLI_STEP_VALID)
+            nvalid++;
+        else
+            json_array_append_new(unverifiable, cli_step_json(&s));
+        if (s.ckpt) {
+            json_t *env = env_flat(ckpt_checkpoint_env(s.ckpt));
+            if (prev_env)
+                env_diff(drift, prev_step, s.step, prev_env, env);
+            json_decref(prev_env);
+            prev_env = env;
+            prev_step = s.step;
+        }
+        cli_step_clear(&s);
+    }
+    cli_progress_end(&prog);
+    for (size_t i = count; i-- > 0 && nrecent < RECENT_STEPS;) {
+        ckpt_checkpoint *c = NULL;
+        if (ckpt_checkpoint_open(&c, store, steps[i]) != CKPT_OK)
+            continue;
+        uint64_t b = cli_dir_bytes(ckpt_checkpoint_path(c));
+        ckpt_save_stats ss;
+        if (!b && ckpt_checkpoint_stats(c, &ss) == CKPT_OK)
+            b = ss.stored_bytes;
+        ckpt_checkpoint_free(c);
+        json_array_append_new(recent, json_pack("{s:I, s:I}", "step", (json_int_t)steps[i],
+                                                "bytes", (json_int_t)b));
+        recent_max = b > recent_max ? b : recent_max;
+        recent_total += b;
+        nrecent++;
+    }
+    ckpt_error_clear();
+
+    /* disk */
+    struct statvfs vfs;
+    char b1[32], b2[32], b3[32];
+    if (statvfs(root, &vfs) == 0) {
+        uint64_t avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+        uint64_t total = (uint64_t)vfs.f_blocks * vfs.f_frsize;
+        disk = json_pack("{s:I, s:I, s:I, s:I, s:o}", "free_bytes", (json_int_t)avail,
+                         "total_bytes", (json_int_t)total, "recent_max_bytes",
+                         (json_int_t)recent_max, "recent_total_bytes",
+                         (json_int_t)recent_total, "recent_steps", recent);
+        recent = NULL;
+        if (!nrecent)
+            finding(findings, "disk", "ok", "%s free; no readable checkpoint to compare with",
+                    cli_fmt_bytes(avail, b1));
+        else if (avail < recent_max) {
+            errors++;
+            finding(findings, "disk", "error",
+                    "%s free, less than the largest recent checkpoint (%s): the next save "
+                    "will fail",
+                    cli_fmt_bytes(avail, b1), cli_fmt_bytes(recent_max, b2));
+        } else if (avail < 2 * recent_max)
+            finding(findings, "disk", "warning",
+                    "%s free: room for only one more checkpoint of %s",
+                    cli_fmt_bytes(avail, b1), cli_fmt_bytes(recent_max, b2));
+        else
+            finding(findings, "disk", "ok", "%s free; recent checkpoints up to %s (%s for %zu)",
+                    cli_fmt_bytes(avail, b1), cli_fmt_bytes(recent_max, b2),
+                    cli_fmt_bytes(recent_total, b3), nrecent);
+    } else {
+        disk = json_null();
+        finding(findings, "disk", "warning", "cannot read free space of %s", root);
+    }
+
+    /* temp */
+    uint64_t temp_bytes;
+    temps = scan_temps(root, &temp_bytes);
+    if (json_array_size(temps))
+        finding(findings, "temp", "warning",
+                "%zu temporary director%s (%s) left by writers that died, unless a save is "
+                "running now; 'ckpt gc' removes them",
+                json_array_size(temps), json_array_size(temps) == 1 ? "y" : "ies",
+                cli_fmt_bytes(temp_bytes, b1));
+    else
+        finding(findings, "temp", "ok", "no temporary directories");
+
+    /* verify */
+    if (!count) {
+        errors++;
+        finding(findings, "verify", "error", "no checkpoints in %s", root);
+    } else if (json_array_size(unverifiable)) {
+        errors++;
+        finding(findings, "verify", "error", "%zu of %zu steps fail %s verification%s",
+                json_array_size(unverifiable), count, full ? "full" : "quick",
+                nvalid ? "" : "; no valid checkpoint");
+    } else {
+        finding(findings, "verify", "ok", "all %zu steps pass %s verification", count,
+                full ? "full" : "quick");
+    }
+
+    /* drift */
+    if (json_array_size(drift)) {
+        json_t *d0 = json_array_get(drift, 0);
+        finding(findings, "drift", "warning",
+                "environment changed %zu time%s between steps (first: %s at step %" PRId64 ")",
+                json_array_size(drift), json_array_size(drift) == 1 ? "" : "s",
+                json_string_value(json_object_get(d0, "field")),
+                (int64_t)json_integer_value(json_object_get(d0, "to_step")));
+    } else {
+        finding(findings, "drift", "ok", "no environment change between steps");
+    }
+
+    if (ctx->json) {
+        cli_json_print(json_pack("{s:s, s:s, s:b, s:{s:I, s:I}, s:O, s:O, s:O, s:O, s:O}",
+                                 "root", root, "level", full ? "full" : "quick", "ok",
+                                 errors == 0, "steps", "total", (json_int_t)count, "valid",
+                                 (json_int_t)nvalid, "findings", findings, "disk", disk,
+                                 "temp_dirs", temps, "unverifiable", unverifiable, "drift",
+                                 drift));
+    } else {
+        size_t i;
+        json_t *f;
+        printf("ckpt doctor %s (%zu steps, %zu valid)\n", root, count, nvalid);
+        json_array_foreach(findings, i, f) {
+            char tag[16];
+            snprintf(tag, sizeof tag, "[%s]", json_string_value(json_object_get(f, "severity")));
+            printf("  %-10s %-7s %s\n", tag, json_string_value(json_object_get(f, "check")),
+                   json_string_value(json_object_get(f, "message")));
+        }
+        json_array_foreach(temps, i, f) {
+            printf("    temp %s: %s, %s old\n", json_string_value(json_object_get(f, "name")),
+                   cli_fmt_bytes((uint64_t)json_integer_value(json_object_get(f, "bytes")), b1),
+                   cli_fmt_duration((double)json_integer_value(json_object_get(f, "age_seconds")),
+                                    b2));
+        }
+        json_array_foreach(unverifiable, i, f) {
+            printf("    step %" PRId64 ": %s\n",
+                   (int64_t)json_integer_value(json_object_get(f, "step")),
+                   json_string_value(json_object_get(f, "status")));
+            size_t j;
+            json_t *p;
+            json_array_foreach(json_object_get(f, "problems"), j, p)
+                printf("      %s\n", json_string_value(json_object_get(p, "message")));
+        }
+        json_array_foreach(drift, i, f) {
+            char *o = json_dumps(json_object_get(f, "old"), JSON_ENCODE_ANY | JSON_COMPACT);
+            char *n = json_dumps(json_object_get(f, "new"), JSON_ENCODE_ANY | JSON_COMPACT);
+            printf("    drift %" PRId64 " -> %" PRId64 ": %s: %s -> %s\n",
+                   (int64_t)json_integer_value(json_object_get(f, "from_step")),
+                   (int64_t)json_integer_value(json_object_get(f, "to_step")),
+                   json_string_value(json_object_get(f, "field")), o ? o : "?", n ? n : "?");
+            free(o);
+            free(n);
+        }
+    }
+    ret = errors ? CLI_EXIT_INVALID : CLI_EXIT_OK;
+done:
+    json_decref(findings);
+    json_decref(unverifiable);
+    json_decref(drift);
+    json_decref(recent);
+    json_decref(prev_env);
+    json_decref(temps);
+    json_decref(disk);
+    ckpt_free(steps);
+    ckpt_store_free(store);
+    return ret;
+}

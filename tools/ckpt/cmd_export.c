@@ -1,0 +1,408 @@
+/* ckpt export: a checkpoint step as an HDF5 file. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <zstd.h>
+
+#include "cli.h"
+#include "h5util.h"
+#include "h5zstd.h"
+
+const cli_cmd cli_cmd_export = {
+    "export", "Write a checkpoint step as an HDF5 file",
+    "Every tensor becomes a dataset at its name ('a/b' creates group 'a') with\n"
+    "its shape and an HDF5 type for its dtype; each dataset has a 'dtype'\n"
+    "attribute with the libckpt dtype name.  bfloat16 is stored as 16-bit\n"
+    "unsigned integers, float8 types and bytes as 8-bit unsigned integers,\n"
+    "bool as h5py's enum, complex as compound {r, i}.  The root group has the\n"
+    "attributes step, time, metadata (JSON), environment (JSON), codec and\n"
+    "format.  --codec zstd writes chunks compressed with zstd straight into\n"
+    "the file under HDF5 filter 32015; other programs read them with the\n"
+    "h5zstd plugin on HDF5_PLUGIN_PATH.  Default step: the newest valid one.\n"
+    "OUT is written to a temporary name and renamed when complete; an existing\n"
+    "OUT is kept unless --force is given.",
+    1, cmd_export};
+
+/* Chunk shape of about `target` bytes: trailing dimensions whole first. */
+static void chunk_shape(const ckpt_tensor_info *ti, size_t esize, uint64_t target,
+                        hsize_t *chunk)
+{
+    uint64_t inner = esize;
+    int full = 1;
+    for (int d = ti->ndim - 1; d >= 0; d--) {
+        uint64_t dim = (uint64_t)ti->shape[d];
+        if (!full) {
+            chunk[d] = 1;
+        } else if (inner * dim <= target) {
+            chunk[d] = dim;
+            inner *= dim;
+        } else {
+            uint64_t c = target / inner;
+            chunk[d] = c ? c : 1;
+            full = 0;
+        }
+        if (chunk[d] > UINT32_MAX)
+            chunk[d] = UINT32_MAX;
+    }
+}
+
+/* Write every chunk of `data` compressed with zstd (filter 32015). */
+static int write_zstd_chunks(hid_t dset, const ckpt_tensor_info *ti, size_t esize,
+                             const hsize_t *chunk, const unsigned char *data, int level,
+                             cli_progress *prog, char *err, size_t errlen)
+{
+    int nd = ti->ndim, rc = -1;
+    hsize_t grid[CKPT_MAX_DIMS], idx[CKPT_MAX_DIMS] = {0}, off[CKPT_MAX_DIMS];
+    hsize_t ext[CKPT_MAX_DIMS], cstride[CKPT_MAX_DIMS], tstride[CKPT_MAX_DIMS];
+    size_t cbytes = esize;
+    for (int d = 0; d < nd; d++) {
+        grid[d] = ((hsize_t)ti->shape[d] + chunk[d] - 1) / chunk[d];
+        cbytes *= chunk[d];
+    }
+    /* Element strides in the chunk and in the tensor. */
+    for (int d = nd - 1; d >= 0; d--) {
+        cstride[d] = d == nd - 1 ? 1 : cstride[d + 1] * chunk[d + 1];
+        tstride[d] = d == nd - 1 ? 1 : tstride[d + 1] * (hsize_t)ti->shape[d + 1];
+    }
+    size_t zcap = ZSTD_compressBound(cbytes);
+    unsigned char *cbuf = malloc(cbytes), *zbuf = malloc(zcap);
+    ZSTD_CCtx *cctx = ZSTD_createCCtx();
+    if (!cbuf || !zbuf || !cctx) {
+        snprintf(err, errlen, "out of memory for a %zu-byte chunk", cbytes);
+        goto done;
+    }
+    for (;;) {
+        int edge = 0;
+        for (int d = 0; d < nd; d++) {
+            off[d] = idx[d] * chunk[d];
+            ext[d] = (hsize_t)ti->shape[d] - off[d] < chunk[d] ? (hsize_t)ti->shape[d] - off[d]
+                                                               : chunk[d];
+            edge |= ext[d] < chunk[d];
+        }
+        if (edge) /* HDF5 stores edge chunks whole; pad with zeros */
+            memset(cbuf, 0, cbytes);
+        /* Copy rows (the last dimension) of the chunk's extent. */
+        hsize_t r[CKPT_MAX_DIMS] = {0};
+        for (;;) {
+            hsize_t ci = 0, ti_ = 0;
+            for (int d = 0; d < nd - 1; d++) {
+                ci += r[d] * cstride[d];
+                ti_ += (off[d] + r[d]) * tstride[d];
+            }
+            ti_ += off[nd - 1];
+            memcpy(cbuf + ci * esize, data + ti_ * esize, ext[nd - 1] * esize);
+            int d = nd - 2;
+            while (d >= 0 && ++r[d] == ext[d])
+                r[d--] = 0;
+            if (d < 0)
+                break;
+        }
+        size_t z = ZSTD_compressCCtx(cctx, zbuf, zcap, cbuf, cbytes, level);
+        if (ZSTD_isError(z)) {
+            snprintf(err, errlen, "zstd: %s", ZSTD_getErrorName(z));
+            goto done;
+        }
+        if (H5Dwrite_chunk(dset, H5P_DEFAULT, 0, off, z, zbuf) < 0) {
+            h5_reason(err, errlen);
+            goto done;
+        }
+        hsize_t raw = esize;
+        for (int d = 0; d < nd; d++)
+            raw *= ext[d];
+        cli_progress_add(prog, raw);
+        int d = nd - 1;
+        while (d >= 0 && ++idx[d] == grid[d])
+            idx[d--] = 0;
+        if (d < 0)
+            break;
+    }
+    rc = 0;
+done:
+    ZSTD_freeCCtx(cctx);
+    free(cbuf);
+    free(zbuf);
+    return rc;
+}
+
+/* A tensor name must be a relative HDF5 path with no empty or "." part. */
+static int valid_h5_path(const char *name)
+{
+    const char *p = name;
+    for (;;) {
+        const char *slash = strchr(p, '/');
+        size_t len = slash ? (size_t)(slash - p) : strlen(p);
+        if (len == 0 || (len == 1 && p[0] == '.'))
+            return 0;
+        if (!slash)
+            return 1;
+        p = slash + 1;
+    }
+}
+
+typedef enum { CODEC_NONE, CODEC_DEFLATE, CODEC_ZSTD } h5_codec;
+
+/* Returns 0, or -1 with `err` set and *lib_status the libckpt status when
+ * reading the tensor failed (0 for HDF5 and other errors). */
+static int export_tensor(hid_t file, hid_t lcpl, ckpt_checkpoint *ckpt,
+                         const ckpt_tensor_info *ti, h5_codec codec, int level,
+                         uint64_t chunk_target, cli_progress *prog, char *err, size_t errlen,
+                         int *lib_status)
+{
+    int rc = -1;
+    size_t esize = ckpt_dtype_size(ti->dtype);
+    const char *dname = ckpt_dtype_name(ti->dtype);
+    hid_t type = -1, space = -1, dcpl = -1, dset = -1;
+    unsigned char *buf = NULL;
+    hsize_t dims[CKPT_MAX_DIMS], chunk[CKPT_MAX_DIMS];
+    uint64_t nelem = 1;
+    char why[512];
+
+    if (!esize || !dname || (type = h5_type_for(ti->dtype)) < 0) {
+        snprintf(err, errlen, "tensor '%s': dtype %d has no HDF5 mapping", ti->name,
+                 (int)ti->dtype);
+        goto done;
+    }
+    if (!valid_h5_path(ti->name)) {
+        snprintf(err, errlen,
+                 "tensor '%s' cannot be an HDF5 dataset path (leading, trailing or doubled "
+                 "'/', or a '.' component)",
+                 ti->name);
+        goto done;
+    }
+    for (int d = 0; d < ti->ndim; d++) {
+        dims[d] = (hsize_t)ti->shape[d];
+        nelem *= dims[d];
+    }
+    if (!(buf = malloc(ti->bytes ? ti->bytes : 1))) {
+        snprintf(err, errlen, "tensor '%s': out of memory for %" PRIu64 " bytes", ti->name,
+                 ti->bytes);
+        goto done;
+    }
+    if (ti->bytes) {
+        int st = ckpt_checkpoint_read(ckpt, ti->name, buf, ti->bytes);
+        if (st != CKPT_OK) {
+            *lib_status = st;
+            snprintf(err, errlen, "cannot read tensor '%s': %s", ti->name, ckpt_error_last());
+            goto done;
+        }
+    }
+    space = ti->ndim ? H5Screate_simple(ti->ndim, dims, NULL) : H5Screate(H5S_SCALAR);
+    dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    if (space < 0 || dcpl < 0)
+        goto h5fail;
+    /* Scalars and empty tensors cannot be chunked: stored contiguous. */
+    int chunked = codec != CODEC_NONE && ti->ndim > 0 && nelem > 0;
+    if (chunked) {
+        chunk_shape(ti, esize, chunk_target, chunk);
+        if (H5Pset_chunk(dcpl, ti->ndim, chunk) < 0 ||
+            H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) < 0)
+            goto h5fail;
+        if (codec == CODEC_DEFLATE && H5Pset_deflate(dcpl, (unsigned)level) < 0)
+            goto h5fail;
+        if (codec == CODEC_ZSTD) {
+            unsigned cd = (unsigned)level;
+            if (H5Pset_filter(dcpl, CKPT_H5Z_FILTER_ZSTD, H5Z_FLAG_OPTIONAL, 1, &cd) < 0)
+                goto h5fail;
+        }
+    }
+    dset = H5Dcreate2(file, ti->name, type, space, lcpl, dcpl, H5P_DEFAULT);
+    if (dset < 0)
+        goto h5fail;
+    if (h5_set_str_attr(dset, "dtype", dname) < 0)
+        goto h5fail;
+    if (chunked && codec == CODEC_ZSTD) {
+        if (write_zstd_chunks(dset, ti, esize, chunk, buf, level, prog, why, sizeof why) < 0) {
+            snprintf(err, errlen, "tensor '%s': %s", ti->name, why);
+            goto done;
+        }
+    } else if (nelem) {
+        if (H5Dwrite(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
+            goto h5fail;
+        cli_progress_add(prog, ti->bytes);
+    }
+    rc = 0;
+    goto done;
+h5fail:
+    snprintf(err, errlen, "tensor '%s': %s", ti->name, h5_reason(why, sizeof why));
+done:
+    free(buf);
+    if (dset >= 0)
+        H5Dclose(dset);
+    if (dcpl >= 0)
+        H5Pclose(dcpl);
+    if (space >= 0)
+        H5Sclose(space);
+    if (type >= 0)
+        H5Tclose(type);
+    return rc;
+}
+
+int cmd_export(cli_ctx *ctx, int argc, char **argv)
+{
+    const char *dir = NULL, *out = NULL, *codec_name = "none";
+    int64_t step = CKPT_LATEST, level = -1000, chunk_kib = 1024;
+    int force = 0;
+    const cli_opt opts[] = {
+        {CLI_OPT_ARG, "DIR", NULL, "checkpoint root", &dir, 1, 0, NULL},
+        {CLI_OPT_ARG, "OUT.h5", NULL, "HDF5 file to write", &out, 1, 0, NULL},
+        {CLI_OPT_INT, "step", "N", "step to export (default: newest valid)", &step, 0, 0, NULL},
+        {CLI_OPT_STRING, "codec", "CODEC", "none (default), deflate or zstd", &codec_name, 0,
+         0, NULL},
+        {CLI_OPT_INT, "level", "L", "compression level (deflate 0-9, default 4; zstd, default 3)",
+         &level, 0, -131072, NULL},
+        {CLI_OPT_INT, "chunk-kib", "K", "chunk size for compressed datasets (default 1024)",
+         &chunk_kib, 0, 1, NULL},
+        {CLI_OPT_FLAG, "force", NULL, "replace OUT.h5 if it exists", &force, 0, 0, NULL},
+        {CLI_OPT_END, NULL, NULL, NULL, NULL, 0, 0, NULL},
+    };
+    int ret = 0;
+    if (cli_parse(ctx, &cli_cmd_export, opts, argc, argv, &ret))
+        return ret;
+    h5_codec codec;
+    if (strcmp(codec_name, "none") == 0)
+        codec = CODEC_NONE;
+    else if (strcmp(codec_name, "deflate") == 0)
+        codec = CODEC_DEFLATE;
+    else if (strcmp(codec_name, "zstd") == 0)
+        codec = CODEC_ZSTD;
+    else
+        return cli_usage(ctx, "--codec must be none, deflate or zstd, not '%s'", codec_name);
+    if (level == -1000)
+        level = codec == CODEC_ZSTD ? 3 : 4;
+    if (codec == CODEC_DEFLATE && (level < 0 || level > 9))
+        return cli_usage(ctx, "--level for deflate must be 0-9");
+    if (codec == CODEC_ZSTD && (level < ZSTD_minCLevel() || level > ZSTD_maxCLevel()))
+        return cli_usage(ctx, "--level for zstd must be %d-%d", ZSTD_minCLevel(),
+                         ZSTD_maxCLevel());
+    if (chunk_kib > 1024 * 1024)
+        return cli_usage(ctx, "--chunk-kib must be at most 1048576 (1 GiB)");
+    if (!force && access(out, F_OK) == 0)
+        return cli_fail(ctx, CLI_EXIT_ERROR, 0, "%s exists (use --force to replace it)", out);
+
+    ckpt_store *store = NULL;
+    ckpt_checkpoint *ckpt = NULL;
+    hid_t file = -1, lcpl = -1, root = -1;
+    char *tmp = NULL, why[512], err[1024] = "";
+    cli_progress prog = {0};
+    int st;
+    uint64_t raw = 0;
+    size_t n = 0;
+
+    if ((ret = cli_open_readonly(ctx, dir, &store)))
+        goto done;
+    if ((st = ckpt_checkpoint_open(&ckpt, store, step)) != CKPT_OK) {
+        if (step == CKPT_LATEST)
+            ret = cli_fail_lib(ctx, st == CKPT_ENOTFOUND ? CKPT_ENOCKPT : st,
+                               "no valid checkpoint in %s", dir);
+        else
+            ret = cli_fail_lib(ctx, st, "cannot open step %" PRId64, step);
+        goto done;
+    }
+    n = ckpt_checkpoint_tensor_count(ckpt);
+    for (size_t i = 0; i < n; i++) {
+        ckpt_tensor_info ti;
+        if (ckpt_checkpoint_tensor(ckpt, i, &ti) == CKPT_OK)
+            raw += ti.bytes;
+    }
+
+    h5_setup();
+    size_t tlen = strlen(out) + 32;
+    tmp = malloc(tlen);
+    if (!tmp) {
+        ret = cli_fail(ctx, CLI_EXIT_ERROR, CKPT_ENOMEM, "out of memory");
+        goto done;
+    }
+    snprintf(tmp, tlen, "%s.tmp-%ld", out, (long)getpid());
+    file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    if (file < 0) {
+        ret = cli_fail(ctx, CLI_EXIT_ERROR, 0, "cannot create %s: %s", tmp,
+                       h5_reason(why, sizeof why));
+        goto done;
+    }
+    lcpl = H5Pcreate(H5P_LINK_CREATE);
+    root = H5Gopen2(file, "/", H5P_DEFAULT);
+    if (lcpl < 0 || root < 0 || H5Pset_create_intermediate_group(lcpl, 1) < 0 ||
+        H5Pset_char_encoding(lcpl, H5T_CSET_UTF8) < 0)
+        goto h5fail;
+    {
+        int64_t s = ckpt_checkpoint_step(ckpt);
+        double t = ckpt_checkpoint_time(ckpt);
+        const char *meta = ckpt_checkpoint_metadata(ckpt), *env = ckpt_checkpoint_env(ckpt);
+        if (h5_set_num_attr(root, "step", H5T_NATIVE_INT64, &s) < 0 ||
+            h5_set_num_attr(root, "time", H5T_NATIVE_DOUBLE, &t) < 0 ||
+            h5_set_str_attr(root, "metadata", meta ? meta : "null") < 0 ||
+            h5_set_str_attr(root, "environment", env ? env : "{}") < 0 ||
+            h5_set_str_attr(root, "codec", codec_name) < 0 ||
+            h5_set_str_attr(root, "format", "libckpt-hdf5-1") < 0 ||
+            h5_set_str_attr(root, "libckpt_version", ckpt_version_string()) < 0)
+            goto h5fail;
+    }
+    cli_progress_start(&prog, "export", raw);
+    for (size_t i = 0; i < n; i++) {
+        ckpt_tensor_info ti;
+        if ((st = ckpt_checkpoint_tensor(ckpt, i, &ti)) != CKPT_OK) {
+            cli_progress_end(&prog);
+            ret = cli_fail_lib(ctx, st, "cannot describe tensor %zu", i);
+            goto done;
+        }
+        int lib_status = 0;
+        if (export_tensor(file, lcpl, ckpt, &ti, codec, (int)level,
+                          (uint64_t)chunk_kib * 1024, &prog, err, sizeof err, &lib_status) < 0) {
+            cli_progress_end(&prog);
+            /* A chunk that fails verification is exit 1, like verify. */
+            ret = cli_fail(ctx, lib_status ? cli_exit_for(lib_status) : CLI_EXIT_ERROR,
+                           lib_status, "export to %s failed: %s", out, err);
+            goto done;
+        }
+    }
+    cli_progress_end(&prog);
+    H5Gclose(root);
+    root = -1;
+    if (H5Fclose(file) < 0) {
+        file = -1;
+        goto h5fail;
+    }
+    file = -1;
+    if (rename(tmp, out) != 0) {
+        ret = cli_fail(ctx, CLI_EXIT_ERROR, 0, "cannot rename %s to %s: %s", tmp, out,
+                       strerror(errno));
+        goto done;
+    }
+    struct stat sb;
+    uint64_t fbytes = stat(out, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+    if (ctx->json) {
+        cli_json_print(json_pack("{s:s, s:s, s:I, s:s, s:I, s:I, s:I}", "file", out, "root",
+                                 ckpt_store_path(store), "step",
+                                 (json_int_t)ckpt_checkpoint_step(ckpt), "codec", codec_name,
+                                 "datasets", (json_int_t)n, "raw_bytes", (json_int_t)raw,
+                                 "file_bytes", (json_int_t)fbytes));
+    } else {
+        char b1[32], b2[32];
+        printf("exported step %" PRId64 ": %zu datasets, %s raw, %s in %s\n",
+               ckpt_checkpoint_step(ckpt), n, cli_fmt_bytes(raw, b1), cli_fmt_bytes(fbytes, b2),
+               out);
+    }
+    ret = CLI_EXIT_OK;
+    goto done;
+h5fail:
+    ret = cli_fail(ctx, CLI_EXIT_ERROR, 0, "export to %s failed: %s", out,
+                   h5_reason(why, sizeof why));
+done:
+    if (root >= 0)
+        H5Gclose(root);
+    if (lcpl >= 0)
+        H5Pclose(lcpl);
+    if (file >= 0)
+        H5Fclose(file);
+    if (ret != CLI_EXIT_OK && tmp)
+        unlink(tmp);
+    free(tmp);
+    ckpt_checkpoint_free(ckpt);
+    ckpt_store_free(store);
+    return ret;
+}
+

@@ -1,0 +1,180 @@
+/* ckpt gc: retire old steps and stale temporary directories. */
+#include <dirent.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+const cli_cmd cli_cmd_gc = {
+    "gc", "Retire old steps beyond --keep-last N and remove stale temporary directories",
+    "Temporary directories are .tmp-* (saves that died) and .trash-* (steps\n"
+    "whose deletion was interrupted).  The newest step that passes quick\n"
+    "verification is never removed, even when it is older than the N newest.\n"
+    "Needs write access and the writer lock: exits 3 while a job holds the\n"
+    "root.  --dry-run opens the root read-only and only lists what would go.",
+    1, cmd_gc};
+
+typedef struct gc_entry {
+    char *name;
+    int64_t step; /* -1 for a temporary directory */
+} gc_entry;
+
+typedef struct gc_plan {
+    gc_entry *v;
+    size_t n, cap;
+} gc_plan;
+
+static int plan_add(gc_plan *p, const char *name, int64_t step)
+{
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 16;
+        gc_entry *v = realloc(p->v, cap * sizeof *v);
+        if (!v)
+            return -1;
+        p->v = v;
+        p->cap = cap;
+    }
+    p->v[p->n].name = strdup(name);
+    p->v[p->n].step = step;
+    return p->v[p->n++].name ? 0 : -1;
+}
+
+static void plan_free(gc_plan *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        free(p->v[i].name);
+    free(p->v);
+}
+
+static int plan_from_report(gc_plan *p, const ckpt_report *r)
+{
+    size_t n = r ? ckpt_report_count(r) : 0;
+    for (size_t i = 0; i < n; i++) {
+        const ckpt_problem *e = ckpt_report_get(r, i);
+        if (plan_add(p, e->file ? e->file : "", e->step) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/*
+ * What gc would remove, computed from a read-only store for a dry run when
+ * the library accepts gc only from the writer (opening as the writer would
+ * already delete stale temporary directories).
+ */
+static int plan_readonly(gc_plan *p, ckpt_store *store, int64_t keep)
+{
+    int64_t *steps = NULL, newest_valid = -1;
+    size_t count = 0;
+    int st = ckpt_store_steps(store, &steps, &count);
+    if (st != CKPT_OK)
+        return st;
+    if (ckpt_store_latest(store, CKPT_VERIFY_QUICK, &newest_valid) != CKPT_OK)
+        newest_valid = -1;
+    ckpt_error_clear();
+    for (size_t i = 0; i + (size_t)keep < count; i++) {
+        ckpt_checkpoint *c = NULL;
+        char name[64];
+        if (steps[i] == newest_valid)
+            continue;
+        /* The directory name from the checkpoint when it opens. */
+        if (ckpt_checkpoint_open(&c, store, steps[i]) == CKPT_OK) {
+            const char *path = ckpt_checkpoint_path(c), *slash = strrchr(path, '/');
+            snprintf(name, sizeof name, "%s", slash ? slash + 1 : path);
+        } else {
+            snprintf(name, sizeof name, "step-%012" PRId64, steps[i]);
+        }
+        ckpt_checkpoint_free(c);
+        if (plan_add(p, name, steps[i]) < 0) {
+            ckpt_free(steps);
+            return CKPT_ENOMEM;
+        }
+    }
+    ckpt_free(steps);
+    ckpt_error_clear();
+    DIR *d = opendir(ckpt_store_path(store));
+    if (!d)
+        return CKPT_OK;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if ((strncmp(e->d_name, ".tmp-", 5) == 0 || strncmp(e->d_name, ".trash-", 7) == 0) &&
+            plan_add(p, e->d_name, -1) < 0) {
+            closedir(d);
+            return CKPT_ENOMEM;
+        }
+    closedir(d);
+    return CKPT_OK;
+}
+
+int cmd_gc(cli_ctx *ctx, int argc, char **argv)
+{
+    const char *dir = NULL;
+    int64_t keep = -1;
+    int dry = 0;
+    const cli_opt opts[] = {
+        {CLI_OPT_ARG, "DIR", NULL, "checkpoint root", &dir, 1, 0, NULL},
+        {CLI_OPT_INT, "keep-last", "N", "keep the N newest steps (N >= 1; required)", &keep, 0,
+         1, NULL},
+        {CLI_OPT_FLAG, "dry-run", NULL, "only list what would be removed", &dry, 0, 0, NULL},
+        {CLI_OPT_END, NULL, NULL, NULL, NULL, 0, 0, NULL},
+    };
+    int ret = 0;
+    if (cli_parse(ctx, &cli_cmd_gc, opts, argc, argv, &ret))
+        return ret;
+    if (keep < 1)
+        return cli_usage(ctx, "--keep-last N is required");
+    if (keep > 0x7fffffff)
+        return cli_usage(ctx, "--keep-last is too large");
+
+    ckpt_store *store = NULL;
+    ckpt_report *report = NULL;
+    gc_plan plan = {0};
+    int st;
+
+    if (dry) {
+        if ((ret = cli_open_readonly(ctx, dir, &store)))
+            goto done;
+        st = ckpt_store_gc(store, (int)keep, 1, &report);
+        if (st == CKPT_OK) {
+            st = plan_from_report(&plan, report) < 0 ? CKPT_ENOMEM : CKPT_OK;
+        } else if (st == CKPT_EACCES || st == CKPT_EINVAL) {
+            ckpt_error_clear();
+            st = plan_readonly(&plan, store, keep);
+        }
+    } else {
+        if ((ret = cli_open_writer(ctx, dir, &store)))
+            goto done;
+        st = ckpt_store_gc(store, (int)keep, 0, &report);
+        if (st == CKPT_OK && plan_from_report(&plan, report) < 0)
+            st = CKPT_ENOMEM;
+    }
+    if (st != CKPT_OK) {
+        /* Whatever the status, a failed gc is an error, not "invalid". */
+        ret = cli_fail(ctx, CLI_EXIT_ERROR, st, "gc of %s failed: %s", dir,
+                       *ckpt_error_last() ? ckpt_error_last() : ckpt_strerror(st));
+        goto done;
+    }
+    if (ctx->json) {
+        json_t *removed = json_array();
+        for (size_t i = 0; i < plan.n; i++)
+            json_array_append_new(removed,
+                                  json_pack("{s:s, s:o, s:s}", "name", plan.v[i].name, "step",
+                                            cli_json_int_or_null(plan.v[i].step), "kind",
+                                            plan.v[i].step < 0 ? "temp" : "step"));
+        cli_json_print(json_pack("{s:s, s:I, s:b, s:o}", "root", ckpt_store_path(store),
+                                 "keep_last", (json_int_t)keep, "dry_run", dry, "removed",
+                                 removed));
+    } else {
+        for (size_t i = 0; i < plan.n; i++)
+            printf("%s %s\n", dry ? "would remove" : "removed", plan.v[i].name);
+        if (!plan.n)
+            printf("nothing to remove\n");
+    }
+    ret = CLI_EXIT_OK;
+done:
+    plan_free(&plan);
+    ckpt_report_free(report);
+    ckpt_store_free(store);
+    return ret;
+}

@@ -1,0 +1,484 @@
+/* ckpt import: an HDF5 file's datasets as a checkpoint step. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "h5util.h"
+
+const cli_cmd cli_cmd_import = {
+    "import", "Store an HDF5 file's datasets as a checkpoint step",
+    "Every dataset becomes a tensor named by its path without the leading '/'\n"
+    "(groups joined with '/').  HDF5 integer, float (16, 32, 64 bit), h5py\n"
+    "bool, complex ({r, i} compound), enum (as its base integer) and opaque\n"
+    "(as bytes) types are supported; a 'dtype' attribute written by export\n"
+    "restores bfloat16, float8 and bytes.  The step defaults to the file's\n"
+    "'step' attribute; the root 'metadata' attribute, when it holds JSON, is\n"
+    "kept as the step's metadata.  Strings, variable-length, reference and\n"
+    "array types are refused with an error naming the dataset.  A step that\n"
+    "exists is replaced; other steps are never removed.",
+    1, cmd_import};
+
+typedef struct imp_tensor {
+    char *name;
+    ckpt_dtype dtype;
+    int ndim;
+    int64_t shape[CKPT_MAX_DIMS];
+    uint64_t bytes;
+    hid_t memtype; /* what H5Dread converts to: exactly the tensor's bytes */
+    void *data;
+} imp_tensor;
+
+typedef struct imp_list {
+    imp_tensor *v;
+    size_t n, cap;
+    hid_t file;
+    char err[1024];
+} imp_list;
+
+static const char *class_name(H5T_class_t c)
+{
+    switch (c) {
+    case H5T_INTEGER: return "integer";
+    case H5T_FLOAT: return "float";
+    case H5T_TIME: return "time";
+    case H5T_STRING: return "string";
+    case H5T_BITFIELD: return "bitfield";
+    case H5T_OPAQUE: return "opaque";
+    case H5T_COMPOUND: return "compound";
+    case H5T_REFERENCE: return "reference";
+    case H5T_ENUM: return "enum";
+    case H5T_VLEN: return "variable-length";
+    case H5T_ARRAY: return "array";
+    default: return "unknown";
+    }
+}
+
+static ckpt_dtype int_dtype(size_t size, int is_signed)
+{
+    switch (size) {
+    case 1: return is_signed ? CKPT_I8 : CKPT_U8;
+    case 2: return is_signed ? CKPT_I16 : CKPT_U16;
+    case 4: return is_signed ? CKPT_I32 : CKPT_U32;
+    case 8: return is_signed ? CKPT_I64 : CKPT_U64;
+    default: return CKPT_DTYPE_INVALID;
+    }
+}
+
+/* h5py's bool: a 1-byte enum {FALSE = 0, TRUE = 1}. */
+static int is_bool_enum(hid_t ft)
+{
+    if (H5Tget_size(ft) != 1 || H5Tget_nmembers(ft) != 2)
+        return 0;
+    int8_t v;
+    int ok = 1;
+    for (unsigned i = 0; i < 2 && ok; i++) {
+        char *name = H5Tget_member_name(ft, i);
+        int8_t want = strcmp(name ? name : "", "TRUE") == 0 ? 1 : 0;
+        ok = name && (strcmp(name, "TRUE") == 0 || strcmp(name, "FALSE") == 0) &&
+             H5Tget_member_value(ft, i, &v) >= 0 && v == want;
+        if (name)
+            H5free_memory(name);
+    }
+    H5Eclear2(H5E_DEFAULT);
+    return ok;
+}
+
+/* The dtype and the memory type to read a dataset of file type `ft` with.
+ * Sets *extra_dim to the bytes per element for opaque types (the shape
+ * gains that dimension). */
+static ckpt_dtype map_type(hid_t ft, hid_t *memtype, hsize_t *extra_dim, char *why,
+                           size_t whylen)
+{
+    H5T_class_t cls = H5Tget_class(ft);
+    size_t size = H5Tget_size(ft);
+    *memtype = -1;
+    *extra_dim = 0;
+
+    switch (cls) {
+    case H5T_INTEGER: {
+        ckpt_dtype dt = int_dtype(size, H5Tget_sign(ft) == H5T_SGN_2);
+        if (dt == CKPT_DTYPE_INVALID)
+            break;
+        *memtype = h5_type_for(dt);
+        return dt;
+    }
+    case H5T_FLOAT: {
+        if (size == 4 || size == 8) {
+            ckpt_dtype dt = size == 4 ? CKPT_F32 : CKPT_F64;
+            *memtype = h5_type_for(dt);
+            return dt;
+        }
+        if (size == 2) {
+            size_t spos, epos, esize, mpos, msize;
+            if (H5Tget_fields(ft, &spos, &epos, &esize, &mpos, &msize) < 0)
+                break;
+            ckpt_dtype dt = esize == 5 && msize == 10  ? CKPT_F16
+                            : esize == 8 && msize == 7 ? CKPT_BF16
+                                                       : CKPT_DTYPE_INVALID;
+            if (dt == CKPT_DTYPE_INVALID)
+                break;
+            /* Read the bit pattern as it is, in native byte order. */
+            *memtype = H5Tcopy(ft);
+            if (*memtype >= 0)
+                H5Tset_order(*memtype, H5Tget_order(H5T_NATIVE_UINT16));
+            return dt;
+        }
+        break;
+    }
+    case H5T_ENUM:
+        if (is_bool_enum(ft)) {
+            *memtype = h5_type_for(CKPT_BOOL);
+            return CKPT_BOOL;
+        } else {
+            hid_t base = H5Tget_super(ft);
+            ckpt_dtype dt = base >= 0 ? int_dtype(H5Tget_size(base),
+                                                  H5Tget_sign(base) == H5T_SGN_2)
+                                      : CKPT_DTYPE_INVALID;
+            if (base >= 0)
+                H5Tclose(base);
+            if (dt == CKPT_DTYPE_INVALID)
+                break;
+            *memtype = H5Tget_native_type(ft, H5T_DIR_ASCEND);
+            return dt;
+        }
+    case H5T_BITFIELD: {
+        ckpt_dtype dt = int_dtype(size, 0);
+        if (dt == CKPT_DTYPE_INVALID)
+            break;
+        *memtype = H5Tget_native_type(ft, H5T_DIR_ASCEND);
+        return dt;
+    }
+    case H5T_OPAQUE:
+        *memtype = H5Tcopy(ft);
+        *extra_dim = size;
+        return CKPT_BYTES;
+    case H5T_COMPOUND: {
+        /* complex: two float members of one size, the real part first. */
+        if (H5Tget_nmembers(ft) != 2)
+            break;
+        hid_t m0 = H5Tget_member_type(ft, 0), m1 = H5Tget_member_type(ft, 1);
+        size_t s0 = m0 >= 0 ? H5Tget_size(m0) : 0;
+        int ok = m0 >= 0 && m1 >= 0 && H5Tget_class(m0) == H5T_FLOAT &&
+                 H5Tget_class(m1) == H5T_FLOAT && s0 == H5Tget_size(m1) &&
+                 (s0 == 4 || s0 == 8) && H5Tget_member_offset(ft, 0) == 0 &&
+                 H5Tget_member_offset(ft, 1) == s0;
+        if (m0 >= 0)
+            H5Tclose(m0);
+        if (m1 >= 0)
+            H5Tclose(m1);
+        if (!ok)
+            break;
+        /* Compound conversion matches members by name: keep the file's. */
+        char *n0 = H5Tget_member_name(ft, 0), *n1 = H5Tget_member_name(ft, 1);
+        hid_t part = s0 == 4 ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE;
+        hid_t mt = H5Tcreate(H5T_COMPOUND, 2 * s0);
+        if (mt >= 0 && n0 && n1 && H5Tinsert(mt, n0, 0, part) >= 0 &&
+            H5Tinsert(mt, n1, s0, part) >= 0) {
+            *memtype = mt;
+        } else if (mt >= 0) {
+            H5Tclose(mt);
+        }
+        if (n0)
+            H5free_memory(n0);
+        if (n1)
+            H5free_memory(n1);
+        if (*memtype < 0)
+            break;
+        return s0 == 4 ? CKPT_C64 : CKPT_C128;
+    }
+    default:
+        break;
+    }
+    snprintf(why, whylen, "unsupported HDF5 type (%s, %zu bytes)", class_name(cls), size);
+    return CKPT_DTYPE_INVALID;
+}
+
+static int imp_add(imp_list *l, const char *name, hid_t dset)
+{
+    imp_tensor t;
+    char why[512] = "";
+    hid_t ft = -1, sp = -1;
+    char *hint = NULL;
+    memset(&t, 0, sizeof t);
+    t.memtype = -1;
+
+    if (strlen(name) > 255) {
+        snprintf(l->err, sizeof l->err, "dataset '%s': name longer than 255 bytes", name);
+        return -1;
+    }
+    ft = H5Dget_type(dset);
+    sp = H5Dget_space(dset);
+    if (ft < 0 || sp < 0) {
+        snprintf(l->err, sizeof l->err, "dataset '%s': %s", name, h5_reason(why, sizeof why));
+        goto fail;
+    }
+    hsize_t extra;
+    t.dtype = map_type(ft, &t.memtype, &extra, why, sizeof why);
+    if (t.dtype == CKPT_DTYPE_INVALID || t.memtype < 0) {
+        snprintf(l->err, sizeof l->err, "dataset '%s': %s", name,
+                 *why ? why : "cannot build a memory type");
+        goto fail;
+    }
+    /* Export stores these as unsigned integers with a "dtype" attribute. */
+    hint = h5_get_str_attr(dset, "dtype");
+    if (hint) {
+        ckpt_dtype h = ckpt_dtype_from_name(hint);
+        if (((h == CKPT_BF16 || h == CKPT_F16) && t.dtype == CKPT_U16) ||
+            ((h == CKPT_F8_E4M3 || h == CKPT_F8_E5M2 || h == CKPT_BYTES) &&
+             t.dtype == CKPT_U8))
+            t.dtype = h;
+    }
+    H5S_class_t sc = H5Sget_simple_extent_type(sp);
+    int nd = sc == H5S_SIMPLE ? H5Sget_simple_extent_ndims(sp) : 0;
+    if (sc == H5S_NULL || sc == H5S_NO_CLASS || nd < 0) {
+        snprintf(l->err, sizeof l->err, "dataset '%s': has no dataspace (null or unknown)",
+                 name);
+        goto fail;
+    }
+    if (nd + (extra ? 1 : 0) > CKPT_MAX_DIMS) {
+        snprintf(l->err, sizeof l->err, "dataset '%s': %d dimensions, more than %d", name, nd,
+                 CKPT_MAX_DIMS);
+        goto fail;
+    }
+    hsize_t dims[H5S_MAX_RANK];
+    if (nd > 0 && H5Sget_simple_extent_dims(sp, dims, NULL) < 0) {
+        snprintf(l->err, sizeof l->err, "dataset '%s': %s", name, h5_reason(why, sizeof why));
+        goto fail;
+    }
+    uint64_t elems = 1, esize = ckpt_dtype_size(t.dtype);
+    for (int d = 0; d < nd; d++) {
+        t.shape[d] = (int64_t)dims[d];
+        if (dims[d] > INT64_MAX || (dims[d] && elems > UINT64_MAX / dims[d])) {
+            snprintf(l->err, sizeof l->err, "dataset '%s': dimensions overflow", name);
+            goto fail;
+        }
+        elems *= dims[d];
+    }
+    t.ndim = nd;
+    if (extra) {
+        t.shape[t.ndim++] = (int64_t)extra;
+        esize = extra;
+    }
+    if (esize && elems > UINT64_MAX / esize) {
+        snprintf(l->err, sizeof l->err, "dataset '%s': size overflows", name);
+        goto fail;
+    }
+    t.bytes = elems * esize;
+    if (!(t.name = strdup(name)))
+        goto oom;
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 16;
+        imp_tensor *v = realloc(l->v, cap * sizeof *v);
+        if (!v)
+            goto oom;
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = t;
+    free(hint);
+    H5Tclose(ft);
+    H5Sclose(sp);
+    return 0;
+oom:
+    snprintf(l->err, sizeof l->err, "out of memory");
+fail:
+    free(t.name);
+    free(hint);
+    if (t.memtype >= 0)
+        H5Tclose(t.memtype);
+    if (ft >= 0)
+        H5Tclose(ft);
+    if (sp >= 0)
+        H5Sclose(sp);
+    return -1;
+}
+
+static herr_t visit_cb(hid_t group, const char *name, const h5_link_info *info, void *data)
+{
+    imp_list *l = data;
+    char why[512];
+    if (info->type != H5L_TYPE_HARD) {
+        fprintf(stderr, "ckpt import: skipping link '%s' (not a hard link)\n", name);
+        return 0;
+    }
+    hid_t obj = H5Oopen(group, name, H5P_DEFAULT);
+    if (obj < 0) {
+        snprintf(l->err, sizeof l->err, "cannot open '%s': %s", name,
+                 h5_reason(why, sizeof why));
+        return -1;
+    }
+    int rc = 0;
+    if (H5Iget_type(obj) == H5I_DATASET)
+        rc = imp_add(l, name, obj);
+    H5Oclose(obj);
+    return rc < 0 ? -1 : 0;
+}
+
+static void imp_free(imp_list *l)
+{
+    for (size_t i = 0; i < l->n; i++) {
+        free(l->v[i].name);
+        free(l->v[i].data);
+        if (l->v[i].memtype >= 0)
+            H5Tclose(l->v[i].memtype);
+    }
+    free(l->v);
+}
+
+int cmd_import(cli_ctx *ctx, int argc, char **argv)
+{
+    const char *in = NULL, *dir = NULL;
+    int64_t step = -1;
+    int have_step = 0;
+    const cli_opt opts[] = {
+        {CLI_OPT_ARG, "IN.h5", NULL, "HDF5 file to read", &in, 1, 0, NULL},
+        {CLI_OPT_ARG, "DIR", NULL, "checkpoint root (created if missing)", &dir, 1, 0, NULL},
+        {CLI_OPT_INT, "step", "N", "step to write (default: the file's 'step' attribute)",
+         &step, 0, 0, &have_step},
+        {CLI_OPT_END, NULL, NULL, NULL, NULL, 0, 0, NULL},
+    };
+    int ret = 0;
+    if (cli_parse(ctx, &cli_cmd_import, opts, argc, argv, &ret))
+        return ret;
+
+    imp_list l;
+    memset(&l, 0, sizeof l);
+    l.file = -1;
+    ckpt_store *store = NULL;
+    ckpt_tensor *tensors = NULL;
+    ckpt_save *save = NULL;
+    char *meta = NULL, why[512];
+    cli_progress prog = {0};
+    uint64_t raw = 0;
+    int st;
+
+    h5_setup();
+    if (access(in, R_OK) != 0) {
+        ret = cli_fail(ctx, CLI_EXIT_ERROR, 0, "cannot read %s: %s", in, strerror(errno));
+        goto done;
+    }
+    if (H5Fis_hdf5(in) <= 0) {
+        H5Eclear2(H5E_DEFAULT);
+        ret = cli_fail(ctx, CLI_EXIT_ERROR, 0, "%s is not an HDF5 file (no HDF5 signature)", in);
+        goto done;
+    }
+    l.file = H5Fopen(in, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (l.file < 0) {
+        ret = cli_fail(ctx, CLI_EXIT_ERROR, 0, "cannot open %s: %s", in,
+                       h5_reason(why, sizeof why));
+        goto done;
+    }
+    if (!have_step) {
+        hid_t a = H5Aexists(l.file, "step") > 0 ? H5Aopen(l.file, "step", H5P_DEFAULT) : -1;
+        hid_t at = a >= 0 ? H5Aget_type(a) : -1;
+        if (at >= 0 && H5Tget_class(at) == H5T_INTEGER &&
+            H5Aread(a, H5T_NATIVE_INT64, &step) >= 0 && step >= 0)
+            have_step = 1;
+        if (at >= 0)
+            H5Tclose(at);
+        if (a >= 0)
+            H5Aclose(a);
+        H5Eclear2(H5E_DEFAULT);
+        if (!have_step) {
+            ret = cli_usage(ctx, "%s has no integer 'step' attribute: give --step N", in);
+            goto done;
+        }
+    }
+    if (H5Lvisit(l.file, H5_INDEX_NAME, H5_ITER_INC, visit_cb, &l) < 0) {
+        if (!*l.err)
+            snprintf(l.err, sizeof l.err, "%s", h5_reason(why, sizeof why));
+        ret = cli_fail(ctx, CLI_EXIT_ERROR, 0, "cannot import %s: %s", in, l.err);
+        goto done;
+    }
+    if (!l.n) {
+        ret = cli_fail(ctx, CLI_EXIT_ERROR, 0, "cannot import %s: it has no datasets", in);
+        goto done;
+    }
+    meta = h5_get_str_attr(l.file, "metadata");
+    if (meta) {
+        json_t *v = json_loads(meta, JSON_DECODE_ANY, NULL);
+        if (!v) { /* not JSON: keep the text as a JSON string */
+            json_t *str = json_string(meta);
+            char *text = str ? json_dumps(str, JSON_ENCODE_ANY) : NULL;
+            json_decref(str);
+            free(meta);
+            meta = text;
+        }
+        json_decref(v);
+    }
+    for (size_t i = 0; i < l.n; i++)
+        raw += l.v[i].bytes;
+    if (!(tensors = calloc(l.n, sizeof *tensors))) {
+        ret = cli_fail(ctx, CLI_EXIT_ERROR, CKPT_ENOMEM, "out of memory");
+        goto done;
+    }
+    cli_progress_start(&prog, "import", raw);
+    for (size_t i = 0; i < l.n; i++) {
+        imp_tensor *t = &l.v[i];
+        t->data = malloc(t->bytes ? t->bytes : 1);
+        if (!t->data) {
+            cli_progress_end(&prog);
+            ret = cli_fail(ctx, CLI_EXIT_ERROR, CKPT_ENOMEM,
+                           "out of memory for dataset '%s' (%" PRIu64 " bytes)", t->name,
+                           t->bytes);
+            goto done;
+        }
+        if (t->bytes) {
+            hid_t d = H5Dopen2(l.file, t->name, H5P_DEFAULT);
+            if (d < 0 || H5Dread(d, t->memtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, t->data) < 0) {
+                h5_reason(why, sizeof why);
+                if (d >= 0)
+                    H5Dclose(d);
+                cli_progress_end(&prog);
+                ret = cli_fail(ctx, CLI_EXIT_ERROR, 0, "cannot read dataset '%s' of %s: %s",
+                               t->name, in, why);
+                goto done;
+            }
+            H5Dclose(d);
+        }
+        cli_progress_add(&prog, t->bytes);
+        tensors[i].name = t->name;
+        tensors[i].data = t->data;
+        tensors[i].bytes = t->bytes;
+        tensors[i].dtype = t->dtype;
+        tensors[i].ndim = t->ndim;
+        tensors[i].shape = t->shape;
+        tensors[i].memory = CKPT_MEM_HOST;
+    }
+    cli_progress_end(&prog);
+
+    if ((ret = cli_open_writer(ctx, dir, &store)))
+        goto done;
+    ckpt_save_options so = CKPT_SAVE_OPTIONS_INIT;
+    so.metadata_json = meta;
+    st = ckpt_save_begin(&save, store, step, tensors, l.n, &so);
+    if (st == CKPT_OK)
+        st = ckpt_save_wait(save);
+    if (st != CKPT_OK) {
+        ret = cli_fail(ctx, CLI_EXIT_ERROR, st, "cannot save step %" PRId64 " in %s: %s", step,
+                       dir, *ckpt_error_last() ? ckpt_error_last() : ckpt_strerror(st));
+        goto done;
+    }
+    if (ctx->json) {
+        cli_json_print(json_pack("{s:s, s:s, s:I, s:I, s:I}", "file", in, "root",
+                                 ckpt_store_path(store), "step", (json_int_t)step, "tensors",
+                                 (json_int_t)l.n, "raw_bytes", (json_int_t)raw));
+    } else {
+        char b1[32];
+        printf("imported %zu tensors (%s) from %s as step %" PRId64 " in %s\n", l.n,
+               cli_fmt_bytes(raw, b1), in, step, dir);
+    }
+    ret = CLI_EXIT_OK;
+done:
+    ckpt_save_free(save);
+    ckpt_store_free(store);
+    free(tensors);
+    free(meta);
+    if (l.file >= 0)
+        H5Fclose(l.file);
+    imp_free(&l);
+    return ret;
+}

@@ -1,0 +1,222 @@
+/* output: errors, JSON documents and human-readable formatting. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+
+int cli_exit_for(int status)
+{
+    switch (status) {
+    case CKPT_OK:
+        return CLI_EXIT_OK;
+    case CKPT_ECORRUPT:
+    case CKPT_EINCOMPLETE:
+    case CKPT_ENOCKPT:
+    case CKPT_ENOTFOUND:
+        return CLI_EXIT_INVALID;
+    default:
+        return CLI_EXIT_ERROR;
+    }
+}
+
+const char *cli_status_name(int status)
+{
+    switch (status) {
+    case CKPT_OK: return "ok";
+    case CKPT_EINVAL: return "invalid_argument";
+    case CKPT_ENOMEM: return "no_memory";
+    case CKPT_EIO: return "io";
+    case CKPT_ENOSPC: return "no_space";
+    case CKPT_EBUSY: return "busy";
+    case CKPT_ECORRUPT: return "corrupt";
+    case CKPT_ENOTFOUND: return "not_found";
+    case CKPT_ENOCKPT: return "no_checkpoint";
+    case CKPT_EMISMATCH: return "mismatch";
+    case CKPT_EVERSION: return "version";
+    case CKPT_EDEVICE: return "device";
+    case CKPT_ENODEVICE: return "no_device";
+    case CKPT_EACCES: return "access";
+    case CKPT_EINTERNAL: return "internal";
+    case CKPT_EINCOMPLETE: return "incomplete";
+    default: return "unknown";
+    }
+}
+
+static int vfail(cli_ctx *ctx, int exit_code, int status, const char *msg)
+{
+    if (ctx->json) {
+        json_t *err = json_pack("{s:s, s:s?, s:i}", "message", msg, "status",
+                                status ? cli_status_name(status) : NULL, "exit_code",
+                                exit_code);
+        if (status)
+            json_object_set_new(err, "code", json_integer(status));
+        cli_json_print(json_pack("{s:o}", "error", err));
+    } else {
+        fprintf(stderr, "ckpt %s: %s\n", ctx->cmd, msg);
+    }
+    return exit_code;
+}
+
+int cli_fail(cli_ctx *ctx, int exit_code, int status, const char *fmt, ...)
+{
+    char msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return vfail(ctx, exit_code, status, msg);
+}
+
+int cli_fail_lib(cli_ctx *ctx, int status, const char *fmt, ...)
+{
+    char what[1024], msg[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    const char *detail = ckpt_error_last();
+    if (!detail || !*detail)
+        detail = ckpt_strerror(status);
+    snprintf(msg, sizeof msg, "%s: %s", what, detail);
+    return vfail(ctx, cli_exit_for(status), status, msg);
+}
+
+int cli_usage(cli_ctx *ctx, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (ctx->json)
+        return vfail(ctx, CLI_EXIT_USAGE, 0, msg);
+    fprintf(stderr, "ckpt %s: %s\n", ctx->cmd, msg);
+    if (strcmp(ctx->cmd, "ckpt") == 0)
+        fprintf(stderr, "Try 'ckpt --help'.\n");
+    else
+        fprintf(stderr, "Try 'ckpt %s --help'.\n", ctx->cmd);
+    return CLI_EXIT_USAGE;
+}
+
+int cli_json_print(json_t *doc)
+{
+    if (!doc) {
+        fprintf(stderr, "ckpt: out of memory building JSON output\n");
+        return -1;
+    }
+    int r = json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+    fputc('\n', stdout);
+    fflush(stdout);
+    json_decref(doc);
+    return r;
+}
+
+json_t *cli_json_from_text(const char *text)
+{
+    if (!text)
+        return json_null();
+    json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
+    return v ? v : json_string(text);
+}
+
+json_t *cli_json_int_or_null(int64_t v)
+{
+    return v < 0 ? json_null() : json_integer(v);
+}
+
+json_t *cli_problem_json(const ckpt_problem *p)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "step", cli_json_int_or_null(p->step));
+    json_object_set_new(o, "status", json_string(cli_status_name(p->status)));
+    json_object_set_new(o, "code", json_integer(p->status));
+    json_object_set_new(o, "message", json_string(p->message ? p->message : ""));
+    json_object_set_new(o, "file",
+                        p->file && *p->file ? json_string(p->file) : json_null());
+    json_object_set_new(o, "tensor",
+                        p->tensor && *p->tensor ? json_string(p->tensor) : json_null());
+    json_object_set_new(o, "offset", cli_json_int_or_null(p->offset));
+    return o;
+}
+
+json_t *cli_report_json(const ckpt_report *report)
+{
+    json_t *a = json_array();
+    size_t n = report ? ckpt_report_count(report) : 0;
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(a, cli_problem_json(ckpt_report_get(report, i)));
+    return a;
+}
+
+void cli_report_print(FILE *f, const ckpt_report *report)
+{
+    size_t n = report ? ckpt_report_count(report) : 0;
+    for (size_t i = 0; i < n; i++) {
+        const ckpt_problem *p = ckpt_report_get(report, i);
+        fprintf(f, "  step %" PRId64 ": %s", p->step, p->message ? p->message : "");
+        /* The library's messages usually name the file already. */
+        if (p->file && *p->file && p->message && strstr(p->message, p->file)) {
+            fputc('\n', f);
+            continue;
+        }
+        int any = 0;
+        if (p->file && *p->file) {
+            fprintf(f, " [file %s", p->file);
+            any = 1;
+        }
+        if (p->tensor && *p->tensor) {
+            fprintf(f, "%stensor %s", any ? ", " : " [", p->tensor);
+            any = 1;
+        }
+        if (p->offset >= 0) {
+            fprintf(f, "%soffset %" PRId64, any ? ", " : " [", p->offset);
+            any = 1;
+        }
+        fprintf(f, "%s\n", any ? "]" : "");
+    }
+}
+
+const char *cli_fmt_bytes(uint64_t bytes, char buf[32])
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = (double)bytes;
+    int u = 0;
+    while (v >= 1024.0 && u < 5) {
+        v /= 1024.0;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, 32, "%" PRIu64 " B", bytes);
+    else
+        snprintf(buf, 32, "%.1f %s", v, units[u]);
+    return buf;
+}
+
+const char *cli_fmt_time(double unix_s, char buf[32])
+{
+    if (!(unix_s > 0) || !isfinite(unix_s)) {
+        snprintf(buf, 32, "-");
+        return buf;
+    }
+    time_t t = (time_t)unix_s;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(buf, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+
+const char *cli_fmt_duration(double s, char buf[32])
+{
+    if (!(s >= 0) || !isfinite(s)) {
+        snprintf(buf, 32, "-");
+    } else if (s < 60) {
+        snprintf(buf, 32, "%.2fs", s);
+    } else {
+        long t = (long)(s + 0.5);
+        snprintf(buf, 32, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    }
+    return buf;
+}

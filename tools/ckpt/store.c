@@ -1,0 +1,201 @@
+/* store: opening checkpoint roots and naming verification outcomes. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+/* Absolute paths in what the commands print (job scripts cd around). */
+static const char *absolute(const char *dir, char *buf)
+{
+    return realpath(dir, buf) ? buf : dir;
+}
+
+int cli_open_readonly(cli_ctx *ctx, const char *dir, ckpt_store **out)
+{
+    ckpt_store_options opts = CKPT_STORE_OPTIONS_INIT;
+    char abs[PATH_MAX];
+    opts.flags = CKPT_OPEN_READONLY;
+    int st = ckpt_store_open(out, absolute(dir, abs), &opts);
+    if (st != CKPT_OK) {
+        /* A root that cannot be opened is an I/O problem, never "invalid". */
+        int code = cli_exit_for(st);
+        return cli_fail(ctx, code == CLI_EXIT_INVALID ? CLI_EXIT_ERROR : code, st,
+                        "cannot open %s: %s", dir,
+                        *ckpt_error_last() ? ckpt_error_last() : ckpt_strerror(st));
+    }
+    return 0;
+}
+
+int cli_open_writer(cli_ctx *ctx, const char *dir, ckpt_store **out)
+{
+    ckpt_store_options opts = CKPT_STORE_OPTIONS_INIT;
+    char abs[PATH_MAX];
+    opts.keep_last = 0; /* the CLI never retires steps as a side effect */
+    int st = ckpt_store_open(out, absolute(dir, abs), &opts);
+    if (st != CKPT_OK) {
+        int code = cli_exit_for(st);
+        return cli_fail(ctx, code == CLI_EXIT_INVALID ? CLI_EXIT_ERROR : code, st,
+                        "cannot open %s for writing: %s", dir,
+                        *ckpt_error_last() ? ckpt_error_last() : ckpt_strerror(st));
+    }
+    return 0;
+}
+
+const char *cli_step_state_name(cli_step_state s)
+{
+    switch (s) {
+    case CLI_STEP_VALID: return "valid";
+    case CLI_STEP_INCOMPLETE: return "incomplete";
+    case CLI_STEP_CORRUPT: return "corrupt";
+    default: return "error";
+    }
+}
+
+cli_step_state cli_classify(int status, const ckpt_report *report)
+{
+    if (status == CKPT_OK)
+        return CLI_STEP_VALID;
+    if (status == CKPT_EINCOMPLETE)
+        return CLI_STEP_INCOMPLETE;
+    size_t n = report ? ckpt_report_count(report) : 0;
+    for (size_t i = 0; i < n; i++)
+        if (ckpt_report_get(report, i)->status == CKPT_EINCOMPLETE)
+            return CLI_STEP_INCOMPLETE;
+    if (status == CKPT_ECORRUPT)
+        return CLI_STEP_CORRUPT;
+    return CLI_STEP_ERROR;
+}
+
+uint64_t cli_dir_bytes(const char *dir)
+{
+    uint64_t total = 0;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return 0;
+    }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        struct stat sb;
+        if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2])))
+            continue;
+        if (fstatat(fd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode))
+            total += (uint64_t)sb.st_size;
+    }
+    closedir(d);
+    return total;
+}
+
+int cli_step_check(ckpt_store *store, int64_t step, ckpt_verify_level level,
+                   cli_step *out)
+{
+    memset(out, 0, sizeof *out);
+    out->step = step;
+    /* Opening checks what quick verification checks; ckpt_verify() is only
+     * needed for a full check or to learn why the open failed. */
+    int st = ckpt_checkpoint_open(&out->ckpt, store, step);
+    if (st == CKPT_OK) {
+        out->have_stats = ckpt_checkpoint_stats(out->ckpt, &out->stats) == CKPT_OK;
+        if (level == CKPT_VERIFY_QUICK) {
+            out->status = CKPT_OK;
+            out->state = CLI_STEP_VALID;
+            return CKPT_OK;
+        }
+    } else {
+        out->ckpt = NULL;
+    }
+    ckpt_error_clear();
+    out->status = ckpt_verify(store, step, level, &out->report);
+    if (out->status != CKPT_OK && (!out->report || ckpt_report_count(out->report) == 0)) {
+        /* Keep the reason even when the library filed no problem. */
+        snprintf(out->message, sizeof out->message, "%s",
+                 *ckpt_error_last() ? ckpt_error_last() : ckpt_strerror(out->status));
+    }
+    out->state = cli_classify(out->status, out->report);
+    return out->status;
+}
+
+void cli_step_clear(cli_step *s)
+{
+    ckpt_report_free(s->report);
+    ckpt_checkpoint_free(s->ckpt);
+    memset(s, 0, sizeof *s);
+}
+
+json_t *cli_step_json(const cli_step *s)
+{
+    char tbuf[32];
+    json_t *o = json_object();
+    json_object_set_new(o, "step", json_integer(s->step));
+    json_object_set_new(o, "status", json_string(cli_step_state_name(s->state)));
+    if (s->ckpt) {
+        double t = ckpt_checkpoint_time(s->ckpt);
+        json_object_set_new(o, "path", json_string(ckpt_checkpoint_path(s->ckpt)));
+        json_object_set_new(o, "time", json_real(t));
+        json_object_set_new(o, "time_iso", json_string(cli_fmt_time(t, tbuf)));
+        json_object_set_new(o, "tensors",
+                            json_integer((json_int_t)ckpt_checkpoint_tensor_count(s->ckpt)));
+    } else {
+        json_object_set_new(o, "path", json_null());
+        json_object_set_new(o, "time", json_null());
+        json_object_set_new(o, "time_iso", json_null());
+        json_object_set_new(o, "tensors", json_null());
+    }
+    if (s->have_stats) {
+        const ckpt_save_stats *st = &s->stats;
+        json_object_set_new(o, "raw_bytes", json_integer((json_int_t)st->raw_bytes));
+        json_object_set_new(o, "stored_bytes", json_integer((json_int_t)st->stored_bytes));
+        json_object_set_new(o, "ratio", st->stored_bytes
+                                            ? json_real((double)st->raw_bytes /
+                                                        (double)st->stored_bytes)
+                                            : json_null());
+        json_object_set_new(o, "chunks", json_integer((json_int_t)st->chunks));
+        json_object_set_new(o, "stall_seconds", json_real(st->stall_s));
+        json_object_set_new(o, "persist_seconds", json_real(st->persist_s));
+        json_object_set_new(o, "save_seconds", json_real(st->stall_s + st->persist_s));
+    } else {
+        static const char *const keys[] = {"raw_bytes", "stored_bytes", "ratio", "chunks",
+                                           "stall_seconds", "persist_seconds",
+                                           "save_seconds"};
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+            json_object_set_new(o, keys[i], json_null());
+    }
+    json_t *problems = cli_report_json(s->report);
+    if (s->status != CKPT_OK && json_array_size(problems) == 0) {
+        ckpt_problem p = {s->step, s->status, s->message, "", "", -1};
+        json_array_append_new(problems, cli_problem_json(&p));
+    }
+    json_object_set_new(o, "problems", problems);
+    return o;
+}
+
+void cli_step_print_problems(FILE *f, const cli_step *s)
+{
+    if (s->report && ckpt_report_count(s->report))
+        cli_report_print(f, s->report);
+    else if (s->status != CKPT_OK)
+        fprintf(f, "  step %lld: %s\n", (long long)s->step, s->message);
+}
+
+uint64_t cli_steps_stored_bytes(ckpt_store *store, const int64_t *steps, size_t count)
+{
+    uint64_t total = 0;
+    for (size_t i = 0; i < count; i++) {
+        ckpt_checkpoint *c = NULL;
+        ckpt_save_stats st;
+        if (ckpt_checkpoint_open(&c, store, steps[i]) == CKPT_OK &&
+            ckpt_checkpoint_stats(c, &st) == CKPT_OK)
+            total += st.stored_bytes;
+        ckpt_checkpoint_free(c);
+    }
+    ckpt_error_clear();
+    return total;
+}

@@ -155,6 +155,8 @@ static void store_destroy(ckpt_store *s)
     if (!s)
         return;
     save_drain(s);
+    if (s->dev)
+        device_quiesce(s->dev); /* no copy may land in memory freed below */
     pool_free(s->pool);
     if (s->workers) {
         for (int i = 0; i < s->opts.threads; i++) {

@@ -82,30 +82,34 @@ static int resolve(void *h, cuda_api *a, char *why, size_t why_len)
 }
 
 /* A runtime the process already has: a library loaded by the application,
- * or (for statically linked ones that export it) a global symbol. */
-static void *find_resident(const char **what)
+ * or (for statically linked ones that export it) a global symbol.  *h gets
+ * the handle to resolve with (RTLD_DEFAULT, which is NULL, for the latter). */
+static int find_resident(void **h, const char **what)
 {
     for (size_t i = 0; i < sizeof k_resident / sizeof k_resident[0]; i++) {
-        void *h = dlopen(k_resident[i], RTLD_NOW | RTLD_NOLOAD);
-        if (h) {
+        *h = dlopen(k_resident[i], RTLD_NOW | RTLD_NOLOAD);
+        if (*h) {
             *what = k_resident[i];
-            return h;
+            return 1;
         }
     }
     if (dlsym(RTLD_DEFAULT, "cudaGetDeviceCount")) {
+        *h = RTLD_DEFAULT;
         *what = "(in process)";
-        return RTLD_DEFAULT;
+        return 1;
     }
-    return NULL;
+    return 0;
 }
 
 static int runtime_in_process(void)
 {
     const char *what;
-    void *h = find_resident(&what);
-    if (h && h != RTLD_DEFAULT)
+    void *h;
+    if (!find_resident(&h, &what))
+        return 0;
+    if (h != RTLD_DEFAULT)
         dlclose(h); /* drop the reference NOLOAD took */
-    return h != NULL;
+    return 1;
 }
 
 static void load(void)
@@ -113,11 +117,11 @@ static void load(void)
     char tried[1536] = "";
     char why[256];
     const char *what = NULL;
-    void *h = find_resident(&what);
+    void *h = NULL;
     cuda_api a;
     memset(&a, 0, sizeof a);
 
-    if (h) {
+    if (find_resident(&h, &what)) {
         if (resolve(h, &a, why, sizeof why) != 0) {
             snprintf(g_msg, sizeof g_msg,
                      "the CUDA runtime already in the process (%s) is unusable: %s",
@@ -127,15 +131,16 @@ static void load(void)
         snprintf(g_library, sizeof g_library, "%s", what);
     } else {
         const char *env = getenv("CKPT_CUDART_LIBRARY");
-        msg_append(tried, sizeof tried, "none already in the process");
+        msg_append(tried, sizeof tried, "the process");
         if (env && *env) {
             h = dlopen(env, RTLD_NOW | RTLD_LOCAL);
             if (!h) {
                 const char *e = dlerror();
-                msg_append(tried, sizeof tried, "; CKPT_CUDART_LIBRARY=%s: %s", env,
-                           e ? e : "cannot load");
+                /* dlerror() starts with the path */
+                msg_append(tried, sizeof tried, "; $CKPT_CUDART_LIBRARY: %s",
+                           e ? e : env);
             } else if (resolve(h, &a, why, sizeof why) != 0) {
-                msg_append(tried, sizeof tried, "; CKPT_CUDART_LIBRARY=%s: %s", env, why);
+                msg_append(tried, sizeof tried, "; $CKPT_CUDART_LIBRARY: %s: %s", env, why);
                 dlclose(h);
                 h = NULL;
             } else {

@@ -215,10 +215,12 @@ static int need_cuda(device *dev, const char *tensor, dcuda **cu)
                        "was not classified)", tensor ? tensor : "");
 }
 
-int device_snapshot_reserve(device *dev, uint64_t device_bytes)
+int device_snapshot_reserve(device *dev, const ckpt_tensor *t, const ckpt_memory *mem,
+                            size_t count, int *staged)
 {
     dcuda *cu = cuda_of(dev);
-    return cu ? dcuda_snapshot_reserve(cu, device_bytes) : CKPT_OK;
+    *staged = 0;
+    return cu ? dcuda_snapshot_reserve(cu, t, mem, count, staged) : CKPT_OK;
 }
 
 int device_snapshot_start(device *dev, void *caller_stream)

@@ -1,9 +1,11 @@
 /* device: where tensor bytes come from and go to.  The save pipeline and the
  * restore path talk only to this interface; the `host` backend is memcpy,
  * the `cuda` backend (device_cuda.c) drives the CUDA runtime loaded at run
- * time (cuda_loader.c).  One device object per store; calls are made by the
- * store's API thread except device_event_wait() and device_event_free(),
- * which workers call. */
+ * time (cuda_loader.c).  One device object per store.  The save-side calls
+ * (classify, reserve, snapshot_start, copy_d2h, record, fence, quiesce) come
+ * from the store's API thread; device_event_wait/snapshot_wait/event_free,
+ * the host allocation calls and the restore-side calls (copy_h2d,
+ * record_stream, stream_sync) are thread-safe and may come from workers. */
 #ifndef CKPT_DEVICE_H
 #define CKPT_DEVICE_H
 
@@ -50,12 +52,18 @@ int device_classify(device *dev, const void *ptr, ckpt_memory declared,
                     ckpt_memory *actual);
 
 /* --- save side (API thread) */
-/* CKPT_SNAPSHOT_DEVICE only (a no-op otherwise): set aside spare device
- * memory for `device_bytes` of device tensors before device_snapshot_start.
- * Not an error when it does not fit: the snapshot then goes straight to the
- * host (noted in device_describe).  Without this call DEVICE mode behaves as
- * HOST. */
-int device_snapshot_reserve(device *dev, uint64_t device_bytes);
+/* CKPT_SNAPSHOT_DEVICE only (a no-op otherwise), before device_snapshot_start:
+ * plan to stage the device tensors among t[0..count) (those with mem[i] ==
+ * CKPT_MEM_DEVICE) whole in spare device memory.  *staged is 1 when that
+ * fits: device_snapshot_start then issues all the D2D copies at once, the
+ * device_copy_d2h calls of chunks of those tensors only drain from there,
+ * and a device_record made right after device_snapshot_start is already the
+ * snapshot marker (fence / wait_snapshot: the caller's memory has been
+ * read).  Not an error when it does not fit (*staged 0, noted in
+ * device_describe): the snapshot then goes straight to the host.  `t` and
+ * `mem` need only live during the call. */
+int device_snapshot_reserve(device *dev, const ckpt_tensor *t, const ckpt_memory *mem,
+                            size_t count, int *staged);
 /* Order the copies that follow after all work enqueued on caller_stream. */
 int device_snapshot_start(device *dev, void *caller_stream);
 /* Copy n bytes of device memory src into host memory dst, asynchronously on

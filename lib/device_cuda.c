@@ -3,20 +3,27 @@
  * Ordering.  A snapshot records `start` on the caller's stream and makes our
  * copy stream wait for it: the copies see exactly what the caller's stream
  * had produced when the save began, and the CPU never waits for that.  Every
- * device_record() marks the copies enqueued so far with pooled events;
+ * device_record() marks the copies enqueued so far with (pooled) events;
  * workers wait for them before reading a chunk, and fence() makes any stream
  * wait for them on the GPU.
  *
- * Modes.  HOST and STREAM copy device -> host on the copy stream (they differ
- * in how big a snapshot buffer the pipeline hands us).  DEVICE copies device
- * -> spare device memory (`scratch`) on the copy stream and drains scratch ->
- * host on a second stream; an event then carries two CUDA events: `snap`,
- * when the caller's memory has been read (what fence and wait_snapshot use),
- * and `data`, when the host bytes are there (what workers wait for).
+ * Modes.  HOST and STREAM copy device -> host on the copy stream, chunk by
+ * chunk (they differ in how big a snapshot buffer the pipeline hands us).
+ * DEVICE ("staged") copies every device tensor whole into spare device memory
+ * (`scratch`) as soon as the snapshot starts, a handful of large D2D copies
+ * marked by one shared `snap` event; the chunk copies then only drain
+ * scratch -> host on a second stream.  Those drains cost no CUDA call when
+ * the pipeline asks for them: they are coalesced and issued in batches of
+ * DRAIN_BATCH bytes (or when a worker waits for one), so the caller is not
+ * held by thousands of small enqueues while the D2D copy takes milliseconds.
+ * An event carries `snap`, when the caller's memory has been read (what
+ * fence and wait_snapshot use), and `data`, when the host bytes are there
+ * (what workers wait for).
  *
- * Threads.  Everything runs on the store's API thread except
- * dcuda_event_wait() and dcuda_event_free(), which workers call: those touch
- * only the event itself and the pool, which `mu` guards. */
+ * Threads.  The save side runs on the store's API thread; event waits and
+ * frees, host allocations and the restore side also come from workers.
+ * `mu` guards the drain batch and reference counts, `pool_mu` the event
+ * pool (taken inside `mu`, never the other way round). */
 #include "device_cuda.h"
 
 #include <jansson.h>
@@ -31,41 +38,70 @@
 
 #define TENSOR_NAME_MAX 256
 #define SCRATCH_ALIGN 256u
+#define DRAIN_BATCH ((uint64_t)64 << 20)
+
+/* A CUDA event that several device_events share. */
+typedef struct shared_ev {
+    cu_event e;
+    int refs;       /* mu */
+    int issued;     /* mu: recorded on its stream (drain batches start at 0) */
+    cu_err err;     /* mu: enqueueing the batch failed with this */
+} shared_ev;
 
 struct device_event {
-    cu_event data;  /* host bytes present                         */
-    cu_event snap;  /* caller memory read (DEVICE mode), or NULL  */
+    shared_ev *data; /* host bytes present                         */
+    shared_ev *snap; /* caller memory read (DEVICE mode), or NULL  */
     char tensor[TENSOR_NAME_MAX]; /* the last tensor it covers, for messages */
 };
 
 typedef struct drain {
     void *dst;
-    const void *src;
+    const char *src;
     size_t n;
 } drain;
+
+/* A device tensor staged whole in scratch. */
+typedef struct region {
+    const char *src;
+    uint64_t len;
+    uint64_t off;   /* in scratch */
+    char name[TENSOR_NAME_MAX];
+} region;
 
 struct dcuda {
     const cuda_api *api;
     ckpt_snapshot_mode mode;
-    int ordinal;           /* the CUDA device our streams live on        */
-    cu_stream copy;        /* device -> host (or -> scratch)             */
-    cu_stream drain;       /* scratch -> host, DEVICE mode; NULL before  */
-    cu_event start;        /* recorded on the caller's stream            */
+    int ordinal;           /* the CUDA device our streams live on         */
+    cu_stream copy;        /* device -> host, or -> scratch               */
+    cu_stream drain;       /* scratch -> host, DEVICE mode; NULL before   */
+    cu_event start;        /* recorded on the caller's stream             */
+    cu_event drained;      /* recorded on `drain` before a new snapshot   */
 
-    /* DEVICE mode (API thread) */
+    /* Save side: API thread */
     void *scratch;         /* spare device memory, kept for the next save */
     uint64_t scratch_bytes;
-    uint64_t scratch_used; /* cursor within this snapshot                 */
-    int scratch_on;        /* this snapshot goes through scratch          */
-    drain *drains;         /* D2H copies to issue at the next record      */
-    size_t ndrains, capdrains;
-    char last_tensor[TENSOR_NAME_MAX]; /* last copied, API thread         */
+    int planned;           /* reserve staged the next snapshot            */
+    int scratch_on;        /* this snapshot is staged in scratch          */
+    region *regions;       /* what is staged where                        */
+    size_t nregions, capregions, cur_region;
+    shared_ev *snap;       /* marks the staging copies (our reference)    */
+    int direct;            /* unstaged D2H copies since the last record   */
+    char last_tensor[TENSOR_NAME_MAX];
 
-    pthread_mutex_t mu;    /* guards the fields below                     */
-    cu_event *pool;        /* idle events                                 */
-    size_t npool, cappool;
+    pthread_mutex_t mu;    /* guards what follows, and shared_ev fields   */
+    drain *drains;         /* staged drains not yet issued (coalesced)    */
+    size_t ndrains, capdrains;
+    uint64_t pending;      /* their bytes                                 */
+    shared_ev *batch;      /* the event they will complete (our ref)      */
     char last_h2d[TENSOR_NAME_MAX];
     char note[512];
+    /* environment facts, looked up once (cudaGetDeviceProperties is slow) */
+    int described, runtime_version, driver_version;
+    char gpu_name[256];
+
+    pthread_mutex_t pool_mu; /* guards the pool                           */
+    cu_event *pool;        /* idle events                                 */
+    size_t npool, cappool;
 };
 
 static const char *errstr(const dcuda *cu, cu_err err, char *buf, size_t len)
@@ -97,6 +133,21 @@ static void guard_leave(dcuda *cu, int prev)
 {
     if (prev != cu->ordinal)
         cu->api->SetDevice(prev);
+}
+
+static int grow(void **arr, size_t *cap, size_t need, size_t size)
+{
+    if (need <= *cap)
+        return 0;
+    size_t n = *cap ? *cap * 2 : 16;
+    while (n < need)
+        n *= 2;
+    void *p = realloc(*arr, n * size);
+    if (!p)
+        return -1;
+    *arr = p;
+    *cap = n;
+    return 0;
 }
 
 void dcuda_note(dcuda *cu, const char *fmt, ...)
@@ -131,6 +182,130 @@ int dcuda_pointer_type(const cuda_api *api, const void *ptr, int *type, int *ord
     return CKPT_OK;
 }
 
+/* ---------------------------------------------------------------- events */
+
+static int event_get(dcuda *cu, cu_event *out)
+{
+    pthread_mutex_lock(&cu->pool_mu);
+    if (cu->npool) {
+        *out = cu->pool[--cu->npool];
+        pthread_mutex_unlock(&cu->pool_mu);
+        return CKPT_OK;
+    }
+    pthread_mutex_unlock(&cu->pool_mu);
+    cu_err err = cu->api->EventCreateWithFlags(out, CU_EVENT_DISABLE_TIMING);
+    if (err != CU_SUCCESS) {
+        char buf[256];
+        return ckpt_seterr(CKPT_EDEVICE, "cannot create a CUDA event: %s",
+                           errstr(cu, err, buf, sizeof buf));
+    }
+    return CKPT_OK;
+}
+
+static void event_put(dcuda *cu, cu_event e)
+{
+    pthread_mutex_lock(&cu->pool_mu);
+    if (grow((void **)&cu->pool, &cu->cappool, cu->npool + 1, sizeof *cu->pool) == 0) {
+        cu->pool[cu->npool++] = e;
+        e = NULL;
+    }
+    pthread_mutex_unlock(&cu->pool_mu);
+    if (e)
+        cu->api->EventDestroy(e);
+}
+
+/* A shared event with one reference; `issued` says whether it is recorded. */
+static int shared_new(dcuda *cu, int issued, shared_ev **out)
+{
+    shared_ev *s = calloc(1, sizeof *s);
+    if (!s)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory allocating a device event");
+    int rc = event_get(cu, &s->e);
+    if (rc != CKPT_OK) {
+        free(s);
+        return rc;
+    }
+    s->refs = 1;
+    s->issued = issued;
+    *out = s;
+    return CKPT_OK;
+}
+
+/* With mu held. */
+static shared_ev *shared_take_locked(shared_ev *s)
+{
+    s->refs++;
+    return s;
+}
+
+static shared_ev *shared_take(dcuda *cu, shared_ev *s)
+{
+    pthread_mutex_lock(&cu->mu);
+    shared_take_locked(s);
+    pthread_mutex_unlock(&cu->mu);
+    return s;
+}
+
+/* With mu held (event_put takes only pool_mu). */
+static void shared_release_locked(dcuda *cu, shared_ev *s)
+{
+    if (s && --s->refs == 0) {
+        event_put(cu, s->e);
+        free(s);
+    }
+}
+
+static void shared_release(dcuda *cu, shared_ev *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&cu->mu);
+    shared_release_locked(cu, s);
+    pthread_mutex_unlock(&cu->mu);
+}
+
+void dcuda_event_free(dcuda *cu, device_event *ev)
+{
+    if (!ev)
+        return;
+    pthread_mutex_lock(&cu->mu);
+    shared_release_locked(cu, ev->data);
+    shared_release_locked(cu, ev->snap);
+    pthread_mutex_unlock(&cu->mu);
+    free(ev);
+}
+
+/* Issue the pending staged drains and record their batch event.  With mu
+ * held; any thread (a worker waiting for a chunk of the batch may do it). */
+static void flush_locked(dcuda *cu)
+{
+    shared_ev *b = cu->batch;
+    if (!b)
+        return;
+    int prev;
+    cu_err err = CU_SUCCESS;
+    if (guard_enter(cu, &prev) != CKPT_OK) {
+        err = CU_ERR_INVALID_VALUE;
+    } else {
+        for (size_t i = 0; i < cu->ndrains && err == CU_SUCCESS; i++)
+            err = cu->api->MemcpyAsync(cu->drains[i].dst, cu->drains[i].src,
+                                       cu->drains[i].n, CU_MEMCPY_DEFAULT, cu->drain);
+        if (err == CU_SUCCESS)
+            err = cu->api->EventRecord(b->e, cu->drain);
+        guard_leave(cu, prev);
+    }
+    if (err != CU_SUCCESS)
+        cu->api->GetLastError();
+    b->err = err;
+    b->issued = 1;
+    cu->batch = NULL;
+    cu->ndrains = 0;
+    cu->pending = 0;
+    shared_release_locked(cu, b);
+}
+
+/* ------------------------------------------------------------- lifecycle */
+
 int dcuda_open(dcuda **out, ckpt_snapshot_mode mode, int ordinal)
 {
     const cuda_api *api;
@@ -143,6 +318,7 @@ int dcuda_open(dcuda **out, ckpt_snapshot_mode mode, int ordinal)
     cu->api = api;
     cu->mode = mode;
     pthread_mutex_init(&cu->mu, NULL);
+    pthread_mutex_init(&cu->pool_mu, NULL);
     char buf[256];
     cu_err err = CU_SUCCESS;
     if (ordinal < 0 && (err = api->GetDevice(&ordinal)) != CU_SUCCESS) {
@@ -174,12 +350,15 @@ void dcuda_quiesce(dcuda *cu)
 {
     if (!cu)
         return;
+    pthread_mutex_lock(&cu->mu);
+    flush_locked(cu);
+    pthread_mutex_unlock(&cu->mu);
     if (cu->copy)
         cu->api->StreamSynchronize(cu->copy);
     if (cu->drain)
         cu->api->StreamSynchronize(cu->drain);
     cu->api->GetLastError();
-    cu->ndrains = 0;
+    cu->direct = 0;
 }
 
 void dcuda_free(dcuda *cu)
@@ -189,12 +368,16 @@ void dcuda_free(dcuda *cu)
     /* Errors are ignored: after a sticky CUDA error every call fails, and
      * there is nothing better to do than to let go of the handles. */
     dcuda_quiesce(cu);
+    shared_release(cu, cu->snap);
+    cu->snap = NULL;
     int prev;
     int guarded = cu->copy && guard_enter(cu, &prev) == CKPT_OK;
     for (size_t i = 0; i < cu->npool; i++)
         cu->api->EventDestroy(cu->pool[i]);
     if (cu->start)
         cu->api->EventDestroy(cu->start);
+    if (cu->drained)
+        cu->api->EventDestroy(cu->drained);
     if (cu->copy)
         cu->api->StreamDestroy(cu->copy);
     if (cu->drain)
@@ -206,6 +389,8 @@ void dcuda_free(dcuda *cu)
         guard_leave(cu, prev);
     free(cu->pool);
     free(cu->drains);
+    free(cu->regions);
+    pthread_mutex_destroy(&cu->pool_mu);
     pthread_mutex_destroy(&cu->mu);
     free(cu);
 }
@@ -229,68 +414,39 @@ void dcuda_host_free(dcuda *cu, void *ptr)
         cu->api->GetLastError();
 }
 
-/* ---------------------------------------------------------------- events */
-
-static int event_get(dcuda *cu, cu_event *out)
-{
-    pthread_mutex_lock(&cu->mu);
-    if (cu->npool) {
-        *out = cu->pool[--cu->npool];
-        pthread_mutex_unlock(&cu->mu);
-        return CKPT_OK;
-    }
-    pthread_mutex_unlock(&cu->mu);
-    cu_err err = cu->api->EventCreateWithFlags(out, CU_EVENT_DISABLE_TIMING);
-    if (err != CU_SUCCESS) {
-        char buf[256];
-        return ckpt_seterr(CKPT_EDEVICE, "cannot create a CUDA event: %s",
-                           errstr(cu, err, buf, sizeof buf));
-    }
-    return CKPT_OK;
-}
-
-static void event_put(dcuda *cu, cu_event e)
-{
-    if (!e)
-        return;
-    pthread_mutex_lock(&cu->mu);
-    if (cu->npool == cu->cappool) {
-        size_t cap = cu->cappool ? cu->cappool * 2 : 16;
-        cu_event *p = realloc(cu->pool, cap * sizeof *p);
-        if (!p) {
-            pthread_mutex_unlock(&cu->mu);
-            cu->api->EventDestroy(e);
-            return;
-        }
-        cu->pool = p;
-        cu->cappool = cap;
-    }
-    cu->pool[cu->npool++] = e;
-    pthread_mutex_unlock(&cu->mu);
-}
-
-void dcuda_event_free(dcuda *cu, device_event *ev)
-{
-    if (!ev)
-        return;
-    event_put(cu, ev->data);
-    event_put(cu, ev->snap);
-    free(ev);
-}
-
 /* --------------------------------------------------------------- save side */
 
-int dcuda_snapshot_reserve(dcuda *cu, uint64_t device_bytes)
+int dcuda_snapshot_reserve(dcuda *cu, const ckpt_tensor *t, const ckpt_memory *mem,
+                           size_t count, int *staged)
 {
+    *staged = 0;
     cu->scratch_on = 0;
-    if (cu->mode != CKPT_SNAPSHOT_DEVICE || device_bytes == 0)
+    cu->planned = 0;
+    cu->nregions = 0;
+    cu->cur_region = 0;
+    if (cu->mode != CKPT_SNAPSHOT_DEVICE)
+        return CKPT_OK;
+    uint64_t total = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (mem[i] != CKPT_MEM_DEVICE || t[i].bytes == 0)
+            continue;
+        if (grow((void **)&cu->regions, &cu->capregions, cu->nregions + 1, sizeof(region)))
+            return ckpt_seterr(CKPT_ENOMEM, "out of memory planning the device snapshot");
+        region *r = &cu->regions[cu->nregions++];
+        r->src = t[i].data;
+        r->len = t[i].bytes;
+        r->off = total;
+        snprintf(r->name, sizeof r->name, "%s", t[i].name ? t[i].name : "");
+        total += (t[i].bytes + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN;
+    }
+    if (total == 0)
         return CKPT_OK;
     char buf[256];
     int prev, rc = guard_enter(cu, &prev);
     if (rc != CKPT_OK)
         return rc;
     cu_err err;
-    if (cu->scratch_bytes < device_bytes) {
+    if (cu->scratch_bytes < total) {
         if (cu->scratch) {
             cu->api->Free(cu->scratch); /* no save is using it: begin waits */
             cu->scratch = NULL;
@@ -307,21 +463,21 @@ int dcuda_snapshot_reserve(dcuda *cu, uint64_t device_bytes)
         uint64_t headroom = total_b / 20;
         if (headroom < ((uint64_t)256 << 20))
             headroom = (uint64_t)256 << 20;
-        if ((uint64_t)free_b < device_bytes + headroom) {
+        if ((uint64_t)free_b < total + headroom) {
             dcuda_note(cu, "device snapshot mode fell back to host: %llu bytes of "
                        "device tensors do not fit in %zu free bytes of device memory",
-                       (unsigned long long)device_bytes, free_b);
+                       (unsigned long long)total, free_b);
             goto done;
         }
-        err = cu->api->Malloc(&cu->scratch, device_bytes);
+        err = cu->api->Malloc(&cu->scratch, total);
         if (err != CU_SUCCESS) {
             cu->scratch = NULL;
             dcuda_note(cu, "device snapshot mode fell back to host: cannot allocate %llu "
-                       "bytes of device memory: %s", (unsigned long long)device_bytes,
+                       "bytes of device memory: %s", (unsigned long long)total,
                        errstr(cu, err, buf, sizeof buf));
             goto done;
         }
-        cu->scratch_bytes = device_bytes;
+        cu->scratch_bytes = total;
     }
     if (!cu->drain) {
         err = cu->api->StreamCreateWithFlags(&cu->drain, CU_STREAM_NON_BLOCKING);
@@ -333,6 +489,8 @@ int dcuda_snapshot_reserve(dcuda *cu, uint64_t device_bytes)
         }
     }
     cu->scratch_on = 1;
+    cu->planned = 1;
+    *staged = 1;
 done:
     guard_leave(cu, prev);
     return rc;
@@ -341,62 +499,150 @@ done:
 int dcuda_snapshot_start(dcuda *cu, void *caller_stream)
 {
     char buf[256];
+    pthread_mutex_lock(&cu->mu);
+    flush_locked(cu); /* nothing should be left; never mix two snapshots */
+    pthread_mutex_unlock(&cu->mu);
+    shared_release(cu, cu->snap);
+    cu->snap = NULL;
+    cu->direct = 0;
+    cu->last_tensor[0] = 0;
+    if (!cu->planned)
+        cu->scratch_on = 0; /* a plan serves one snapshot: its pointers may be gone */
+    cu->planned = 0;
     int prev, rc = guard_enter(cu, &prev);
     if (rc != CKPT_OK)
         return rc;
-    cu->scratch_used = 0;
-    cu->ndrains = 0;
-    cu->last_tensor[0] = 0;
+    const char *what = "cannot order the snapshot after the caller's CUDA stream";
+    const char *name = "";
     cu_err err = cu->api->EventRecord(cu->start, caller_stream);
     if (err == CU_SUCCESS)
         err = cu->api->StreamWaitEvent(cu->copy, cu->start, 0);
+    /* Scratch is rewritten from the start: not before the last drain has
+     * read it (on the GPU; the pipeline normally waited already). */
+    if (err == CU_SUCCESS && cu->drain) {
+        if (!cu->drained)
+            err = cu->api->EventCreateWithFlags(&cu->drained, CU_EVENT_DISABLE_TIMING);
+        if (err == CU_SUCCESS)
+            err = cu->api->EventRecord(cu->drained, cu->drain);
+        if (err == CU_SUCCESS)
+            err = cu->api->StreamWaitEvent(cu->copy, cu->drained, 0);
+    }
+    if (err == CU_SUCCESS && cu->scratch_on) {
+        /* Stage every device tensor now, whole: the snapshot point is then
+         * complete after a few large D2D copies. */
+        what = "CUDA error while copying to spare device memory";
+        for (size_t i = 0; i < cu->nregions && err == CU_SUCCESS; i++) {
+            region *r = &cu->regions[i];
+            name = r->name;
+            err = cu->api->MemcpyAsync((char *)cu->scratch + r->off, r->src, r->len,
+                                       CU_MEMCPY_DEFAULT, cu->copy);
+        }
+        if (err == CU_SUCCESS) {
+            name = "";
+            what = "cannot record a CUDA event";
+            if ((rc = shared_new(cu, 1, &cu->snap)) != CKPT_OK) {
+                cu->scratch_on = 0;
+                guard_leave(cu, prev);
+                return rc;
+            }
+            err = cu->api->EventRecord(cu->snap->e, cu->copy);
+            if (err == CU_SUCCESS)
+                err = cu->api->StreamWaitEvent(cu->drain, cu->snap->e, 0);
+        }
+    }
     guard_leave(cu, prev);
     if (err != CU_SUCCESS) {
         cu->scratch_on = 0;
-        return ckpt_seterr(CKPT_EDEVICE, "cannot order the snapshot after the caller's "
-                           "CUDA stream %p: %s", caller_stream,
-                           errstr(cu, err, buf, sizeof buf));
+        if (*name)
+            return ckpt_seterr(CKPT_EDEVICE, "tensor '%s': %s: %s", name, what,
+                               errstr(cu, err, buf, sizeof buf));
+        return ckpt_seterr(CKPT_EDEVICE, "%s: %s", what, errstr(cu, err, buf, sizeof buf));
     }
     return CKPT_OK;
 }
 
+/* The staged copy of [src, src + n), or NULL. */
+static const char *staged_copy(dcuda *cu, const void *src, size_t n)
+{
+    const char *p = src;
+    for (size_t k = 0; k < cu->nregions; k++) {
+        size_t i = (cu->cur_region + k) % cu->nregions; /* usually the same one */
+        region *r = &cu->regions[i];
+        if (p >= r->src && (uint64_t)(p - r->src) <= r->len &&
+            (uint64_t)(p - r->src) + n <= r->len) {
+            cu->cur_region = i;
+            return (const char *)cu->scratch + r->off + (uint64_t)(p - r->src);
+        }
+    }
+    return NULL;
+}
+
 int dcuda_copy_d2h(dcuda *cu, void *dst, const void *src, size_t n, const char *tensor)
 {
+    snprintf(cu->last_tensor, sizeof cu->last_tensor, "%s", tensor ? tensor : "");
+    const char *stage = cu->scratch_on && cu->snap ? staged_copy(cu, src, n) : NULL;
+    if (stage) {
+        /* Bookkeeping only: issued with its batch (flush_locked). */
+        int rc = CKPT_OK;
+        pthread_mutex_lock(&cu->mu);
+        drain *last = cu->ndrains ? &cu->drains[cu->ndrains - 1] : NULL;
+        if (last && (char *)last->dst + last->n == (char *)dst && last->src + last->n == stage)
+            last->n += n; /* contiguous in both: one copy */
+        else if (grow((void **)&cu->drains, &cu->capdrains, cu->ndrains + 1, sizeof(drain)))
+            rc = ckpt_seterr(CKPT_ENOMEM, "out of memory queueing a device copy");
+        else
+            cu->drains[cu->ndrains++] = (drain){ dst, stage, n };
+        if (rc == CKPT_OK)
+            cu->pending += n;
+        pthread_mutex_unlock(&cu->mu);
+        return rc;
+    }
     char buf[256];
     int prev, rc = guard_enter(cu, &prev);
     if (rc != CKPT_OK)
         return rc;
-    snprintf(cu->last_tensor, sizeof cu->last_tensor, "%s", tensor ? tensor : "");
-    cu_err err;
-    const char *what = "copying %zu bytes to the host";
-    if (cu->scratch_on && cu->scratch_used + n <= cu->scratch_bytes) {
-        if (cu->ndrains == cu->capdrains) {
-            size_t cap = cu->capdrains ? cu->capdrains * 2 : 16;
-            drain *d = realloc(cu->drains, cap * sizeof *d);
-            if (!d) {
-                guard_leave(cu, prev);
-                return ckpt_seterr(CKPT_ENOMEM, "out of memory queueing a device copy");
-            }
-            cu->drains = d;
-            cu->capdrains = cap;
-        }
-        char *stage = (char *)cu->scratch + cu->scratch_used;
-        what = "copying %zu bytes to spare device memory";
-        err = cu->api->MemcpyAsync(stage, src, n, CU_MEMCPY_DEFAULT, cu->copy);
-        if (err == CU_SUCCESS) {
-            cu->drains[cu->ndrains++] = (drain){ dst, stage, n };
-            cu->scratch_used += (n + SCRATCH_ALIGN - 1) / SCRATCH_ALIGN * SCRATCH_ALIGN;
-        }
-    } else {
-        err = cu->api->MemcpyAsync(dst, src, n, CU_MEMCPY_DEFAULT, cu->copy);
-    }
+    cu_err err = cu->api->MemcpyAsync(dst, src, n, CU_MEMCPY_DEFAULT, cu->copy);
     guard_leave(cu, prev);
-    if (err != CU_SUCCESS) {
-        char msg[64];
-        snprintf(msg, sizeof msg, what, n);
-        return ckpt_seterr(CKPT_EDEVICE, "tensor '%s': CUDA error while %s: %s",
-                           tensor ? tensor : "", msg, errstr(cu, err, buf, sizeof buf));
+    if (err != CU_SUCCESS)
+        return ckpt_seterr(CKPT_EDEVICE, "tensor '%s': CUDA error while copying %zu bytes "
+                           "to the host: %s", tensor ? tensor : "", n,
+                           errstr(cu, err, buf, sizeof buf));
+    cu->direct = 1;
+    return CKPT_OK;
+}
+
+/* Staged snapshot: the event joins the pending drain batch.  Copies of
+ * memory that was not staged went straight to the host on the copy stream:
+ * they get a snap of their own, which the drain stream waits for, so the
+ * batch event covers them too. */
+static int record_staged(dcuda *cu, device_event *ev, cu_err *err)
+{
+    int rc;
+    if (cu->direct) {
+        if ((rc = shared_new(cu, 1, &ev->snap)) != CKPT_OK)
+            return rc;
+        *err = cu->api->EventRecord(ev->snap->e, cu->copy);
+        if (*err == CU_SUCCESS)
+            *err = cu->api->StreamWaitEvent(cu->drain, ev->snap->e, 0);
+        if (*err != CU_SUCCESS)
+            return CKPT_OK;
+        cu->direct = 0;
+    } else {
+        ev->snap = shared_take(cu, cu->snap);
     }
+    shared_ev *fresh = NULL;
+    pthread_mutex_lock(&cu->mu);
+    if (!cu->batch) {
+        pthread_mutex_unlock(&cu->mu);
+        if ((rc = shared_new(cu, 0, &fresh)) != CKPT_OK)
+            return rc;
+        pthread_mutex_lock(&cu->mu);
+        cu->batch = fresh; /* only this thread creates batches */
+    }
+    ev->data = shared_take_locked(cu->batch);
+    if (cu->pending >= DRAIN_BATCH)
+        flush_locked(cu);
+    pthread_mutex_unlock(&cu->mu);
     return CKPT_OK;
 }
 
@@ -416,32 +662,21 @@ int dcuda_record(dcuda *cu, int on_stream, void *stream, device_event **out)
         pthread_mutex_lock(&cu->mu);
         snprintf(ev->tensor, sizeof ev->tensor, "%s", cu->last_h2d);
         pthread_mutex_unlock(&cu->mu);
-        if ((rc = event_get(cu, &ev->data)) == CKPT_OK)
-            err = cu->api->EventRecord(ev->data, stream);
-    } else if (cu->ndrains) {
-        /* copy stream: D2D done -> drain stream waits, drains, marks data */
+        if ((rc = shared_new(cu, 1, &ev->data)) == CKPT_OK)
+            err = cu->api->EventRecord(ev->data->e, stream);
+    } else if (cu->scratch_on && cu->snap) {
         snprintf(ev->tensor, sizeof ev->tensor, "%s", cu->last_tensor);
-        if ((rc = event_get(cu, &ev->snap)) == CKPT_OK &&
-            (rc = event_get(cu, &ev->data)) == CKPT_OK) {
-            err = cu->api->EventRecord(ev->snap, cu->copy);
-            if (err == CU_SUCCESS)
-                err = cu->api->StreamWaitEvent(cu->drain, ev->snap, 0);
-            for (size_t i = 0; i < cu->ndrains && err == CU_SUCCESS; i++)
-                err = cu->api->MemcpyAsync(cu->drains[i].dst, cu->drains[i].src,
-                                           cu->drains[i].n, CU_MEMCPY_DEFAULT, cu->drain);
-            if (err == CU_SUCCESS)
-                err = cu->api->EventRecord(ev->data, cu->drain);
-        }
-        cu->ndrains = 0;
+        rc = record_staged(cu, ev, &err);
     } else {
         snprintf(ev->tensor, sizeof ev->tensor, "%s", cu->last_tensor);
-        if ((rc = event_get(cu, &ev->data)) == CKPT_OK)
-            err = cu->api->EventRecord(ev->data, cu->copy);
+        if ((rc = shared_new(cu, 1, &ev->data)) == CKPT_OK)
+            err = cu->api->EventRecord(ev->data->e, cu->copy);
+        cu->direct = 0;
     }
     guard_leave(cu, prev);
     if (rc == CKPT_OK && err != CU_SUCCESS)
-        rc = ckpt_seterr(CKPT_EDEVICE, "tensor '%s': cannot record a CUDA event: %s",
-                         ev->tensor, errstr(cu, err, buf, sizeof buf));
+        rc = ckpt_seterr(CKPT_EDEVICE, "tensor '%s': CUDA error while queueing the copy "
+                         "to the host: %s", ev->tensor, errstr(cu, err, buf, sizeof buf));
     if (rc != CKPT_OK) {
         dcuda_event_free(cu, ev);
         return rc;
@@ -452,12 +687,19 @@ int dcuda_record(dcuda *cu, int on_stream, void *stream, device_event **out)
 
 int dcuda_event_wait(dcuda *cu, device_event *ev, int snapshot_only)
 {
-    /* In DEVICE mode a failed D2D shows on `snap`, not on the drain's event. */
+    /* A failed D2D shows on `snap`, not on the drain's event. */
     cu_err err = CU_SUCCESS;
     if (ev->snap)
-        err = cu->api->EventSynchronize(ev->snap);
-    if (err == CU_SUCCESS && !(snapshot_only && ev->snap))
-        err = cu->api->EventSynchronize(ev->data);
+        err = cu->api->EventSynchronize(ev->snap->e);
+    if (err == CU_SUCCESS && ev->data && !(snapshot_only && ev->snap)) {
+        pthread_mutex_lock(&cu->mu);
+        if (!ev->data->issued)
+            flush_locked(cu); /* the batch holding our chunk */
+        err = ev->data->err;
+        pthread_mutex_unlock(&cu->mu);
+        if (err == CU_SUCCESS)
+            err = cu->api->EventSynchronize(ev->data->e);
+    }
     if (err != CU_SUCCESS) {
         char buf[256];
         return ckpt_seterr(CKPT_EDEVICE, "tensor '%s': CUDA error during the device "
@@ -468,7 +710,8 @@ int dcuda_event_wait(dcuda *cu, device_event *ev, int snapshot_only)
 
 int dcuda_fence(dcuda *cu, device_event *ev, void *stream)
 {
-    cu_err err = cu->api->StreamWaitEvent(stream, ev->snap ? ev->snap : ev->data, 0);
+    shared_ev *s = ev->snap ? ev->snap : ev->data;
+    cu_err err = cu->api->StreamWaitEvent(stream, s->e, 0);
     if (err != CU_SUCCESS) {
         char buf[256];
         return ckpt_seterr(CKPT_EDEVICE, "cannot make CUDA stream %p wait for the "
@@ -524,30 +767,34 @@ void dcuda_describe(dcuda *cu, struct json_t *env, uint64_t pinned_bytes)
     json_t *o = json_object();
     if (!o)
         return;
-    int v = 0;
-    if (api->RuntimeGetVersion(&v) == CU_SUCCESS)
-        json_object_set_new(o, "runtime_version", version_json(v));
-    if (api->DriverGetVersion(&v) == CU_SUCCESS)
-        json_object_set_new(o, "driver_version", version_json(v));
-    json_object_set_new(o, "device", json_integer(cu->ordinal));
-    if (api->GetDeviceProperties) {
+    pthread_mutex_lock(&cu->mu);
+    if (!cu->described) {
+        cu->described = 1;
+        if (api->RuntimeGetVersion(&cu->runtime_version) != CU_SUCCESS)
+            cu->runtime_version = 0;
+        if (api->DriverGetVersion(&cu->driver_version) != CU_SUCCESS)
+            cu->driver_version = 0;
         /* cudaDeviceProp is about 1 KiB; `name` (char[256]) comes first. */
-        char *prop = calloc(1, 16384);
-        if (prop && api->GetDeviceProperties(prop, cu->ordinal) == CU_SUCCESS) {
-            prop[255] = 0;
-            json_object_set_new(o, "gpu_name", json_string(prop));
-        }
+        char *prop = api->GetDeviceProperties ? calloc(1, 16384) : NULL;
+        if (prop && api->GetDeviceProperties(prop, cu->ordinal) == CU_SUCCESS)
+            snprintf(cu->gpu_name, sizeof cu->gpu_name, "%.255s", prop);
         free(prop);
+        api->GetLastError();
     }
+    if (cu->runtime_version)
+        json_object_set_new(o, "runtime_version", version_json(cu->runtime_version));
+    if (cu->driver_version)
+        json_object_set_new(o, "driver_version", version_json(cu->driver_version));
+    json_object_set_new(o, "device", json_integer(cu->ordinal));
+    if (cu->gpu_name[0])
+        json_object_set_new(o, "gpu_name", json_string(cu->gpu_name));
     json_object_set_new(o, "library", json_string(api->library ? api->library : ""));
     static const char *const modes[] = { "host", "device", "stream" };
     json_object_set_new(o, "snapshot_mode",
                         json_string((unsigned)cu->mode < 3 ? modes[cu->mode] : "?"));
     json_object_set_new(o, "pinned_bytes", json_integer((json_int_t)pinned_bytes));
-    pthread_mutex_lock(&cu->mu);
     if (cu->note[0])
         json_object_set_new(o, "note", json_string(cu->note));
     pthread_mutex_unlock(&cu->mu);
-    api->GetLastError();
     json_object_set_new((json_t *)env, "cuda", o);
 }

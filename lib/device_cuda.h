@@ -25,7 +25,8 @@ int dcuda_pointer_type(const cuda_api *api, const void *ptr, int *type, int *ord
 int dcuda_host_alloc(dcuda *cu, size_t bytes, void **ptr);
 void dcuda_host_free(dcuda *cu, void *ptr);
 
-int dcuda_snapshot_reserve(dcuda *cu, uint64_t device_bytes);
+int dcuda_snapshot_reserve(dcuda *cu, const ckpt_tensor *t, const ckpt_memory *mem,
+                           size_t count, int *staged);
 int dcuda_snapshot_start(dcuda *cu, void *caller_stream);
 int dcuda_copy_d2h(dcuda *cu, void *dst, const void *src, size_t n, const char *tensor);
 

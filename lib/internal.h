@@ -38,6 +38,7 @@ struct ckpt_store {
     unsigned char *arena;
     size_t arena_cap;
     int arena_pinned;
+    int arena_asked_pinned;
     struct ckpt_save *inflight; /* the save not yet waited for, or NULL */
     unsigned seq;               /* makes temporary names unique */
 };

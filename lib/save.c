@@ -338,6 +338,8 @@ static void *persist_thread(void *arg)
 {
     ckpt_save *s = arg;
     int rc = persist(s);
+    if (rc)
+        device_quiesce(s->store->dev); /* copies of chunks never queued */
     release_events(s);
     if (rc && s->tmp) {
         /* Keep the message: cleanup may overwrite this thread's error. */
@@ -356,7 +358,9 @@ static void *persist_thread(void *arg)
 
 static int ensure_arena(ckpt_store *st, size_t need, int pinned)
 {
-    if (st->arena && st->arena_cap >= need && (st->arena_pinned || !pinned))
+    /* Asked for pinned before and the cap said no: pageable it stays. */
+    if (st->arena && st->arena_cap >= need &&
+        (st->arena_pinned || !pinned || st->arena_asked_pinned))
         return CKPT_OK;
     device_host_free(st->dev, st->arena, st->arena_cap, st->arena_pinned);
     st->arena = NULL;
@@ -369,6 +373,7 @@ static int ensure_arena(ckpt_store *st, size_t need, int pinned)
     st->arena = p;
     st->arena_cap = need;
     st->arena_pinned = got_pinned;
+    st->arena_asked_pinned = pinned;
     return CKPT_OK;
 }
 
@@ -432,8 +437,15 @@ static int snapshot(ckpt_save *s, const ckpt_tensor *t, size_t count,
     ckpt_store *st = s->store;
     uint64_t chunk = st->opts.chunk_bytes;
     int rc;
-    if (any_device && (rc = device_snapshot_start(st->dev, stream)))
-        return rc;
+    int staged = 0;
+    if (any_device) {
+        /* DEVICE mode: all device tensors are copied D2D at start; the
+         * snapshot marker is then known at once. */
+        if ((rc = device_snapshot_reserve(st->dev, t, mem, count, &staged)) ||
+            (rc = device_snapshot_start(st->dev, stream)) ||
+            (staged && (rc = device_record(st->dev, &s->snap_ev))))
+            return rc;
+    }
     size_t used = 0, k = 0, queued = 0;
     for (size_t i = 0; i < count; i++) {
         for (uint64_t off = 0; off < t[i].bytes; off += chunk, k++) {
@@ -466,7 +478,7 @@ static int snapshot(ckpt_save *s, const ckpt_tensor *t, size_t count,
     }
     if ((rc = submit_range(s, queued, k)))
         return rc;
-    if (any_device)
+    if (any_device && !staged)
         return device_record(st->dev, &s->snap_ev);
     return CKPT_OK;
 }
@@ -503,6 +515,9 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
     /* The arena holds the whole state when the limit allows, else at least
      * one chunk; it is grown only here, while no save is in flight. */
     uint64_t need = total < st->opts.host_memory_limit ? total : st->opts.host_memory_limit;
+    if (any_device && st->opts.snapshot_mode == CKPT_SNAPSHOT_STREAM &&
+        need > st->opts.pinned_limit)
+        need = st->opts.pinned_limit; /* a bounded pinned pool, reused in passes */
     if (need < st->opts.chunk_bytes && total > need)
         need = st->opts.chunk_bytes;
     if (!rc)
@@ -521,6 +536,7 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
     if (rc) {
         /* Let queued jobs finish before the arena and writer go away. */
         wait_jobs_idle(&s->group);
+        device_quiesce(st->dev); /* copies already enqueued write into the arena */
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", ckpt_error_last());
         shard_writer_free(s->writer);
@@ -613,7 +629,7 @@ CKPT_API int ckpt_save_wait_snapshot(ckpt_save *s)
     if (!s)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_save_wait_snapshot: save is NULL");
     pthread_mutex_lock(&s->lock);
-    int rc = s->snap_ev ? device_event_wait(s->store->dev, s->snap_ev) : CKPT_OK;
+    int rc = s->snap_ev ? device_snapshot_wait(s->store->dev, s->snap_ev) : CKPT_OK;
     pthread_mutex_unlock(&s->lock);
     return rc;
 }

@@ -1,0 +1,976 @@
+/* A CUDA runtime on host memory, for tests (see mock_cudart.h).
+ *
+ * One mutex (g_mu) guards every field below and one condition variable
+ * (g_cv) is broadcast on any progress; stream threads run operations with
+ * the mutex released.  Simple rather than fast: tests move megabytes. */
+#include "mock_cudart.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+typedef int cudaError_t;
+typedef struct mstream *cudaStream_t;
+typedef struct mevent *cudaEvent_t;
+typedef void (*cudaHostFn_t)(void *user);
+
+enum {
+    cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2,
+    cudaErrorNoDevice = 100, cudaErrorInvalidDevice = 101,
+    cudaErrorInvalidResourceHandle = 400, cudaErrorNotReady = 600,
+};
+
+struct cudaPointerAttributes {
+    int type;
+    int device;
+    void *devicePointer;
+    void *hostPointer;
+};
+
+/* ----------------------------------------------------------------- state */
+
+enum op_kind { OP_COPY, OP_MEMSET, OP_RECORD, OP_WAIT, OP_HOSTFN };
+
+struct op {
+    enum op_kind kind;
+    void *dst;
+    const void *src;
+    size_t n;
+    int err;             /* OP_COPY: fail with this instead of copying */
+    int value;           /* OP_MEMSET */
+    struct mevent *ev;   /* OP_RECORD / OP_WAIT (holds a reference)     */
+    uint64_t gen;
+    cudaHostFn_t fn;
+    void *arg;
+    struct op *next;
+};
+
+struct mstream {
+    struct op *head, *tail;
+    uint64_t enq, done;  /* operations queued / finished */
+    int pending_err;     /* first failure not yet reported */
+    int destroyed;
+    struct mstream *next_all;
+};
+
+struct mevent {
+    uint64_t record_gen; /* records issued   */
+    uint64_t done_gen;   /* records reached  */
+    int err;             /* stream error seen by the last record reached */
+    int refs;
+};
+
+enum alloc_kind { A_DEVICE, A_PINNED, A_MANAGED };
+struct alloc {
+    char *p;
+    size_t n;
+    enum alloc_kind kind;
+};
+
+#define MAX_FAULTS 16
+struct fault {
+    char fn[64];
+    long nth;     /* fire on this call number (counted from arming); 0: all */
+    long seen;
+    int err;
+    unsigned flags;
+    int active;
+    long fired;
+};
+
+#define MAX_COUNTED 64
+struct counted {
+    char fn[64];
+    long calls;
+    long fired;
+};
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
+static struct mstream *g_default;  /* legacy default stream */
+static struct mstream *g_streams;  /* all live streams */
+static struct alloc *g_allocs;
+static size_t g_nallocs, g_capallocs;
+static struct fault g_faults[MAX_FAULTS];
+static struct counted g_counted[MAX_COUNTED];
+static int g_sticky;
+static unsigned g_copy_delay_us;
+static int g_device_count = 1;
+static size_t g_device_total = (size_t)4 << 30;
+static mock_cuda_counters g_cnt;
+static __thread int t_device;
+static __thread int t_last_error;
+
+/* ------------------------------------------------------------ utilities */
+
+static struct counted *counted_for(const char *fn)
+{
+    for (int i = 0; i < MAX_COUNTED; i++) {
+        if (g_counted[i].fn[0] == 0) {
+            snprintf(g_counted[i].fn, sizeof g_counted[i].fn, "%s", fn);
+            return &g_counted[i];
+        }
+        if (strcmp(g_counted[i].fn, fn) == 0)
+            return &g_counted[i];
+    }
+    return &g_counted[MAX_COUNTED - 1];
+}
+
+static int is_release(const char *fn)
+{
+    return strstr(fn, "Destroy") || strcmp(fn, "cudaFree") == 0 ||
+           strcmp(fn, "cudaFreeHost") == 0;
+}
+
+/* Called with g_mu held at the entry of every runtime function.  Returns
+ * the error to fail with now, or 0; *async_err gets an error for the
+ * stream operation to fail with later.  A sticky error fails everything
+ * except releases, which report it but still release (as a lost device
+ * takes its resources along), so leak checks stay meaningful. */
+static int g_release_err;
+static int enter(const char *fn, int *async_err)
+{
+    struct counted *c = counted_for(fn);
+    c->calls++;
+    if (async_err)
+        *async_err = 0;
+    g_release_err = 0;
+    if (g_sticky) {
+        if (!is_release(fn))
+            return g_sticky;
+        g_release_err = g_sticky;
+    }
+    for (int i = 0; i < MAX_FAULTS; i++) {
+        struct fault *f = &g_faults[i];
+        if (!f->active || strcmp(f->fn, fn) != 0)
+            continue;
+        f->seen++;
+        if (f->nth > 0 && f->seen != f->nth)
+            continue;
+        f->fired++;
+        c->fired++;
+        if (f->nth > 0)
+            f->active = 0;
+        if (f->flags & MOCK_FAULT_STICKY)
+            g_sticky = f->err;
+        if ((f->flags & MOCK_FAULT_ASYNC) && async_err) {
+            *async_err = f->err;
+            return 0;
+        }
+        return f->err;
+    }
+    return 0;
+}
+
+static cudaError_t ret(cudaError_t e)
+{
+    if (e)
+        t_last_error = e;
+    return e;
+}
+
+#define ENTER(name)                                   \
+    pthread_mutex_lock(&g_mu);                        \
+    int fault_ = enter(name, NULL);                   \
+    if (fault_) {                                     \
+        pthread_mutex_unlock(&g_mu);                  \
+        return ret(fault_);                           \
+    }
+
+static struct alloc *find_alloc(const void *p)
+{
+    const char *c = p;
+    for (size_t i = 0; i < g_nallocs; i++)
+        if (c >= g_allocs[i].p && c < g_allocs[i].p + g_allocs[i].n)
+            return &g_allocs[i];
+    return NULL;
+}
+
+static int add_alloc(char *p, size_t n, enum alloc_kind kind)
+{
+    if (g_nallocs == g_capallocs) {
+        size_t cap = g_capallocs ? g_capallocs * 2 : 64;
+        struct alloc *a = realloc(g_allocs, cap * sizeof *a);
+        if (!a)
+            return -1;
+        g_allocs = a;
+        g_capallocs = cap;
+    }
+    g_allocs[g_nallocs++] = (struct alloc){ p, n, kind };
+    return 0;
+}
+
+static int remove_alloc(const void *p, enum alloc_kind kind, size_t *n)
+{
+    for (size_t i = 0; i < g_nallocs; i++) {
+        if (g_allocs[i].p == p && g_allocs[i].kind == kind) {
+            *n = g_allocs[i].n;
+            g_allocs[i] = g_allocs[--g_nallocs];
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static void event_unref(struct mevent *e)
+{
+    if (--e->refs == 0)
+        free(e);
+}
+
+/* ---------------------------------------------------------------- streams */
+
+static void *stream_main(void *arg)
+{
+    struct mstream *s = arg;
+    pthread_mutex_lock(&g_mu);
+    for (;;) {
+        while (!s->head && !s->destroyed)
+            pthread_cond_wait(&g_cv, &g_mu);
+        if (!s->head)
+            break;
+        struct op *op = s->head;
+        switch (op->kind) {
+        case OP_COPY:
+            if (op->err) {
+                if (!s->pending_err)
+                    s->pending_err = op->err;
+                break;
+            } else {
+                unsigned delay = g_copy_delay_us;
+                pthread_mutex_unlock(&g_mu);
+                if (delay)
+                    usleep(delay);
+                memmove(op->dst, op->src, op->n);
+                pthread_mutex_lock(&g_mu);
+                g_cnt.copies++;
+            }
+            break;
+        case OP_MEMSET:
+            pthread_mutex_unlock(&g_mu);
+            memset(op->dst, op->value, op->n);
+            pthread_mutex_lock(&g_mu);
+            break;
+        case OP_HOSTFN:
+            pthread_mutex_unlock(&g_mu);
+            op->fn(op->arg);
+            pthread_mutex_lock(&g_mu);
+            break;
+        case OP_RECORD:
+            op->ev->err = s->pending_err;
+            s->pending_err = 0;
+            if (op->ev->done_gen < op->gen)
+                op->ev->done_gen = op->gen;
+            event_unref(op->ev);
+            break;
+        case OP_WAIT:
+            while (op->ev->done_gen < op->gen)
+                pthread_cond_wait(&g_cv, &g_mu);
+            event_unref(op->ev);
+            break;
+        }
+        s->head = op->next;
+        if (!s->head)
+            s->tail = NULL;
+        s->done++;
+        free(op);
+        pthread_cond_broadcast(&g_cv);
+    }
+    /* destroyed and drained: unlink and free */
+    for (struct mstream **pp = &g_streams; *pp; pp = &(*pp)->next_all) {
+        if (*pp == s) {
+            *pp = s->next_all;
+            break;
+        }
+    }
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+    free(s);
+    return NULL;
+}
+
+/* g_mu held. */
+static struct mstream *stream_new(void)
+{
+    struct mstream *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &attr, stream_main, s) != 0) {
+        pthread_attr_destroy(&attr);
+        free(s);
+        return NULL;
+    }
+    pthread_attr_destroy(&attr);
+    s->next_all = g_streams;
+    g_streams = s;
+    return s;
+}
+
+/* g_mu held.  NULL, cudaStreamLegacy (1) and cudaStreamPerThread (2) are
+ * the default stream. */
+static struct mstream *resolve_stream(cudaStream_t s)
+{
+    if ((uintptr_t)s <= 2) {
+        if (!g_default)
+            g_default = stream_new();
+        return g_default;
+    }
+    return s;
+}
+
+static void enqueue(struct mstream *s, struct op *op)
+{
+    op->next = NULL;
+    if (s->tail)
+        s->tail->next = op;
+    else
+        s->head = op;
+    s->tail = op;
+    s->enq++;
+    pthread_cond_broadcast(&g_cv);
+}
+
+/* g_mu held */
+static int stream_sync_locked(struct mstream *s)
+{
+    uint64_t target = s->enq;
+    while (s->done < target)
+        pthread_cond_wait(&g_cv, &g_mu);
+    int err = s->pending_err;
+    s->pending_err = 0;
+    return err;
+}
+
+/* ------------------------------------------------------ runtime functions */
+
+EXPORT cudaError_t cudaGetLastError(void)
+{
+    cudaError_t e = t_last_error;
+    t_last_error = 0;
+    return e;
+}
+
+EXPORT cudaError_t cudaPeekAtLastError(void)
+{
+    return t_last_error;
+}
+
+EXPORT cudaError_t cudaGetDeviceCount(int *count)
+{
+    ENTER("cudaGetDeviceCount");
+    int n = g_device_count;
+    pthread_mutex_unlock(&g_mu);
+    *count = n;
+    return ret(n > 0 ? cudaSuccess : cudaErrorNoDevice);
+}
+
+EXPORT cudaError_t cudaGetDevice(int *dev)
+{
+    ENTER("cudaGetDevice");
+    pthread_mutex_unlock(&g_mu);
+    *dev = t_device;
+    return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaSetDevice(int dev)
+{
+    ENTER("cudaSetDevice");
+    int n = g_device_count;
+    pthread_mutex_unlock(&g_mu);
+    if (dev < 0 || dev >= n)
+        return ret(cudaErrorInvalidDevice);
+    t_device = dev;
+    return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a,
+                                            const void *p)
+{
+    ENTER("cudaPointerGetAttributes");
+    struct alloc *al = find_alloc(p);
+    memset(a, 0, sizeof *a);
+    if (!al) {
+        a->type = 0;
+        a->device = -2;
+    } else if (al->kind == A_DEVICE) {
+        a->type = 2;
+        a->devicePointer = (void *)p;
+    } else if (al->kind == A_MANAGED) {
+        a->type = 3;
+        a->devicePointer = (void *)p;
+        a->hostPointer = (void *)p;
+    } else {
+        a->type = 1;
+        a->devicePointer = (void *)p;
+        a->hostPointer = (void *)p;
+    }
+    pthread_mutex_unlock(&g_mu);
+    return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags)
+{
+    (void)flags;
+    ENTER("cudaStreamCreateWithFlags");
+    struct mstream *m = stream_new();
+    if (m) {
+        g_cnt.streams++;
+        g_cnt.streams_created++;
+    }
+    pthread_mutex_unlock(&g_mu);
+    if (!m)
+        return ret(cudaErrorMemoryAllocation);
+    *s = m;
+    return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaStreamCreate(cudaStream_t *s)
+{
+    return cudaStreamCreateWithFlags(s, 0);
+}
+
+EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+    ENTER("cudaStreamDestroy");
+    if ((uintptr_t)s <= 2 || s->destroyed) {
+        pthread_mutex_unlock(&g_mu);
+        return ret(cudaErrorInvalidResourceHandle);
+    }
+    s->destroyed = 1; /* its thread drains the queue, then frees it */
+    g_cnt.streams--;
+    int rel = g_release_err;
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+    return ret(rel);
+}
+
+EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+    ENTER("cudaStreamSynchronize");
+    int err = stream_sync_locked(resolve_stream(s));
+    pthread_mutex_unlock(&g_mu);
+    return ret(err);
+}
+
+EXPORT cudaError_t cudaStreamQuery(cudaStream_t s)
+{
+    ENTER("cudaStreamQuery");
+    struct mstream *m = resolve_stream(s);
+    int busy = m->done < m->enq;
+    pthread_mutex_unlock(&g_mu);
+    return busy ? cudaErrorNotReady : cudaSuccess;
+}
+
+EXPORT cudaError_t cudaDeviceSynchronize(void)
+{
+    ENTER("cudaDeviceSynchronize");
+    int err = 0;
+    resolve_stream(NULL);
+    for (struct mstream *s = g_streams; s; s = s->next_all) {
+        uint64_t target = s->enq;
+        while (s->done < target)
+            pthread_cond_wait(&g_cv, &g_mu);
+        if (!err)
+            err = s->pending_err;
+        s->pending_err = 0;
+        /* the list may have changed while waiting; what was there is done */
+    }
+    pthread_mutex_unlock(&g_mu);
+    return ret(err);
+}
+
+EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags)
+{
+    (void)flags;
+    ENTER("cudaEventCreateWithFlags");
+    struct mevent *m = calloc(1, sizeof *m);
+    if (m) {
+        m->refs = 1;
+        g_cnt.events++;
+    }
+    pthread_mutex_unlock(&g_mu);
+    if (!m)
+        return ret(cudaErrorMemoryAllocation);
+    *e = m;
+    return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaEventCreate(cudaEvent_t *e)
+{
+    return cudaEventCreateWithFlags(e, 0);
+}
+
+EXPORT cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+    ENTER("cudaEventDestroy");
+    if (!e) {
+        pthread_mutex_unlock(&g_mu);
+        return ret(cudaErrorInvalidResourceHandle);
+    }
+    g_cnt.events--;
+    event_unref(e);
+    int rel = g_release_err;
+    pthread_mutex_unlock(&g_mu);
+    return ret(rel);
+}
+
+EXPORT cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+    ENTER("cudaEventRecord");
+    struct op *op = calloc(1, sizeof *op);
+    if (!op) {
+        pthread_mutex_unlock(&g_mu);
+        return ret(cudaErrorMemoryAllocation);
+    }
+    op->kind = OP_RECORD;
+    op->ev = e;
+    op->gen = ++e->record_gen;
+    e->refs++;
+    enqueue(resolve_stream(s), op);
+    pthread_mutex_unlock(&g_mu);
+    return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+    ENTER("cudaEventSynchronize");
+    uint64_t target = e->record_gen;
+    while (e->done_gen < target) {
+        pthread_cond_wait(&g_cv, &g_mu);
+        if (g_sticky)
+            break;
+    }
+    int err = g_sticky ? g_sticky : e->err;
+    pthread_mutex_unlock(&g_mu);
+    return ret(err);
+}
+
+EXPORT cudaError_t cudaEventQuery(cudaEvent_t e)
+{
+    ENTER("cudaEventQuery");
+    int err = e->done_gen < e->record_gen ? cudaErrorNotReady : e->err;
+    pthread_mutex_unlock(&g_mu);
+    return err == cudaErrorNotReady ? err : ret(err);
+}
+
+EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int flags)
+{
+    (void)flags;
+    ENTER("cudaStreamWaitEvent");
+    struct op *op = calloc(1, sizeof *op);
+    if (!op) {
+        pthread_mutex_unlock(&g_mu);
+        return ret(cudaErrorMemoryAllocation);
+    }
+    op->kind = OP_WAIT;
+    op->ev = e;
+    op->gen = e->record_gen;
+    e->refs++;
+    enqueue(resolve_stream(s), op);
+    pthread_mutex_unlock(&g_mu);
+    return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *arg)
+{
+    ENTER("cudaLaunchHostFunc");
+    struct op *op = calloc(1, sizeof *op);
+    if (!op) {
+        pthread_mutex_unlock(&g_mu);
+        return ret(cudaErrorMemoryAllocation);
+    }
+    op->kind = OP_HOSTFN;
+    op->fn = fn;
+    op->arg = arg;
+    enqueue(resolve_stream(s), op);
+    pthread_mutex_unlock(&g_mu);
+    return cudaSuccess;
+}
+
+/* A device pointer's range must lie inside its allocation; kinds 1..3 must
+ * match where the pointers are (kind 0 host-to-host, 4 default: anything). */
+static int check_copy(void *dst, const void *src, size_t n, int kind)
+{
+    struct alloc *d = find_alloc(dst), *s = find_alloc(src);
+    if (d && d->kind == A_DEVICE && (char *)dst + n > d->p + d->n)
+        return cudaErrorInvalidValue;
+    if (s && s->kind == A_DEVICE && (const char *)src + n > s->p + s->n)
+        return cudaErrorInvalidValue;
+    int dst_dev = d && d->kind == A_DEVICE, src_dev = s && s->kind == A_DEVICE;
+    switch (kind) {
+    case 1: return !dst_dev || src_dev ? cudaErrorInvalidValue : 0;
+    case 2: return dst_dev || !src_dev ? cudaErrorInvalidValue : 0;
+    case 3: return !dst_dev || !src_dev ? cudaErrorInvalidValue : 0;
+    case 4: return 0;
+    case 0: return dst_dev || src_dev ? cudaErrorInvalidValue : 0;
+    default: return 21; /* cudaErrorInvalidMemcpyDirection */
+    }
+}
+
+EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kind,
+                                   cudaStream_t s)
+{
+    pthread_mutex_lock(&g_mu);
+    int async_err;
+    int err = enter("cudaMemcpyAsync", &async_err);
+    if (!err)
+        err = check_copy(dst, src, n, kind);
+    if (err) {
+        pthread_mutex_unlock(&g_mu);
+        return ret(err);
+    }
+    struct op *op = calloc(1, sizeof *op);
+    if (!op) {
+        pthread_mutex_unlock(&g_mu);
+        return ret(cudaErrorMemoryAllocation);
+    }
+    op->kind = OP_COPY;
+    op->dst = dst;
+    op->src = src;
+    op->n = n;
+    op->err = async_err;
+    enqueue(resolve_stream(s), op);
+    pthread_mutex_unlock(&g_mu);
+    return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind)
+{
+    cudaError_t e = cudaMemcpyAsync(dst, src, n, kind, NULL);
+    return e ? e : cudaStreamSynchronize(NULL);
+}
+
+EXPORT cudaError_t cudaMemset(void *p, int value, size_t n)
+{
+    ENTER("cudaMemset");
+    struct mstream *s = resolve_stream(NULL);
+    int err = stream_sync_locked(s);
+    pthread_mutex_unlock(&g_mu);
+    memset(p, value, n);
+    return ret(err);
+}
+
+EXPORT cudaError_t cudaMemsetAsync(void *p, int value, size_t n, cudaStream_t s)
+{
+    ENTER("cudaMemsetAsync");
+    struct op *op = calloc(1, sizeof *op);
+    if (!op) {
+        pthread_mutex_unlock(&g_mu);
+        return ret(cudaErrorMemoryAllocation);
+    }
+    op->kind = OP_MEMSET;
+    op->dst = p;
+    op->value = value;
+    op->n = n;
+    enqueue(resolve_stream(s), op);
+    pthread_mutex_unlock(&g_mu);
+    return cudaSuccess;
+}
+
+static void *aligned(size_t n)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 256, n ? n : 1) != 0)
+        return NULL;
+    return p;
+}
+
+EXPORT cudaError_t cudaHostAlloc(void **p, size_t n, unsigned int flags)
+{
+    (void)flags;
+    ENTER("cudaHostAlloc");
+    size_t sz = n ? n : 1;
+    char *m = aligned(sz);
+    if (!m || add_alloc(m, sz, A_PINNED) != 0) {
+        free(m);
+        pthread_mutex_unlock(&g_mu);
+        return ret(cudaErrorMemoryAllocation);
+    }
+    g_cnt.pinned_allocs++;
+    g_cnt.pinned_bytes += sz;
+    pthread_mutex_unlock(&g_mu);
+    *p = m;
+    return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaMallocHost(void **p, size_t n)
+{
+    return cudaHostAlloc(p, n, 0);
+}
+
+EXPORT cudaError_t cudaFreeHost(void *p)
+{
+    ENTER("cudaFreeHost");
+    size_t n;
+    if (!p) {
+        pthread_mutex_unlock(&g_mu);
+        return cudaSuccess;
+    }
+    if (remove_alloc(p, A_PINNED, &n) != 0) {
+        pthread_mutex_unlock(&g_mu);
+        return ret(cudaErrorInvalidValue);
+    }
+    g_cnt.pinned_allocs--;
+    g_cnt.pinned_bytes -= n;
+    int rel = g_release_err;
+    pthread_mutex_unlock(&g_mu);
+    free(p);
+    return ret(rel);
+}
+
+static cudaError_t device_alloc(void **p, size_t n, enum alloc_kind kind);
+
+EXPORT cudaError_t cudaMalloc(void **p, size_t n)
+{
+    return device_alloc(p, n, A_DEVICE);
+}
+
+/* Managed memory counts as device memory here. */
+EXPORT cudaError_t cudaMallocManaged(void **p, size_t n, unsigned int flags)
+{
+    (void)flags;
+    return device_alloc(p, n, A_MANAGED);
+}
+
+static cudaError_t device_alloc(void **p, size_t n, enum alloc_kind kind)
+{
+    ENTER(kind == A_DEVICE ? "cudaMalloc" : "cudaMallocManaged");
+    size_t sz = n ? n : 1;
+    if (g_cnt.device_bytes + sz > g_device_total) {
+        pthread_mutex_unlock(&g_mu);
+        return ret(cudaErrorMemoryAllocation);
+    }
+    char *m = aligned(sz);
+    if (!m || add_alloc(m, sz, kind) != 0) {
+        free(m);
+        pthread_mutex_unlock(&g_mu);
+        return ret(cudaErrorMemoryAllocation);
+    }
+    memset(m, 0xA5, sz); /* device memory starts as garbage */
+    g_cnt.device_allocs++;
+    g_cnt.device_bytes += sz;
+    if (g_cnt.device_bytes > g_cnt.device_bytes_peak)
+        g_cnt.device_bytes_peak = g_cnt.device_bytes;
+    pthread_mutex_unlock(&g_mu);
+    *p = m;
+    return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaFree(void *p)
+{
+    ENTER("cudaFree");
+    size_t n;
+    if (!p) {
+        pthread_mutex_unlock(&g_mu);
+        return cudaSuccess;
+    }
+    if (remove_alloc(p, A_DEVICE, &n) != 0 && remove_alloc(p, A_MANAGED, &n) != 0) {
+        pthread_mutex_unlock(&g_mu);
+        return ret(cudaErrorInvalidValue);
+    }
+    g_cnt.device_allocs--;
+    g_cnt.device_bytes -= n;
+    int rel = g_release_err;
+    pthread_mutex_unlock(&g_mu);
+    free(p);
+    return ret(rel);
+}
+
+EXPORT cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
+{
+    ENTER("cudaMemGetInfo");
+    *total = g_device_total;
+    *free_bytes = g_device_total > g_cnt.device_bytes ? g_device_total - g_cnt.device_bytes : 0;
+    pthread_mutex_unlock(&g_mu);
+    return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaDriverGetVersion(int *v)
+{
+    ENTER("cudaDriverGetVersion");
+    pthread_mutex_unlock(&g_mu);
+    *v = 13000;
+    return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaRuntimeGetVersion(int *v)
+{
+    ENTER("cudaRuntimeGetVersion");
+    pthread_mutex_unlock(&g_mu);
+    *v = 13000;
+    return cudaSuccess;
+}
+
+/* Writes only `name`, the first member of struct cudaDeviceProp. */
+EXPORT cudaError_t cudaGetDeviceProperties(void *prop, int dev)
+{
+    ENTER("cudaGetDeviceProperties");
+    int n = g_device_count;
+    pthread_mutex_unlock(&g_mu);
+    if (dev < 0 || dev >= n)
+        return ret(cudaErrorInvalidDevice);
+    snprintf(prop, 256, "Mock CUDA Device %d", dev);
+    return cudaSuccess;
+}
+
+static const struct {
+    int code;
+    const char *name;
+    const char *text;
+} k_errors[] = {
+    { 0, "cudaSuccess", "no error" },
+    { 1, "cudaErrorInvalidValue", "invalid argument" },
+    { 2, "cudaErrorMemoryAllocation", "out of memory" },
+    { 3, "cudaErrorInitializationError", "initialization error" },
+    { 21, "cudaErrorInvalidMemcpyDirection", "invalid copy direction for memcpy" },
+    { 35, "cudaErrorInsufficientDriver", "CUDA driver version is insufficient for CUDA runtime version" },
+    { 46, "cudaErrorDevicesUnavailable", "CUDA-capable device(s) is/are busy or unavailable" },
+    { 100, "cudaErrorNoDevice", "no CUDA-capable device is detected" },
+    { 101, "cudaErrorInvalidDevice", "invalid device ordinal" },
+    { 214, "cudaErrorECCUncorrectable", "uncorrectable ECC error encountered" },
+    { 400, "cudaErrorInvalidResourceHandle", "invalid resource handle" },
+    { 600, "cudaErrorNotReady", "device not ready" },
+    { 700, "cudaErrorIllegalAddress", "an illegal memory access was encountered" },
+    { 719, "cudaErrorLaunchFailure", "unspecified launch failure" },
+    { 999, "cudaErrorUnknown", "unknown error" },
+};
+
+EXPORT const char *cudaGetErrorName(cudaError_t e)
+{
+    for (size_t i = 0; i < sizeof k_errors / sizeof k_errors[0]; i++)
+        if (k_errors[i].code == e)
+            return k_errors[i].name;
+    return "cudaErrorUnknown";
+}
+
+EXPORT const char *cudaGetErrorString(cudaError_t e)
+{
+    for (size_t i = 0; i < sizeof k_errors / sizeof k_errors[0]; i++)
+        if (k_errors[i].code == e)
+            return k_errors[i].text;
+    return "unrecognized error code";
+}
+
+/* --------------------------------------------------------------- control */
+
+static void arm(const char *fn, long nth, int err, unsigned flags)
+{
+    for (int i = 0; i < MAX_FAULTS; i++) {
+        if (!g_faults[i].active) {
+            g_faults[i] = (struct fault){ .nth = nth, .err = err, .flags = flags,
+                                          .active = 1 };
+            snprintf(g_faults[i].fn, sizeof g_faults[i].fn, "%s", fn);
+            return;
+        }
+    }
+    fprintf(stderr, "mock_cudart: too many faults armed\n");
+    abort();
+}
+
+EXPORT void mock_cuda_reset(void)
+{
+    pthread_mutex_lock(&g_mu);
+    memset(g_faults, 0, sizeof g_faults);
+    g_sticky = 0;
+    for (struct mstream *s = g_streams; s; s = s->next_all)
+        s->pending_err = 0; /* errors left over from the faults */
+    g_copy_delay_us = 0;
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+}
+
+EXPORT void mock_cuda_fault(const char *fn, int nth, int err, unsigned int flags)
+{
+    pthread_mutex_lock(&g_mu);
+    arm(fn, nth, err, flags);
+    pthread_mutex_unlock(&g_mu);
+}
+
+EXPORT long mock_cuda_fault_fired(const char *fn)
+{
+    pthread_mutex_lock(&g_mu);
+    long n = counted_for(fn)->fired;
+    pthread_mutex_unlock(&g_mu);
+    return n;
+}
+
+EXPORT long mock_cuda_calls(const char *fn)
+{
+    pthread_mutex_lock(&g_mu);
+    long n = counted_for(fn)->calls;
+    pthread_mutex_unlock(&g_mu);
+    return n;
+}
+
+EXPORT void mock_cuda_set_copy_delay_us(unsigned int us)
+{
+    pthread_mutex_lock(&g_mu);
+    g_copy_delay_us = us;
+    pthread_mutex_unlock(&g_mu);
+}
+
+EXPORT void mock_cuda_set_device_count(int n)
+{
+    pthread_mutex_lock(&g_mu);
+    g_device_count = n;
+    pthread_mutex_unlock(&g_mu);
+}
+
+EXPORT void mock_cuda_set_device_memory(size_t total)
+{
+    pthread_mutex_lock(&g_mu);
+    g_device_total = total;
+    pthread_mutex_unlock(&g_mu);
+}
+
+EXPORT void mock_cuda_get_counters(mock_cuda_counters *out)
+{
+    pthread_mutex_lock(&g_mu);
+    *out = g_cnt;
+    pthread_mutex_unlock(&g_mu);
+}
+
+/* MOCK_CUDA_FAULTS="fn:nth:err[:async][:sticky],..." and friends. */
+__attribute__((constructor)) static void mock_init(void)
+{
+    const char *v = getenv("MOCK_CUDA_COPY_DELAY_US");
+    if (v)
+        g_copy_delay_us = (unsigned)strtoul(v, NULL, 10);
+    v = getenv("MOCK_CUDA_DEVICE_COUNT");
+    if (v)
+        g_device_count = atoi(v);
+    v = getenv("MOCK_CUDA_DEVICE_MEMORY");
+    if (v)
+        g_device_total = (size_t)strtoull(v, NULL, 10);
+    v = getenv("MOCK_CUDA_FAULTS");
+    if (!v)
+        return;
+    char *copy = strdup(v), *save = NULL;
+    for (char *item = strtok_r(copy, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char fn[64] = "";
+        long nth = 0;
+        int err = 0, used = 0;
+        unsigned flags = 0;
+        if (sscanf(item, "%63[^:]:%ld:%d%n", fn, &nth, &err, &used) < 3) {
+            fprintf(stderr, "mock_cudart: bad MOCK_CUDA_FAULTS item '%s'\n", item);
+            continue;
+        }
+        if (strstr(item + used, "async"))
+            flags |= MOCK_FAULT_ASYNC;
+        if (strstr(item + used, "sticky"))
+            flags |= MOCK_FAULT_STICKY;
+        arm(fn, nth, err, flags);
+    }
+    free(copy);
+}

@@ -1,0 +1,61 @@
+/* Control interface of the host-memory CUDA runtime used by the tests
+ * (mock_cudart.c, built as libcudart_mock.so).  libckpt loads the mock
+ * through CKPT_CUDART_LIBRARY exactly as it would load libcudart; the tests
+ * dlopen the same file to reach these functions and the few runtime calls
+ * they make themselves (mock_api_open in cuda_test_util.h).
+ *
+ * Model: "device" memory is host memory remembered in a registry, each
+ * stream is an ordered queue run by its own thread, events complete when the
+ * stream reaches them, cudaStreamWaitEvent holds a queue until the event
+ * completes, cudaLaunchHostFunc runs a host function in stream order (the
+ * tests' "kernels").  Everything is counted, so a test can check that
+ * nothing leaked. */
+#ifndef MOCK_CUDART_H
+#define MOCK_CUDART_H
+
+#include <stddef.h>
+
+/* Fault flags. */
+#define MOCK_FAULT_ASYNC 0x1u  /* a stream operation (cudaMemcpyAsync) is
+                                  accepted but fails when the stream runs
+                                  it; the error is reported by the next
+                                  event or stream synchronisation, as real
+                                  kernels' faults are */
+#define MOCK_FAULT_STICKY 0x2u /* once fired, every later call fails with the
+                                  error (a lost device) until mock_cuda_reset */
+
+typedef struct mock_cuda_counters {
+    long streams;         /* created and not destroyed (default stream not counted) */
+    long events;          /* created and not destroyed */
+    long pinned_allocs;   /* cudaHostAlloc'd, not freed */
+    size_t pinned_bytes;
+    long device_allocs;   /* cudaMalloc'd, not freed */
+    size_t device_bytes;
+    size_t device_bytes_peak;
+    long copies;          /* memcpy operations run */
+    long streams_created; /* ever */
+} mock_cuda_counters;
+
+/* Forget faults, the sticky error, errors streams have not reported yet and
+ * the copy delay; counters of live objects stay.  The settings also read from the environment at load:
+ *   MOCK_CUDA_FAULTS="cudaMemcpyAsync:3:700:async,cudaHostAlloc:1:2"
+ *       (function:nth:error[:async][:sticky], comma separated)
+ *   MOCK_CUDA_COPY_DELAY_US=20000   MOCK_CUDA_DEVICE_COUNT=1
+ *   MOCK_CUDA_DEVICE_MEMORY=bytes (total "device" memory, default 4 GiB) */
+void mock_cuda_reset(void);
+
+/* Make the nth call (1 = next) of runtime function `fn` counted from now
+ * fail with `err` (a cudaError_t value).  nth <= 0 fails every call. */
+void mock_cuda_fault(const char *fn, int nth, int err, unsigned int flags);
+/* How many times faults on `fn` fired. */
+long mock_cuda_fault_fired(const char *fn);
+/* Calls made to `fn` since load. */
+long mock_cuda_calls(const char *fn);
+
+/* Each memcpy operation sleeps this long before copying. */
+void mock_cuda_set_copy_delay_us(unsigned int us);
+void mock_cuda_set_device_count(int n);
+void mock_cuda_set_device_memory(size_t total);
+void mock_cuda_get_counters(mock_cuda_counters *out);
+
+#endif

@@ -1,0 +1,412 @@
+/* Saves and restores of device tensors through the public API, with the
+ * real cuda backend running against the mock runtime (CKPT_CUDART_LIBRARY).
+ *
+ * The mock's "kernels" are host functions run in stream order
+ * (cudaLaunchHostFunc): a slow one that writes state A before the save and
+ * one that writes state B after it lets us check exactly which state the
+ * checkpoint captured. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt.h"
+#include "cuda_test_util.h"
+
+#define N ((size_t)1 << 20)   /* bytes per device tensor */
+#define CHUNK ((uint64_t)64 << 10)
+#define CU_OOM 2
+#define CU_UNAVAILABLE 46
+#define CU_ILLEGAL_ADDRESS 700
+
+static mock_api M;
+static char *root;
+
+static void setup(void)
+{
+    M = mock_api_open();
+    M.reset();
+    root = ct_mkdtemp();
+}
+
+static void teardown(void)
+{
+    ct_rmtree(root);
+    free(root);
+}
+
+TestSuite(cuda_save, .init = setup, .fini = teardown, .timeout = 120);
+
+static ckpt_store *open_store(ckpt_snapshot_mode mode, uint64_t pinned_limit,
+                              uint64_t host_limit)
+{
+    ckpt_store *st;
+    ckpt_store_options o = CKPT_STORE_OPTIONS_INIT;
+    o.fsync = 0;
+    o.threads = 2;
+    o.chunk_bytes = CHUNK;
+    o.snapshot_mode = mode;
+    o.pinned_limit = pinned_limit;
+    o.host_memory_limit = host_limit;
+    cr_assert_eq(ckpt_store_open(&st, root, &o), CKPT_OK, "%s", ckpt_error_last());
+    return st;
+}
+
+static int64_t g_shape[1] = { (int64_t)(N / 4) };
+
+static ckpt_tensor dtensor(const char *name, void *p, ckpt_memory mem)
+{
+    return (ckpt_tensor){ name, p, N, CKPT_F32, 1, g_shape, mem };
+}
+
+static void *dmalloc(void)
+{
+    void *p = NULL;
+    cr_assert_eq(M.Malloc(&p, N), 0);
+    return p;
+}
+
+/* Load tensor `name` of `step` into host memory and compare with `seed`. */
+static void expect_saved(ckpt_store *st, int64_t step, const char *name, unsigned seed)
+{
+    void *data = NULL;
+    uint64_t bytes = 0;
+    cr_assert_eq(ckpt_load(st, step, name, &data, &bytes, NULL), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_assert_eq(bytes, N);
+    long at = pattern_check(data, N, seed);
+    cr_expect_eq(at, -1, "step %lld tensor '%s' differs from state %u at byte %ld",
+                 (long long)step, name, seed, at);
+    ckpt_free(data);
+}
+
+static size_t nsteps(ckpt_store *st)
+{
+    int64_t *steps;
+    size_t n;
+    cr_assert_eq(ckpt_store_steps(st, &steps, &n), CKPT_OK);
+    ckpt_free(steps);
+    return n;
+}
+
+/* The caller's slow kernel writes state A on stream s, the save is ordered
+ * after it, a fence orders state B after the snapshot: the checkpoint holds
+ * A exactly; then the whole state restores into fresh device buffers. */
+static void fenced_save(ckpt_snapshot_mode mode, uint64_t host_limit)
+{
+    ckpt_store *st = open_store(mode, 0, host_limit);
+    void *s, *d1 = dmalloc(), *d2 = dmalloc();
+    cr_assert_eq(M.StreamCreate(&s), 0);
+    char *h = malloc(N);
+    pattern_fill(h, N, 9);
+
+    M.set_copy_delay_us(1000); /* each 64 KiB copy takes 1 ms */
+    fill_kernel a1 = { d1, N, 1, 150000 }, a2 = { d2, N, 2, 50000 };
+    cr_assert_eq(M.LaunchHostFunc(s, kernel_fill, &a1), 0);
+    cr_assert_eq(M.LaunchHostFunc(s, kernel_fill, &a2), 0);
+
+    ckpt_tensor t[3] = { dtensor("layer1", d1, CKPT_MEM_DEVICE),
+                         dtensor("layer2", d2, CKPT_MEM_AUTO),
+                         dtensor("host", h, CKPT_MEM_AUTO) };
+    ckpt_save_options so = CKPT_SAVE_OPTIONS_INIT;
+    so.cuda_stream = s;
+    ckpt_save *save;
+    cr_assert_eq(ckpt_save_begin(&save, st, 10, t, 3, &so), CKPT_OK, "%s",
+                 ckpt_error_last());
+    pattern_fill(h, N, 19); /* host tensors are free once begin returns */
+    cr_assert_eq(ckpt_save_fence(save, s), CKPT_OK, "%s", ckpt_error_last());
+    fill_kernel b1 = { d1, N, 11, 0 }, b2 = { d2, N, 12, 0 };
+    cr_assert_eq(M.LaunchHostFunc(s, kernel_fill, &b1), 0);
+    cr_assert_eq(M.LaunchHostFunc(s, kernel_fill, &b2), 0);
+    cr_assert_eq(ckpt_save_wait(save), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_save_free(save);
+    cr_assert_eq(M.StreamSynchronize(s), 0);
+    cr_expect_eq(pattern_check(d1, N, 11), -1, "state B never reached the buffer");
+
+    expect_saved(st, 10, "layer1", 1);
+    expect_saved(st, 10, "layer2", 2);
+    expect_saved(st, 10, "host", 9);
+
+    /* restore into device buffers on another stream */
+    void *r1 = dmalloc(), *r2 = dmalloc(), *rs;
+    char *rh = calloc(1, N);
+    cr_assert_eq(M.StreamCreate(&rs), 0);
+    ckpt_tensor rt[3] = { dtensor("layer1", r1, CKPT_MEM_DEVICE),
+                          dtensor("layer2", r2, CKPT_MEM_AUTO),
+                          dtensor("host", rh, CKPT_MEM_AUTO) };
+    ckpt_restore_options ro = CKPT_RESTORE_OPTIONS_INIT;
+    ro.cuda_stream = rs;
+    ckpt_report *rep = NULL;
+    cr_assert_eq(ckpt_restore(st, CKPT_LATEST, rt, 3, &ro, &rep), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_expect_eq(ckpt_report_step(rep), 10);
+    ckpt_report_free(rep);
+    cr_assert_eq(M.StreamSynchronize(rs), 0);
+    cr_expect_eq(pattern_check(r1, N, 1), -1);
+    cr_expect_eq(pattern_check(r2, N, 2), -1);
+    cr_expect_eq(pattern_check(rh, N, 9), -1);
+    cr_expect_gt(ckpt_store_pinned_bytes(st), 0, "no pinned memory was used");
+
+    ckpt_store_free(st);
+    M.StreamDestroy(s);
+    M.StreamDestroy(rs);
+    M.Free(d1);
+    M.Free(d2);
+    M.Free(r1);
+    M.Free(r2);
+    free(h);
+    free(rh);
+    expect_no_leaks(&M);
+}
+
+Test(cuda_save, host_mode_captures_the_stream_state) { fenced_save(CKPT_SNAPSHOT_HOST, 0); }
+Test(cuda_save, device_mode_captures_the_stream_state) { fenced_save(CKPT_SNAPSHOT_DEVICE, 0); }
+Test(cuda_save, stream_mode_captures_the_stream_state) { fenced_save(CKPT_SNAPSHOT_STREAM, 0); }
+/* a state three times the snapshot buffer: saved in passes */
+Test(cuda_save, passes_capture_the_stream_state) { fenced_save(CKPT_SNAPSHOT_HOST, N); }
+
+/* ckpt_save_wait_snapshot: after it, the CPU may overwrite device buffers. */
+static void wait_snapshot(ckpt_snapshot_mode mode)
+{
+    ckpt_store *st = open_store(mode, 0, 0);
+    void *d = dmalloc();
+    M.set_copy_delay_us(2000);
+    fill_kernel a = { d, N, 3, 100000 };
+    cr_assert_eq(M.LaunchHostFunc(NULL, kernel_fill, &a), 0); /* legacy stream */
+    ckpt_tensor t = dtensor("w", d, CKPT_MEM_DEVICE);
+    ckpt_save *save;
+    cr_assert_eq(ckpt_save_begin(&save, st, 1, &t, 1, NULL), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_assert_eq(ckpt_save_wait_snapshot(save), CKPT_OK, "%s", ckpt_error_last());
+    pattern_fill(d, N, 4); /* the mock's device memory is host memory */
+    cr_assert_eq(ckpt_save_wait(save), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_save_free(save);
+    expect_saved(st, 1, "w", 3);
+    ckpt_store_free(st);
+    M.Free(d);
+    expect_no_leaks(&M);
+}
+
+Test(cuda_save, wait_snapshot_host_mode) { wait_snapshot(CKPT_SNAPSHOT_HOST); }
+Test(cuda_save, wait_snapshot_device_mode) { wait_snapshot(CKPT_SNAPSHOT_DEVICE); }
+Test(cuda_save, wait_snapshot_stream_mode) { wait_snapshot(CKPT_SNAPSHOT_STREAM); }
+
+Test(cuda_save, device_mode_uses_spare_device_memory)
+{
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_DEVICE, 0, 0);
+    void *d = dmalloc();
+    pattern_fill(d, N, 5);
+    ckpt_tensor t = dtensor("w", d, CKPT_MEM_DEVICE);
+    cr_assert_eq(ckpt_save_sync(st, 1, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    mock_cuda_counters c;
+    M.get_counters(&c);
+    cr_expect_geq(c.device_bytes_peak, 2 * N, "DEVICE mode did not stage in device memory "
+                  "(peak %zu bytes)", c.device_bytes_peak);
+    expect_saved(st, 1, "w", 5);
+    ckpt_store_free(st);
+    M.Free(d);
+    expect_no_leaks(&M);
+}
+
+Test(cuda_save, environment_names_the_gpu)
+{
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0, 0);
+    void *d = dmalloc();
+    pattern_fill(d, N, 6);
+    ckpt_tensor t = dtensor("w", d, CKPT_MEM_AUTO);
+    cr_assert_eq(ckpt_save_sync(st, 1, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_checkpoint *ck;
+    cr_assert_eq(ckpt_checkpoint_open(&ck, st, 1), CKPT_OK, "%s", ckpt_error_last());
+    json_error_t jerr;
+    json_t *env = json_loads(ckpt_checkpoint_env(ck), 0, &jerr);
+    cr_assert_not_null(env, "environment is not JSON: %s", jerr.text);
+    json_t *cu = json_object_get(env, "cuda");
+    cr_assert_not_null(cu, "no \"cuda\" in %s", ckpt_checkpoint_env(ck));
+    cr_expect_str_eq(json_string_value(json_object_get(cu, "gpu_name")), "Mock CUDA Device 0");
+    cr_expect_str_eq(json_string_value(json_object_get(cu, "driver_version")), "13.0");
+    cr_expect_str_eq(json_string_value(json_object_get(cu, "runtime_version")), "13.0");
+    json_decref(env);
+    ckpt_checkpoint_free(ck);
+    ckpt_store_free(st);
+    M.Free(d);
+    expect_no_leaks(&M);
+}
+
+Test(cuda_save, pinned_cap_is_respected)
+{
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, N / 2, 0);
+    void *d = dmalloc();
+    pattern_fill(d, N, 7);
+    ckpt_tensor t = dtensor("w", d, CKPT_MEM_DEVICE);
+    cr_assert_eq(ckpt_save_sync(st, 1, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    cr_expect_leq(ckpt_store_pinned_bytes(st), N / 2);
+    mock_cuda_counters c;
+    M.get_counters(&c);
+    cr_expect_leq(c.pinned_bytes, N / 2, "%zu pinned bytes in use", c.pinned_bytes);
+    expect_saved(st, 1, "w", 7);
+    ckpt_store_free(st);
+    M.Free(d);
+    expect_no_leaks(&M);
+}
+
+/* A CUDA fault ends the save with CKPT_EDEVICE naming the error and the
+ * tensor; nothing is committed; the earlier checkpoint restores; the store
+ * takes the next save. */
+static void save_fault(const char *fn, int nth, int err, unsigned flags,
+                       const char *err_name, const char *tensor)
+{
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0, 0);
+    void *d1 = dmalloc(), *d2 = dmalloc();
+    pattern_fill(d1, N, 1);
+    pattern_fill(d2, N, 2);
+    ckpt_tensor t[2] = { dtensor("layer1", d1, CKPT_MEM_DEVICE),
+                         dtensor("layer2", d2, CKPT_MEM_DEVICE) };
+    if (strcmp(fn, "cudaHostAlloc") != 0) /* that one must hit the first save */
+        cr_assert_eq(ckpt_save_sync(st, 1, t, 2, NULL), CKPT_OK, "%s", ckpt_error_last());
+
+    pattern_fill(d1, N, 3);
+    pattern_fill(d2, N, 4);
+    M.fault(fn, nth, err, flags);
+    ckpt_save *save = NULL;
+    int rc = ckpt_save_begin(&save, st, 2, t, 2, NULL);
+    if (rc == CKPT_OK)
+        rc = ckpt_save_wait(save);
+    cr_assert_eq(rc, CKPT_EDEVICE, "got %d (%s): %s", rc, ckpt_strerror(rc),
+                 ckpt_error_last());
+    cr_expect(strstr(ckpt_error_last(), err_name), "no %s in: %s", err_name,
+              ckpt_error_last());
+    if (tensor)
+        cr_expect(strstr(ckpt_error_last(), tensor), "no tensor %s in: %s", tensor,
+                  ckpt_error_last());
+    ckpt_save_free(save);
+    cr_expect_eq(M.fault_fired(fn), 1);
+    cr_expect_eq(nsteps(st), strcmp(fn, "cudaHostAlloc") ? 1 : 0, "step 2 was committed");
+    if (strcmp(fn, "cudaHostAlloc") != 0) {
+        expect_saved(st, 1, "layer1", 1);
+        expect_saved(st, 1, "layer2", 2);
+    }
+
+    M.reset();
+    cr_assert_eq(ckpt_save_sync(st, 3, t, 2, NULL), CKPT_OK, "%s", ckpt_error_last());
+    expect_saved(st, 3, "layer1", 3);
+    expect_saved(st, 3, "layer2", 4);
+    ckpt_store_free(st);
+    M.Free(d1);
+    M.Free(d2);
+    expect_no_leaks(&M);
+}
+
+/* 16 chunks per tensor: the 20th copy is layer2's 4th chunk */
+Test(cuda_save, illegal_address_at_enqueue)
+{
+    save_fault("cudaMemcpyAsync", 20, CU_ILLEGAL_ADDRESS, 0, "cudaErrorIllegalAddress",
+               "layer2");
+}
+
+Test(cuda_save, illegal_address_while_copying)
+{
+    save_fault("cudaMemcpyAsync", 20, CU_ILLEGAL_ADDRESS, MOCK_FAULT_ASYNC,
+               "cudaErrorIllegalAddress", "layer2");
+}
+
+Test(cuda_save, event_failure)
+{
+    save_fault("cudaEventSynchronize", 5, CU_ILLEGAL_ADDRESS, 0, "cudaErrorIllegalAddress",
+               NULL);
+}
+
+Test(cuda_save, pinned_out_of_memory)
+{
+    save_fault("cudaHostAlloc", 1, CU_OOM, 0, "cudaErrorMemoryAllocation", NULL);
+}
+
+Test(cuda_save, device_lost_during_restore)
+{
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0, 0);
+    void *d = dmalloc(), *r = dmalloc();
+    pattern_fill(d, N, 8);
+    ckpt_tensor t = dtensor("emb", d, CKPT_MEM_DEVICE);
+    cr_assert_eq(ckpt_save_sync(st, 1, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_eq(ckpt_save_sync(st, 2, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+
+    M.fault("cudaMemcpyAsync", 3, CU_UNAVAILABLE, MOCK_FAULT_ASYNC | MOCK_FAULT_STICKY);
+    ckpt_tensor rt = dtensor("emb", r, CKPT_MEM_DEVICE);
+    ckpt_report *rep = NULL;
+    int rc = ckpt_restore(st, CKPT_LATEST, &rt, 1, NULL, &rep);
+    cr_assert_eq(rc, CKPT_EDEVICE, "got %d: %s", rc, ckpt_error_last());
+    cr_expect(strstr(ckpt_error_last(), "cudaErrorDevicesUnavailable"), "%s",
+              ckpt_error_last());
+    cr_expect(strstr(ckpt_error_last(), "emb"), "%s", ckpt_error_last());
+    /* a device error is not a damaged checkpoint: no fallback, no step claimed */
+    cr_expect_eq(ckpt_report_step(rep), -1);
+    ckpt_report_free(rep);
+
+    M.reset(); /* the device comes back */
+    cr_assert_eq(ckpt_restore(st, CKPT_LATEST, &rt, 1, NULL, NULL), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_expect_eq(pattern_check(r, N, 8), -1);
+    ckpt_store_free(st);
+    M.Free(d);
+    M.Free(r);
+    expect_no_leaks(&M);
+}
+
+Test(cuda_save, one_copy_stream_per_store)
+{
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0, 0);
+    void *d = dmalloc();
+    pattern_fill(d, N, 1);
+    ckpt_tensor t = dtensor("w", d, CKPT_MEM_DEVICE);
+    for (int64_t step = 1; step <= 4; step++)
+        cr_assert_eq(ckpt_save_sync(st, step, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    mock_cuda_counters c;
+    M.get_counters(&c);
+    cr_expect_eq(c.streams_created, 1, "%ld streams created for 4 saves", c.streams_created);
+    cr_expect_eq(M.calls("cudaHostAlloc"), 1, "pinned memory allocated %ld times",
+                 M.calls("cudaHostAlloc"));
+    ckpt_store_free(st);
+    M.Free(d);
+    expect_no_leaks(&M);
+}
+
+Test(cuda_save, host_only_saves_load_no_cuda)
+{
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0, 0);
+    char *h = malloc(N);
+    pattern_fill(h, N, 2);
+    ckpt_tensor t = dtensor("h", h, CKPT_MEM_HOST);
+    cr_assert_eq(ckpt_save_sync(st, 1, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    cr_expect_eq(M.calls("cudaGetDeviceCount"), 0, "a host-only save loaded CUDA");
+    cr_expect_eq(ckpt_store_pinned_bytes(st), 0);
+    ckpt_store_free(st);
+    free(h);
+}
+
+/* A save that fails after some device copies were enqueued must not let
+ * those copies land in the snapshot buffer once the next save uses it
+ * (the pipeline has to call device_quiesce on its error path). */
+Test(cuda_save, failed_save_copies_do_not_reach_the_next_snapshot)
+{
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0, 0);
+    void *d = dmalloc();
+    char *h = malloc(N);
+    pattern_fill(d, N, 1);
+    pattern_fill(h, N, 2);
+    ckpt_tensor td = dtensor("dev", d, CKPT_MEM_DEVICE);
+    ckpt_tensor th = dtensor("host", h, CKPT_MEM_HOST);
+
+    M.set_copy_delay_us(5000); /* 15 chunks in flight take 75 ms */
+    M.fault("cudaMemcpyAsync", 16, CU_ILLEGAL_ADDRESS, 0);
+    ckpt_save *save = NULL;
+    int rc = ckpt_save_begin(&save, st, 1, &td, 1, NULL);
+    if (rc == CKPT_OK)
+        rc = ckpt_save_wait(save);
+    cr_assert_eq(rc, CKPT_EDEVICE, "%s", ckpt_error_last());
+    ckpt_save_free(save);
+
+    cr_assert_eq(ckpt_save_sync(st, 2, &th, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    expect_saved(st, 2, "host", 2);
+    ckpt_store_free(st);
+    M.Free(d);
+    free(h);
+    expect_no_leaks(&M);
+}

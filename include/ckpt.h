@@ -179,13 +179,17 @@ typedef struct ckpt_store_options {
     unsigned int flags;         /* CKPT_OPEN_*                                 */
     int level;                  /* zstd level; 0 means the default (1)         */
     int threads;                /* worker threads; 0 means online CPUs         */
-    uint64_t chunk_bytes;       /* raw bytes per chunk; 0 means 4 MiB          */
+    uint64_t chunk_bytes;       /* raw bytes per chunk; 0 means 4 MiB; else a
+                                   multiple of 16 in 4 KiB..1 GiB (lowered to
+                                   host_memory_limit when that is smaller)    */
     uint64_t host_memory_limit; /* snapshot buffer cap in bytes; 0 means half
                                    of physical memory.  A state larger than
                                    this is saved in passes: the save call
                                    then waits for earlier chunks to drain.   */
     int keep_last;              /* committed steps to keep; 0 keeps all;
-                                   default (-1) means 3                        */
+                                   default (-1) means 3.  The step just
+                                   committed is never retired, so saves out
+                                   of step order may leave keep_last + 1.     */
     int fsync;                  /* 1 (default) or 0: skip fsync (tests, tmpfs) */
     ckpt_verify_level verify_after_save; /* default CKPT_VERIFY_FULL           */
     ckpt_snapshot_mode snapshot_mode;    /* device tensors; default HOST       */
@@ -249,6 +253,7 @@ CKPT_API int ckpt_cuda_available(void);
  * an entry with status CKPT_OK, its step (-1 for a temporary directory) and
  * its directory name in `file`.
  */
+/* keep_last must be >= 1 here (CKPT_EINVAL otherwise). */
 CKPT_API int ckpt_store_gc(ckpt_store *store, int keep_last, int dry_run,
                            ckpt_report **report);
 
@@ -384,8 +389,10 @@ CKPT_API int ckpt_restore(ckpt_store *store, int64_t step, const ckpt_tensor *te
 
 /**
  * Verify checkpoint `step` (CKPT_LATEST: the newest committed one) at
- * `level`.  CKPT_OK if it is good, CKPT_ECORRUPT if not; every problem found
- * goes to `*report` (may be NULL).
+ * `level`.  CKPT_OK if it is good; CKPT_ECORRUPT if a byte is wrong,
+ * CKPT_EINCOMPLETE if a file is missing or truncated, CKPT_EVERSION if it
+ * was written by a newer format, CKPT_ENOTFOUND if there is no such step.
+ * Every problem found goes to `*report` (may be NULL).
  */
 CKPT_API int ckpt_verify(ckpt_store *store, int64_t step, ckpt_verify_level level,
                          ckpt_report **report);

@@ -20,6 +20,7 @@ typedef struct worker_ctx {
     unsigned char *out; /* decoded bytes (verify, device staging) */
     size_t out_cap;
     int out_pinned;
+    device_event *out_busy; /* H2D copy still reading `out`, or NULL */
 } worker_ctx;
 
 struct ckpt_store {

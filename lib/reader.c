@@ -210,6 +210,13 @@ static int chunk_job(void *arg, int worker)
         return chunk_fail(t, ckpt_seterr(CKPT_EINCOMPLETE, "file ends early"));
     unsigned char *dst;
     int to_device = t->dst && t->memory == CKPT_MEM_DEVICE;
+    if (w->out_busy) { /* the previous H2D copy from `out` must be done */
+        rc = device_event_wait(s->dev, w->out_busy);
+        device_event_free(s->dev, w->out_busy);
+        w->out_busy = NULL;
+        if (rc)
+            return rc;
+    }
     if (t->dst && !to_device) {
         dst = t->dst + t->e->offset;
     } else {
@@ -220,15 +227,35 @@ static int chunk_job(void *arg, int worker)
     if ((rc = codec_decode(w->codec, w->in, meta, dst)))
         return chunk_fail(t, rc);
     if (to_device) {
+        /* Queue the copy and go on decoding: other workers' chunks overlap
+         * with it; this worker waits for it only before reusing `out`. */
         const char *name = t->ck->m.tensors[t->e->tensor].name;
         rc = device_copy_h2d(s->dev, t->dst + t->e->offset, dst, (size_t)meta->raw_len,
                              t->stream, name);
         if (!rc)
-            rc = device_stream_sync(s->dev, t->stream); /* staging is reused next */
+            rc = device_record_stream(s->dev, t->stream, &w->out_busy);
         if (rc)
             return rc;
     }
     return CKPT_OK;
+}
+
+/* After the jobs: every H2D copy must have landed before the restore is
+ * reported good (and before the staging buffers are touched again). */
+static int drain_copies(ckpt_store *s)
+{
+    int rc = CKPT_OK;
+    for (int i = 0; i < pool_threads(s->pool); i++) {
+        worker_ctx *w = &s->workers[i];
+        if (!w->out_busy)
+            continue;
+        int r = device_event_wait(s->dev, w->out_busy);
+        device_event_free(s->dev, w->out_busy);
+        w->out_busy = NULL;
+        if (r && !rc)
+            rc = r;
+    }
+    return rc;
 }
 
 static int run_tasks(ckpt_checkpoint *ck, chunk_task *tasks, size_t n)
@@ -269,8 +296,9 @@ int reader_read(ckpt_checkpoint *ck, const reader_target *targets, size_t count)
                                     NULL, NULL};
     }
     int rc = run_tasks(ck, tasks, n);
+    int drc = drain_copies(ck->store);
     free(tasks);
-    return rc;
+    return rc ? rc : drc;
 }
 
 int reader_verify_all(ckpt_checkpoint *ck, ckpt_report *report)

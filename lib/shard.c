@@ -140,7 +140,8 @@ static void decode_entry(const unsigned char *p, shard_entry *e)
 int shard_writer_finish(shard_writer *w, int do_fsync, uint64_t *size,
                         uint64_t *index_hash, uint64_t *chunks)
 {
-    qsort(w->entries, (size_t)w->count, sizeof *w->entries, cmp_entry);
+    if (w->count > 0) /* entries is NULL for a save of empty tensors only */
+        qsort(w->entries, (size_t)w->count, sizeof *w->entries, cmp_entry);
     size_t ilen = (size_t)w->count * SHARD_ENTRY_SIZE;
     unsigned char *buf = malloc(ilen + SHARD_TRAILER_SIZE);
     if (!buf)

@@ -1,0 +1,723 @@
+/* The checkpoint root: one writer at a time, read-only opens, retention,
+ * replacing a step, stale temporary directories, garbage collection,
+ * metadata and environment records, a read-only root. */
+#include <criterion/criterion.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "helpers.h"
+
+TestSuite(store, .init = tc_setup, .fini = tc_teardown, .timeout = 240);
+
+/* ------------------------------------------------------------------ lock */
+
+Test(store, second_writer_is_busy)
+{
+    tc_state s;
+    tc_state_standard(&s, 1);
+    ckpt_store *a = tc_open(tc_root);
+    tc_save_ok(a, 1, &s);
+
+    ckpt_store_options o;
+    tc_opts(&o);
+    ckpt_store *b = NULL;
+    ckpt_error_clear();
+    int rc = ckpt_store_open(&b, tc_root, &o);
+    cr_assert_eq(rc, CKPT_EBUSY, "second writer: %d (%s)", rc, ckpt_strerror(rc));
+    cr_assert_null(b);
+    cr_assert(tc_nonempty(ckpt_error_last()));
+    cr_assert_eq(ckpt_error_last_status(), CKPT_EBUSY);
+
+    /* a reader needs no lock and can restore while the writer holds it */
+    ckpt_store *r = tc_open_ro(tc_root);
+    tc_restore_check(r, CKPT_LATEST, &s);
+    int64_t one[1] = {1};
+    tc_assert_steps(r, one, 1);
+    cr_assert_str_eq(ckpt_store_path(r), tc_root);
+
+    /* the writer keeps saving with the reader open */
+    tc_state s2;
+    tc_state_standard(&s2, 2);
+    tc_save_ok(a, 2, &s2);
+    cr_assert_eq(tc_restore_check(r, CKPT_LATEST, &s2), 2, "reader sees the new step");
+
+    ckpt_store_free(a);
+    rc = ckpt_store_open(&b, tc_root, &o);
+    cr_assert_eq(rc, CKPT_OK, "after the first writer is freed: %s", ckpt_error_last());
+    tc_restore_check(b, 1, &s);
+    ckpt_store_free(b);
+    ckpt_store_free(r);
+    tc_state_free(&s);
+    tc_state_free(&s2);
+}
+
+/* A child process, forked before the parent opens anything (so that it
+ * holds none of the parent's allocations), that opens a writer on tc_root
+ * each time it is asked and answers with the status through a pipe.  Its
+ * exit code is not used: a wrapper such as valgrind may replace it. */
+typedef struct child {
+    pid_t pid;
+    int cmd, ans;
+} child;
+
+static void child_start(child *c)
+{
+    int p2c[2], c2p[2];
+    cr_assert_eq(pipe(p2c), 0);
+    cr_assert_eq(pipe(c2p), 0);
+    fflush(NULL);
+    c->pid = fork();
+    cr_assert_neq(c->pid, -1);
+    if (c->pid == 0) {
+        close(p2c[1]);
+        close(c2p[0]);
+        char x;
+        while (read(p2c[0], &x, 1) == 1) {
+            ckpt_store_options o;
+            int rc = ckpt_store_options_init(&o, CKPT_STORE_OPTIONS_VERSION);
+            o.fsync = 0;
+            ckpt_store *b = NULL;
+            if (rc == CKPT_OK)
+                rc = ckpt_store_open(&b, tc_root, &o);
+            ckpt_store_free(b);
+            if (write(c2p[1], &rc, sizeof rc) != (ssize_t)sizeof rc)
+                break;
+        }
+        _exit(0);
+    }
+    close(p2c[0]);
+    close(c2p[1]);
+    c->cmd = p2c[1];
+    c->ans = c2p[0];
+}
+
+static int child_open(child *c)
+{
+    cr_assert_eq(write(c->cmd, "o", 1), 1);
+    int rc = 12345;
+    cr_assert_eq(read(c->ans, &rc, sizeof rc), (ssize_t)sizeof rc, "the child died");
+    return rc;
+}
+
+static void child_stop(child *c)
+{
+    close(c->cmd);
+    close(c->ans);
+    int status;
+    cr_assert_eq(waitpid(c->pid, &status, 0), c->pid);
+}
+
+/* Another process is refused too, and gets the lock once we let go. */
+Test(store, writer_in_other_process)
+{
+    child c;
+    child_start(&c);
+    ckpt_store *a = tc_open(tc_root);
+    int rc = child_open(&c);
+    cr_assert_eq(rc, CKPT_EBUSY, "other process: open = %d (%s)", rc, ckpt_strerror(rc));
+    ckpt_store_free(a);
+    rc = child_open(&c);
+    cr_assert_eq(rc, CKPT_OK, "other process after release: open = %d (%s)", rc,
+                 ckpt_strerror(rc));
+    child_stop(&c);
+}
+
+Test(store, open_creates_root_and_readonly_needs_it)
+{
+    char *sub = tc_join(tc_root, "new-root");
+    ckpt_store_options o;
+    tc_opts(&o);
+    o.flags = CKPT_OPEN_READONLY;
+    ckpt_store *st = NULL;
+    int rc = ckpt_store_open(&st, sub, &o);
+    cr_assert_neq(rc, CKPT_OK, "read-only open of a missing root succeeded");
+    cr_assert_null(st);
+    cr_assert(tc_nonempty(ckpt_error_last()));
+    cr_assert(!tc_exists(sub), "read-only open created the root");
+
+    st = tc_open(sub);
+    cr_assert(tc_exists(sub), "writer did not create the root");
+    cr_assert_str_eq(ckpt_store_path(st), sub);
+    ckpt_store_free(st);
+    free(sub);
+
+    /* a root that is a regular file */
+    char *file = tc_join(tc_root, "file");
+    tc_write_file(file, "x", 1);
+    tc_opts(&o);
+    rc = ckpt_store_open(&st, file, &o);
+    cr_assert_neq(rc, CKPT_OK, "a regular file opened as a root");
+    cr_assert(tc_nonempty(ckpt_error_last()));
+    free(file);
+}
+
+Test(store, readonly_store_refuses_writes)
+{
+    tc_state s;
+    tc_state_standard(&s, 1);
+    ckpt_store *w = tc_open(tc_root);
+    tc_save_ok(w, 1, &s);
+    ckpt_store_free(w);
+
+    ckpt_store *r = tc_open_ro(tc_root);
+    int rc = tc_save(r, 2, &s, NULL);
+    cr_assert(rc == CKPT_EACCES || rc == CKPT_EINVAL, "save on a read-only store = %d", rc);
+    cr_assert(tc_nonempty(ckpt_error_last()));
+    ckpt_report *rep = NULL;
+    rc = ckpt_store_gc(r, 1, 0, &rep);
+    cr_assert(rc == CKPT_EACCES || rc == CKPT_EINVAL, "gc on a read-only store = %d", rc);
+    ckpt_report_free(rep);
+    int64_t one[1] = {1};
+    tc_assert_steps(r, one, 1);
+    cr_assert_eq(tc_count_prefix(tc_root, ".tmp"), 0);
+    ckpt_store_free(r);
+    tc_state_free(&s);
+}
+
+/* ------------------------------------------------------------- retention */
+
+static void save_steps(ckpt_store *st, int from, int to, tc_state *states)
+{
+    for (int i = from; i <= to; i++) {
+        tc_state_standard(&states[i], (uint64_t)i + 100);
+        tc_save_ok(st, i, &states[i]);
+    }
+}
+
+static int count_step_dirs(void)
+{
+    return tc_count_prefix(tc_root, "step-");
+}
+
+static void check_retention(int keep_last, const int64_t *want, size_t nwant)
+{
+    ckpt_store_options o;
+    tc_opts(&o);
+    o.keep_last = keep_last;
+    ckpt_store *st = NULL;
+    cr_assert_eq(ckpt_store_open(&st, tc_root, &o), CKPT_OK, "%s", ckpt_error_last());
+    tc_state states[6];
+    save_steps(st, 1, 5, states);
+    tc_assert_steps(st, want, nwant);
+    cr_assert_eq(count_step_dirs(), (int)nwant, "step-* entries in the root");
+    cr_assert_eq(tc_count_prefix(tc_root, ".tmp"), 0);
+    for (size_t i = 0; i < nwant; i++)
+        tc_restore_check(st, want[i], &states[want[i]]);
+    ckpt_store_free(st);
+    /* as seen by a fresh reader */
+    st = tc_open_ro(tc_root);
+    tc_assert_steps(st, want, nwant);
+    ckpt_store_free(st);
+    for (int i = 1; i <= 5; i++)
+        tc_state_free(&states[i]);
+}
+
+Test(store, keep_last_2)
+{
+    int64_t want[] = {4, 5};
+    check_retention(2, want, 2);
+}
+
+Test(store, keep_last_1)
+{
+    int64_t want[] = {5};
+    check_retention(1, want, 1);
+}
+
+Test(store, keep_last_0_keeps_all)
+{
+    int64_t want[] = {1, 2, 3, 4, 5};
+    check_retention(0, want, 5);
+}
+
+Test(store, keep_last_default_is_3)
+{
+    int64_t want[] = {3, 4, 5};
+    check_retention(-1, want, 3);
+}
+
+/* Steps saved out of order: retention keeps the highest step numbers. */
+Test(store, retention_by_step_number)
+{
+    ckpt_store_options o;
+    tc_opts(&o);
+    o.keep_last = 2;
+    ckpt_store *st = NULL;
+    cr_assert_eq(ckpt_store_open(&st, tc_root, &o), CKPT_OK);
+    tc_state s;
+    tc_state_standard(&s, 1);
+    const int64_t order[] = {10, 30, 20};
+    for (int i = 0; i < 3; i++)
+        tc_save_ok(st, order[i], &s);
+    int64_t want[] = {20, 30};
+    tc_assert_steps(st, want, 2);
+    tc_state_free(&s);
+    ckpt_store_free(st);
+}
+
+Test(store, resave_replaces_step)
+{
+    ckpt_store *st = tc_open(tc_root);
+    tc_state a, b;
+    tc_state_standard(&a, 1);
+    tc_state_standard(&b, 2);
+    tc_save_ok(st, 7, &a);
+    tc_restore_check(st, 7, &a);
+    tc_save_ok(st, 7, &b);
+    tc_restore_check(st, 7, &b);
+    int64_t want[] = {7};
+    tc_assert_steps(st, want, 1);
+    cr_assert_eq(count_step_dirs(), 1, "a replaced step left another step-* entry");
+    cr_assert_eq(tc_count_prefix(tc_root, ".tmp"), 0);
+
+    /* a replacement with other tensors: the old names are gone */
+    tc_state c;
+    tc_state_init(&c);
+    int64_t n[1] = {10};
+    tc_state_add(&c, "only.this", CKPT_U16, 1, n, TC_RANDOM, 3);
+    tc_save_ok(st, 7, &c);
+    tc_restore_check(st, 7, &c);
+    void *data = NULL;
+    uint64_t bytes;
+    cr_assert_eq(ckpt_load(st, 7, "model.weight", &data, &bytes, NULL), CKPT_ENOTFOUND);
+    cr_assert_eq(ckpt_verify(st, 7, CKPT_VERIFY_FULL, NULL), CKPT_OK);
+    ckpt_store_free(st);
+
+    st = tc_open_ro(tc_root);
+    tc_restore_check(st, CKPT_LATEST, &c);
+    ckpt_store_free(st);
+    tc_state_free(&a);
+    tc_state_free(&b);
+    tc_state_free(&c);
+}
+
+/* ----------------------------------------------------- stale temp dirs */
+
+static char *make_stale_tmp(const char *name, int with_checkpoint_files)
+{
+    char *dir = tc_join(tc_root, name);
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    char *junk = tc_join(dir, "junk.bin");
+    tc_write_file(junk, "\x00\x01garbage", 9);
+    free(junk);
+    if (with_checkpoint_files) {
+        /* a complete, valid-looking checkpoint: still never a checkpoint */
+        char *src = tc_step_dir(tc_root, 1);
+        char *man = tc_join(src, "manifest.json");
+        char *dman = tc_join(dir, "manifest.json");
+        tc_copy_file(man, dman);
+        char *shard = tc_find_suffix(src, ".shard");
+        cr_assert(shard);
+        const char *base = strrchr(shard, '/') + 1;
+        char *dshard = tc_join(dir, base);
+        tc_copy_file(shard, dshard);
+        free(src);
+        free(man);
+        free(dman);
+        free(shard);
+        free(dshard);
+    }
+    return dir;
+}
+
+Test(store, stale_temp_dirs)
+{
+    tc_state s;
+    tc_state_standard(&s, 1);
+    ckpt_store *w = tc_open(tc_root);
+    tc_save_ok(w, 1, &s);
+    ckpt_store_free(w);
+
+    char *t7 = make_stale_tmp(".tmp-step-000000000007-dead", 0);
+    char *t9 = make_stale_tmp(".tmp-step-000000000009-dead", 1);
+
+    /* a reader ignores them and leaves them alone */
+    char *before = tc_tree_snapshot(tc_root);
+    ckpt_store *r = tc_open_ro(tc_root);
+    int64_t one[1] = {1};
+    tc_assert_steps(r, one, 1);
+    int64_t latest = -1;
+    cr_assert_eq(ckpt_store_latest(r, CKPT_VERIFY_FULL, &latest), CKPT_OK);
+    cr_assert_eq(latest, 1);
+    cr_assert_eq(tc_restore_check(r, CKPT_LATEST, &s), 1);
+    ckpt_checkpoint *ck = NULL;
+    cr_assert_eq(ckpt_checkpoint_open(&ck, r, 9), CKPT_ENOTFOUND);
+    cr_assert_eq(ckpt_checkpoint_open(&ck, r, 7), CKPT_ENOTFOUND);
+    ckpt_store_free(r);
+    cr_assert(tc_exists(t7) && tc_exists(t9), "a reader removed a temp dir");
+    char *after = tc_tree_snapshot(tc_root);
+    cr_assert_str_eq(after, before, "a reader changed the root");
+    free(before);
+    free(after);
+
+    /* a writer removes them on open */
+    w = tc_open(tc_root);
+    cr_assert(!tc_exists(t7), "%s survived the writer's open", t7);
+    cr_assert(!tc_exists(t9), "%s survived the writer's open", t9);
+    cr_assert_eq(tc_count_prefix(tc_root, ".tmp"), 0);
+    tc_assert_steps(w, one, 1);
+    tc_restore_check(w, 1, &s);
+    ckpt_store_free(w);
+    free(t7);
+    free(t9);
+    tc_state_free(&s);
+}
+
+Test(store, gc_reports_and_removes)
+{
+    tc_state s;
+    tc_state_standard(&s, 1);
+    ckpt_store *w = tc_open(tc_root); /* keep_last 0 */
+    for (int i = 1; i <= 3; i++)
+        tc_save_ok(w, i, &s);
+    /* a stale dir that appears while the writer is open */
+    char *t = make_stale_tmp(".tmp-step-000000000004-dead", 0);
+
+    ckpt_report *rep = NULL;
+    int rc = ckpt_store_gc(w, 1, 1, &rep);
+    cr_assert_eq(rc, CKPT_OK, "gc dry run: %s", ckpt_error_last());
+    cr_assert(rep);
+    int seen_tmp = 0, seen1 = 0, seen2 = 0;
+    for (size_t i = 0; i < ckpt_report_count(rep); i++) {
+        const ckpt_problem *p = ckpt_report_get(rep, i);
+        cr_assert_eq(p->status, CKPT_OK);
+        cr_assert(p->file);
+        if (p->step == -1) {
+            cr_assert_str_eq(p->file, ".tmp-step-000000000004-dead");
+            seen_tmp++;
+        } else if (p->step == 1) {
+            cr_assert_str_eq(p->file, "step-000000000001");
+            seen1++;
+        } else if (p->step == 2) {
+            cr_assert_str_eq(p->file, "step-000000000002");
+            seen2++;
+        } else {
+            cr_assert_fail("gc would remove step %" PRId64 " (%s)", p->step, p->file);
+        }
+    }
+    cr_assert(seen_tmp == 1 && seen1 == 1 && seen2 == 1,
+              "dry-run report: tmp %d, step1 %d, step2 %d", seen_tmp, seen1, seen2);
+    ckpt_report_free(rep);
+    int64_t all[] = {1, 2, 3};
+    tc_assert_steps(w, all, 3);
+    cr_assert(tc_exists(t), "dry run removed the temp dir");
+
+    rep = NULL;
+    rc = ckpt_store_gc(w, 1, 0, &rep);
+    cr_assert_eq(rc, CKPT_OK, "gc: %s", ckpt_error_last());
+    cr_assert_eq(ckpt_report_count(rep), 3);
+    ckpt_report_free(rep);
+    int64_t last[] = {3};
+    tc_assert_steps(w, last, 1);
+    cr_assert(!tc_exists(t));
+    cr_assert_eq(count_step_dirs(), 1);
+    cr_assert_eq(tc_count_prefix(tc_root, ".tmp"), 0);
+    tc_restore_check(w, 3, &s);
+
+    /* nothing left to do */
+    rep = NULL;
+    cr_assert_eq(ckpt_store_gc(w, 1, 0, &rep), CKPT_OK);
+    cr_assert_eq(ckpt_report_count(rep), 0);
+    ckpt_report_free(rep);
+    ckpt_store_free(w);
+    free(t);
+    tc_state_free(&s);
+}
+
+/* gc never removes the newest step that passes quick verification. */
+Test(store, gc_keeps_newest_good_step)
+{
+    tc_state s[4];
+    ckpt_store *w = tc_open(tc_root);
+    for (int i = 1; i <= 3; i++) {
+        tc_state_standard(&s[i], (uint64_t)i);
+        tc_save_ok(w, i, &s[i]);
+    }
+    char *dir = tc_step_dir(tc_root, 3);
+    char *man = tc_join(dir, "manifest.json");
+    tc_truncate(man, tc_file_size(man) / 2);
+    cr_assert_eq(ckpt_store_gc(w, 1, 0, NULL), CKPT_OK, "gc: %s", ckpt_error_last());
+    size_t n;
+    int64_t *steps = tc_steps(w, &n);
+    int has2 = 0, has1 = 0;
+    for (size_t i = 0; i < n; i++) {
+        has1 |= steps[i] == 1;
+        has2 |= steps[i] == 2;
+    }
+    ckpt_free(steps);
+    cr_assert(has2, "gc removed step 2, the newest good one");
+    cr_assert(!has1, "gc kept step 1 with keep_last 1");
+    cr_assert_eq(tc_restore_check(w, CKPT_LATEST, &s[2]), 2);
+    ckpt_store_free(w);
+    free(man);
+    free(dir);
+    for (int i = 1; i <= 3; i++)
+        tc_state_free(&s[i]);
+}
+
+/* ------------------------------------------------------------- metadata */
+
+static int json_has_string(const json_t *j, const char *needle)
+{
+    if (json_is_string(j))
+        return strstr(json_string_value(j), needle) != NULL;
+    if (json_is_object(j)) {
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)j, k, v) if (json_has_string(v, needle)) return 1;
+    }
+    if (json_is_array(j)) {
+        size_t i;
+        json_t *v;
+        json_array_foreach(j, i, v) if (json_has_string(v, needle)) return 1;
+    }
+    return 0;
+}
+
+static json_t *parse(const char *text, const char *what)
+{
+    cr_assert(text, "%s is NULL", what);
+    json_error_t err;
+    json_t *j = json_loads(text, JSON_DECODE_ANY, &err);
+    cr_assert(j, "%s is not JSON (%s at %d): %.200s", what, err.text, err.position, text);
+    return j;
+}
+
+static void check_metadata(const char *meta, int64_t step)
+{
+    tc_state s;
+    tc_state_standard(&s, (uint64_t)step);
+    ckpt_store *st = tc_open(tc_root);
+    double t0 = (double)time(NULL);
+    int rc = tc_save(st, step, &s, meta);
+    double t1 = (double)time(NULL);
+    cr_assert_eq(rc, CKPT_OK, "save with metadata %s: %s", meta ? meta : "NULL",
+                 ckpt_error_last());
+    ckpt_checkpoint *ck = NULL;
+    cr_assert_eq(ckpt_checkpoint_open(&ck, st, step), CKPT_OK, "%s", ckpt_error_last());
+
+    json_t *want = parse(meta ? meta : "null", "expected metadata");
+    json_t *got = parse(ckpt_checkpoint_metadata(ck), "ckpt_checkpoint_metadata");
+    cr_assert(json_equal(want, got), "metadata %s came back as %s", meta ? meta : "NULL",
+              ckpt_checkpoint_metadata(ck));
+    json_decref(want);
+    json_decref(got);
+
+    json_t *env = parse(ckpt_checkpoint_env(ck), "ckpt_checkpoint_env");
+    cr_assert(json_is_object(env), "env is not an object");
+    cr_assert(json_has_string(env, CKPT_VERSION_STRING), "env does not name libckpt %s: %s",
+              CKPT_VERSION_STRING, ckpt_checkpoint_env(ck));
+    json_decref(env);
+
+    json_t *man = parse(ckpt_checkpoint_manifest(ck), "ckpt_checkpoint_manifest");
+    cr_assert(json_is_object(man));
+    json_decref(man);
+
+    double t = ckpt_checkpoint_time(ck);
+    cr_assert(t >= t0 - 1 && t <= t1 + 1, "checkpoint time %.3f outside [%.0f, %.0f]", t,
+              t0, t1);
+    cr_assert_eq(ckpt_checkpoint_step(ck), step);
+    const char *path = ckpt_checkpoint_path(ck);
+    cr_assert(path && path[0] == '/', "checkpoint path not absolute: %s", path);
+    char tail[32];
+    snprintf(tail, sizeof tail, "step-%012lld", (long long)step);
+    size_t pl = strlen(path), tl = strlen(tail);
+    cr_assert(pl >= tl && strcmp(path + pl - tl, tail) == 0, "checkpoint path %s", path);
+    ckpt_save_stats cs;
+    cr_assert_eq(ckpt_checkpoint_stats(ck, &cs), CKPT_OK);
+    cr_assert_eq(cs.raw_bytes, tc_state_bytes(&s));
+    cr_assert_eq(cs.step, step);
+    ckpt_checkpoint_free(ck);
+    ckpt_store_free(st);
+    tc_state_free(&s);
+}
+
+Test(store, metadata_object)
+{
+    check_metadata("{\"epoch\": 3, \"lr\": 0.001, \"tags\": [\"a\", \"b\"], "
+                   "\"nested\": {\"x\": null, \"u\": \"\\u00e9t\\u00e9 \xe2\x9c\x93\", "
+                   "\"big\": 9007199254740993, \"neg\": -1.5e-300, \"t\": true}}",
+                   3);
+}
+
+Test(store, metadata_none_is_null) { check_metadata(NULL, 4); }
+Test(store, metadata_scalar) { check_metadata("42", 5); }
+Test(store, metadata_string) { check_metadata("\"run \\\"alpha\\\"\\n\"", 6); }
+Test(store, metadata_empty_array) { check_metadata("[]", 7); }
+
+/* ------------------------------------------------------- read-only root */
+
+Test(store, readonly_root_directory)
+{
+    tc_state s;
+    tc_state_standard(&s, 1);
+    ckpt_store *w = tc_open(tc_root);
+    tc_save_ok(w, 1, &s);
+    tc_save_ok(w, 2, &s);
+    ckpt_store_free(w);
+    cr_assert_eq(chmod(tc_root, 0555), 0);
+    /* chmod does not stop root: make everything immutable as well */
+    int enforced = geteuid() != 0 || tc_set_immutable(tc_root, 1) == 0;
+    char *before = tc_tree_snapshot(tc_root);
+
+    ckpt_store *r = tc_open_ro(tc_root);
+    int64_t want[] = {1, 2};
+    tc_assert_steps(r, want, 2);
+    cr_assert_eq(ckpt_verify(r, 2, CKPT_VERIFY_FULL, NULL), CKPT_OK, "%s", ckpt_error_last());
+    int64_t latest;
+    cr_assert_eq(ckpt_store_latest(r, CKPT_VERIFY_FULL, &latest), CKPT_OK);
+    cr_assert_eq(latest, 2);
+    cr_assert_eq(tc_restore_check(r, CKPT_LATEST, &s), 2);
+    void *data = NULL;
+    uint64_t bytes;
+    cr_assert_eq(ckpt_load(r, 1, "model.bias", &data, &bytes, NULL), CKPT_OK);
+    ckpt_free(data);
+    ckpt_checkpoint *ck = NULL;
+    cr_assert_eq(ckpt_checkpoint_open(&ck, r, 1), CKPT_OK);
+    ckpt_checkpoint_free(ck);
+    ckpt_store_free(r);
+
+    char *after = tc_tree_snapshot(tc_root);
+    cr_assert_str_eq(after, before, "a read-only store changed the root");
+    free(after);
+    free(before);
+
+    if (!enforced) {
+        tc_state_free(&s);
+        cr_skip_test("running as root without chattr +i: the check that a writer "
+                     "on a read-only root gets CKPT_EACCES was skipped");
+    }
+    ckpt_store_options o;
+    tc_opts(&o);
+    w = NULL;
+    int rc = ckpt_store_open(&w, tc_root, &o);
+    cr_assert_eq(rc, CKPT_EACCES, "writer on a read-only root = %d (%s): %s", rc,
+                 ckpt_strerror(rc), ckpt_error_last());
+    cr_assert(tc_nonempty(ckpt_error_last()));
+    cr_assert_null(w);
+    tc_set_immutable(tc_root, 0);
+    chmod(tc_root, 0755);
+    tc_state_free(&s);
+}
+
+/* ------------------------------------------------------------ threads */
+
+/* One store used from several threads at once: restores and verifies run
+ * while another thread saves.  Threads only record what they saw; the test
+ * thread asserts (Criterion assertions belong to the test's thread). */
+typedef struct reader_arg {
+    ckpt_store *st;
+    const tc_state *a, *b; /* steps 1 and 2..: contents a (odd) or b (even) */
+    int rounds;
+    int bad;          /* restores that failed or returned wrong data */
+    char why[256];
+} reader_arg;
+
+static void *reader_thread(void *p)
+{
+    reader_arg *r = p;
+    for (int i = 0; i < r->rounds && !r->bad; i++) {
+        tc_state got;
+        tc_state_like(&got, r->a, 0);
+        ckpt_report *rep = NULL;
+        int rc = ckpt_restore(r->st, CKPT_LATEST, got.t, got.count, NULL, &rep);
+        if (rc != CKPT_OK) {
+            r->bad++;
+            snprintf(r->why, sizeof r->why, "restore = %d: %s", rc, ckpt_error_last());
+        } else {
+            int64_t s = ckpt_report_step(rep);
+            const tc_state *want = s % 2 ? r->a : r->b;
+            for (size_t k = 0; k < got.count; k++)
+                if (memcmp(got.t[k].data, want->t[k].data, got.t[k].bytes) != 0) {
+                    r->bad++;
+                    snprintf(r->why, sizeof r->why, "step %lld: tensor %s differs",
+                             (long long)s, got.t[k].name);
+                    break;
+                }
+        }
+        ckpt_report_free(rep);
+        tc_state_free(&got);
+    }
+    return NULL;
+}
+
+typedef struct saver_arg {
+    ckpt_store *st;
+    const tc_state *a, *b;
+    int first, last;
+    int rc;
+    char why[256];
+} saver_arg;
+
+static void *saver_thread(void *p)
+{
+    saver_arg *s = p;
+    for (int step = s->first; step <= s->last && s->rc == CKPT_OK; step++) {
+        const tc_state *src = step % 2 ? s->a : s->b;
+        ckpt_save *sv = NULL;
+        s->rc = ckpt_save_begin(&sv, s->st, step, src->t, src->count, NULL);
+        if (s->rc == CKPT_OK)
+            s->rc = ckpt_save_wait(sv);
+        if (s->rc != CKPT_OK)
+            snprintf(s->why, sizeof s->why, "step %d: %s", step, ckpt_error_last());
+        ckpt_save_free(sv);
+    }
+    return NULL;
+}
+
+Test(store, threads_share_a_store)
+{
+    tc_state a, b;
+    tc_state_standard(&a, 1);
+    tc_state_standard(&b, 2);
+    ckpt_store_options o;
+    tc_opts(&o);
+    o.keep_last = 3;
+    ckpt_store *st = NULL;
+    cr_assert_eq(ckpt_store_open(&st, tc_root, &o), CKPT_OK, "%s", ckpt_error_last());
+    tc_save_ok(st, 1, &a);
+
+    enum { READERS = 3 };
+    reader_arg rd[READERS];
+    pthread_t th[READERS + 2];
+    for (int i = 0; i < READERS; i++) {
+        rd[i] = (reader_arg){st, &a, &b, 15, 0, ""};
+        cr_assert_eq(pthread_create(&th[i], NULL, reader_thread, &rd[i]), 0);
+    }
+    /* two savers on one store: the steps interleave but every save commits */
+    saver_arg sa = {st, &a, &b, 2, 11, CKPT_OK, ""};
+    saver_arg sb = {st, &a, &b, 12, 21, CKPT_OK, ""};
+    cr_assert_eq(pthread_create(&th[READERS], NULL, saver_thread, &sa), 0);
+    cr_assert_eq(pthread_create(&th[READERS + 1], NULL, saver_thread, &sb), 0);
+    for (int i = 0; i < READERS + 2; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < READERS; i++)
+        cr_assert_eq(rd[i].bad, 0, "reader %d: %s", i, rd[i].why);
+    cr_assert_eq(sa.rc, CKPT_OK, "saver a: %s", sa.why);
+    cr_assert_eq(sb.rc, CKPT_OK, "saver b: %s", sb.why);
+    /* Retention keeps the three highest steps, and never retires the step
+     * just committed (docs/FORMAT.md): when saver a's last step commits
+     * after saver b's, it survives as a fourth. */
+    size_t n;
+    int64_t *steps = tc_steps(st, &n);
+    cr_assert(n == 3 || n == 4, "%zu steps kept", n);
+    cr_assert(steps[n - 3] == 19 && steps[n - 2] == 20 && steps[n - 1] == 21,
+              "the three newest steps are %lld %lld %lld", (long long)steps[n - 3],
+              (long long)steps[n - 2], (long long)steps[n - 1]);
+    if (n == 4)
+        cr_assert_eq(steps[0], 11, "extra step %lld", (long long)steps[0]);
+    ckpt_free(steps);
+    tc_restore_check(st, 21, &a);
+    tc_restore_check(st, 20, &b);
+    ckpt_store_free(st);
+    tc_state_free(&a);
+    tc_state_free(&b);
+}

@@ -55,6 +55,15 @@ struct ckpt_save {
     size_t njobs;          /* queued so far */
     size_t jobs_total;     /* allocated (events may sit in unqueued ones) */
     device_event *snap_ev;  /* all snapshot copies complete */
+    int staged;             /* DEVICE mode: tensors staged in device memory */
+    /* STREAM mode with a state larger than the pinned pool: the chunk loop
+     * runs on the persist thread, from these copies of the caller's
+     * descriptors; the caller must leave its buffers alone until
+     * snapshot_done (ckpt_save_wait_snapshot). */
+    ckpt_tensor *deferred;
+    ckpt_memory *deferred_mem;
+    size_t ndeferred;
+    int snapshot_done;      /* protected by lock; signalled on cond */
     double t_begin, t_return;
 };
 
@@ -141,6 +150,8 @@ int save_validate_tensors(const ckpt_tensor *t, size_t count, int for_restore)
 /* ---------------------------------------------------------------- handles */
 
 static void release_events(ckpt_save *s);
+static int snapshot_chunks(ckpt_save *s, const ckpt_tensor *t, size_t count,
+                           const ckpt_memory *mem, int any_device);
 
 static void save_unref(ckpt_save *s)
 {
@@ -153,6 +164,8 @@ static void save_unref(ckpt_save *s)
         pthread_join(s->thread, NULL);
     if (!s->thread_started)
         release_events(s); /* failed begin: the persist thread never ran */
+    free(s->deferred);
+    free(s->deferred_mem);
     free(s->jobs);
     shard_writer_free(s->writer);
     manifest_clear(&s->m);
@@ -337,7 +350,18 @@ static void release_events(ckpt_save *s)
 static void *persist_thread(void *arg)
 {
     ckpt_save *s = arg;
-    int rc = persist(s);
+    int rc = CKPT_OK;
+    if (s->deferred) {
+        rc = snapshot_chunks(s, s->deferred, s->ndeferred, s->deferred_mem, 1);
+        if (rc)
+            wait_jobs_idle(&s->group);
+        pthread_mutex_lock(&s->lock);
+        s->snapshot_done = 1;
+        pthread_cond_broadcast(&s->cond);
+        pthread_mutex_unlock(&s->lock);
+    }
+    if (!rc)
+        rc = persist(s);
     if (rc)
         device_quiesce(s->store->dev); /* copies of chunks never queued */
     release_events(s);
@@ -431,21 +455,27 @@ static int submit_range(ckpt_save *s, size_t from, size_t to)
     return CKPT_OK;
 }
 
-static int snapshot(ckpt_save *s, const ckpt_tensor *t, size_t count,
-                    const ckpt_memory *mem, int any_device, void *stream)
+/* Order the snapshot after the caller's stream; in DEVICE mode also issue
+ * the D2D copies, after which the snapshot marker is known at once. */
+static int snapshot_start(ckpt_save *s, const ckpt_tensor *t, size_t count,
+                          const ckpt_memory *mem, void *stream)
+{
+    ckpt_store *st = s->store;
+    int rc;
+    if ((rc = device_snapshot_reserve(st->dev, t, mem, count, &s->staged)) ||
+        (rc = device_snapshot_start(st->dev, stream)) ||
+        (s->staged && (rc = device_record(st->dev, &s->snap_ev))))
+        return rc;
+    return CKPT_OK;
+}
+
+/* Copy every chunk into the arena and queue its encode job. */
+static int snapshot_chunks(ckpt_save *s, const ckpt_tensor *t, size_t count,
+                           const ckpt_memory *mem, int any_device)
 {
     ckpt_store *st = s->store;
     uint64_t chunk = st->opts.chunk_bytes;
     int rc;
-    int staged = 0;
-    if (any_device) {
-        /* DEVICE mode: all device tensors are copied D2D at start; the
-         * snapshot marker is then known at once. */
-        if ((rc = device_snapshot_reserve(st->dev, t, mem, count, &staged)) ||
-            (rc = device_snapshot_start(st->dev, stream)) ||
-            (staged && (rc = device_record(st->dev, &s->snap_ev))))
-            return rc;
-    }
     size_t used = 0, k = 0, queued = 0;
     for (size_t i = 0; i < count; i++) {
         for (uint64_t off = 0; off < t[i].bytes; off += chunk, k++) {
@@ -478,8 +508,14 @@ static int snapshot(ckpt_save *s, const ckpt_tensor *t, size_t count,
     }
     if ((rc = submit_range(s, queued, k)))
         return rc;
-    if (any_device && !staged)
-        return device_record(st->dev, &s->snap_ev);
+    if (any_device && !s->staged) {
+        device_event *ev;
+        if ((rc = device_record(st->dev, &ev)))
+            return rc;
+        pthread_mutex_lock(&s->lock);
+        s->snap_ev = ev;
+        pthread_mutex_unlock(&s->lock);
+    }
     return CKPT_OK;
 }
 
@@ -530,8 +566,29 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
                   : ckpt_seterr(CKPT_ENOMEM, "out of memory");
         free(path);
     }
-    if (!rc)
-        rc = snapshot(s, t, count, mem, any_device, opts ? opts->cuda_stream : NULL);
+    if (!rc && any_device)
+        rc = snapshot_start(s, t, count, mem, opts ? opts->cuda_stream : NULL);
+    if (!rc && any_device && st->opts.snapshot_mode == CKPT_SNAPSHOT_STREAM &&
+        total > st->arena_cap) {
+        /* Several passes through the pool: let the persist thread run them
+         * so the caller is not held for compression and writing. */
+        s->deferred = malloc((count ? count : 1) * sizeof *s->deferred);
+        if (!s->deferred) {
+            rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
+        } else {
+            for (size_t i = 0; i < count; i++) {
+                s->deferred[i] = t[i];
+                s->deferred[i].name = s->m.tensors[i].name;
+                s->deferred[i].shape = NULL; /* not needed for copying */
+            }
+            s->deferred_mem = mem;
+            s->ndeferred = count;
+            mem = NULL;
+        }
+    } else if (!rc) {
+        rc = snapshot_chunks(s, t, count, mem, any_device);
+        s->snapshot_done = 1;
+    }
     free(mem);
     if (rc) {
         /* Let queued jobs finish before the arena and writer go away. */
@@ -622,6 +679,13 @@ CKPT_API int ckpt_save_done(ckpt_save *s)
     return done;
 }
 
+/* Deferred (STREAM) snapshots: block until the chunk loop has finished. */
+static void wait_snapshot_done(ckpt_save *s)
+{
+    while (!s->snapshot_done && !s->done)
+        pthread_cond_wait(&s->cond, &s->lock);
+}
+
 /* The snapshot event lives until the persist thread has seen every copy
  * complete; after that there is nothing left to wait for. */
 CKPT_API int ckpt_save_wait_snapshot(ckpt_save *s)
@@ -629,6 +693,7 @@ CKPT_API int ckpt_save_wait_snapshot(ckpt_save *s)
     if (!s)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_save_wait_snapshot: save is NULL");
     pthread_mutex_lock(&s->lock);
+    wait_snapshot_done(s);
     int rc = s->snap_ev ? device_snapshot_wait(s->store->dev, s->snap_ev) : CKPT_OK;
     pthread_mutex_unlock(&s->lock);
     return rc;
@@ -639,6 +704,7 @@ CKPT_API int ckpt_save_fence(ckpt_save *s, void *stream)
     if (!s)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_save_fence: save is NULL");
     pthread_mutex_lock(&s->lock);
+    wait_snapshot_done(s); /* only STREAM snapshots larger than the pool wait */
     int rc = s->snap_ev ? device_fence(s->store->dev, s->snap_ev, stream) : CKPT_OK;
     pthread_mutex_unlock(&s->lock);
     return rc;

@@ -8,6 +8,7 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt.h"
 #include "cuda_test_util.h"
@@ -189,6 +190,54 @@ static void wait_snapshot(ckpt_snapshot_mode mode)
 Test(cuda_save, wait_snapshot_host_mode) { wait_snapshot(CKPT_SNAPSHOT_HOST); }
 Test(cuda_save, wait_snapshot_device_mode) { wait_snapshot(CKPT_SNAPSHOT_DEVICE); }
 Test(cuda_save, wait_snapshot_stream_mode) { wait_snapshot(CKPT_SNAPSHOT_STREAM); }
+
+/* A "kernel" that holds its stream until the test opens the gate. */
+static volatile int gate_open;
+static void gate_kernel(void *arg)
+{
+    (void)arg;
+    while (!__atomic_load_n(&gate_open, __ATOMIC_ACQUIRE))
+        usleep(200);
+}
+
+/* STREAM mode with a state eight times the pinned pool: the pool stays
+ * within its cap, the passes run behind ckpt_save_begin (which returns while
+ * the caller's stream is still held by a kernel, so no chunk can have been
+ * copied yet), and once ckpt_save_wait_snapshot returns the buffers may
+ * change. */
+Test(cuda_save, stream_mode_passes_through_a_bounded_pool)
+{
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_STREAM, 2 * CHUNK, 0);
+    void *s, *d1 = dmalloc(), *d2 = dmalloc();
+    cr_assert_eq(M.StreamCreate(&s), 0);
+    pattern_fill(d1, N, 21);
+    pattern_fill(d2, N, 22);
+    M.set_copy_delay_us(500);
+    gate_open = 0;
+    cr_assert_eq(M.LaunchHostFunc(s, gate_kernel, NULL), 0);
+    ckpt_tensor t[2] = { dtensor("a", d1, CKPT_MEM_DEVICE), dtensor("b", d2, CKPT_MEM_DEVICE) };
+    ckpt_save_options so = CKPT_SAVE_OPTIONS_INIT;
+    so.cuda_stream = s;
+    ckpt_save *save;
+    cr_assert_eq(ckpt_save_begin(&save, st, 4, t, 2, &so), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_eq(ckpt_save_done(save), 0);
+    __atomic_store_n(&gate_open, 1, __ATOMIC_RELEASE);
+    cr_assert_leq(ckpt_store_pinned_bytes(st), 2 * CHUNK, "pinned pool over its cap: %llu",
+                  (unsigned long long)ckpt_store_pinned_bytes(st));
+    cr_assert_eq(ckpt_save_wait_snapshot(save), CKPT_OK, "%s", ckpt_error_last());
+    pattern_fill(d1, N, 31);
+    pattern_fill(d2, N, 32);
+    cr_assert_eq(ckpt_save_wait(save), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_save_free(save);
+    cr_assert_leq(ckpt_store_pinned_bytes(st), 2 * CHUNK);
+    expect_saved(st, 4, "a", 21);
+    expect_saved(st, 4, "b", 22);
+    ckpt_store_free(st);
+    M.StreamDestroy(s);
+    M.Free(d1);
+    M.Free(d2);
+    expect_no_leaks(&M);
+}
 
 Test(cuda_save, device_mode_uses_spare_device_memory)
 {

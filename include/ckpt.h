@@ -307,6 +307,9 @@ CKPT_API int ckpt_save_wait_snapshot(ckpt_save *save);
  * Make the CUDA stream `stream` wait, on the GPU, until the snapshot copy is
  * complete, without blocking the CPU: enqueue work that overwrites the saved
  * device tensors after this.  A no-op for saves of host tensors only.
+ * Exception: a CKPT_SNAPSHOT_STREAM save of a state larger than the pinned
+ * pool copies in passes on a background thread, and this blocks the CPU
+ * until the last pass is queued.
  */
 CKPT_API int ckpt_save_fence(ckpt_save *save, void *cuda_stream);
 

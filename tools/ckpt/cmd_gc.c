@@ -1,6 +1,4 @@
 /* ckpt gc: retire old steps and stale temporary directories. */
-#include <dirent.h>
-#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,55 +56,6 @@ static int plan_from_report(gc_plan *p, const ckpt_report *r)
     return 0;
 }
 
-/*
- * What gc would remove, computed from a read-only store for a dry run when
- * the library accepts gc only from the writer (opening as the writer would
- * already delete stale temporary directories).
- */
-static int plan_readonly(gc_plan *p, ckpt_store *store, int64_t keep)
-{
-    int64_t *steps = NULL, newest_valid = -1;
-    size_t count = 0;
-    int st = ckpt_store_steps(store, &steps, &count);
-    if (st != CKPT_OK)
-        return st;
-    if (ckpt_store_latest(store, CKPT_VERIFY_QUICK, &newest_valid) != CKPT_OK)
-        newest_valid = -1;
-    ckpt_error_clear();
-    for (size_t i = 0; i + (size_t)keep < count; i++) {
-        ckpt_checkpoint *c = NULL;
-        char name[64];
-        if (steps[i] == newest_valid)
-            continue;
-        /* The directory name from the checkpoint when it opens. */
-        if (ckpt_checkpoint_open(&c, store, steps[i]) == CKPT_OK) {
-            const char *path = ckpt_checkpoint_path(c), *slash = strrchr(path, '/');
-            snprintf(name, sizeof name, "%s", slash ? slash + 1 : path);
-        } else {
-            snprintf(name, sizeof name, "step-%012" PRId64, steps[i]);
-        }
-        ckpt_checkpoint_free(c);
-        if (plan_add(p, name, steps[i]) < 0) {
-            ckpt_free(steps);
-            return CKPT_ENOMEM;
-        }
-    }
-    ckpt_free(steps);
-    ckpt_error_clear();
-    DIR *d = opendir(ckpt_store_path(store));
-    if (!d)
-        return CKPT_OK;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if ((strncmp(e->d_name, ".tmp-", 5) == 0 || strncmp(e->d_name, ".trash-", 7) == 0) &&
-            plan_add(p, e->d_name, -1) < 0) {
-            closedir(d);
-            return CKPT_ENOMEM;
-        }
-    closedir(d);
-    return CKPT_OK;
-}
-
 int cmd_gc(cli_ctx *ctx, int argc, char **argv)
 {
     const char *dir = NULL;
@@ -135,13 +84,11 @@ int cmd_gc(cli_ctx *ctx, int argc, char **argv)
     if (dry) {
         if ((ret = cli_open_readonly(ctx, dir, &store)))
             goto done;
+        /* The library plans a dry run on a read-only store, so a job
+         * holding the root does not stop it. */
         st = ckpt_store_gc(store, (int)keep, 1, &report);
-        if (st == CKPT_OK) {
-            st = plan_from_report(&plan, report) < 0 ? CKPT_ENOMEM : CKPT_OK;
-        } else if (st == CKPT_EACCES || st == CKPT_EINVAL) {
-            ckpt_error_clear();
-            st = plan_readonly(&plan, store, keep);
-        }
+        if (st == CKPT_OK && plan_from_report(&plan, report) < 0)
+            st = CKPT_ENOMEM;
     } else {
         if ((ret = cli_open_writer(ctx, dir, &store)))
             goto done;

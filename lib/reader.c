@@ -215,13 +215,13 @@ static int chunk_job(void *arg, int worker)
         device_event_free(s->dev, w->out_busy);
         w->out_busy = NULL;
         if (rc)
-            return rc;
+            return chunk_fail(t, rc);
     }
     if (t->dst && !to_device) {
         dst = t->dst + t->e->offset;
     } else {
         if ((rc = worker_reserve_out(s, w, (size_t)meta->raw_len, to_device)))
-            return rc;
+            return chunk_fail(t, rc);
         dst = w->out;
     }
     if ((rc = codec_decode(w->codec, w->in, meta, dst)))
@@ -235,7 +235,7 @@ static int chunk_job(void *arg, int worker)
         if (!rc)
             rc = device_record_stream(s->dev, t->stream, &w->out_busy);
         if (rc)
-            return rc;
+            return chunk_fail(t, rc);
     }
     return CKPT_OK;
 }

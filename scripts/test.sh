@@ -76,10 +76,29 @@ passed_stage() {
     return 1
 }
 
+# Totals over every `meson test` run, for the closing "N passed, N failed".
+n_passed=0
+n_failed=0
+n_skipped=0
 run_tests() { # build dir, meson test args...
-    local dir=$1
+    local dir=$1 out rc
     shift
-    meson test -C "$dir" --print-errorlogs "${extra[@]}" "$@"
+    out=$(mktemp)
+    meson test -C "$dir" --print-errorlogs "${extra[@]}" "$@" 2>&1 | tee "$out"
+    rc=${PIPESTATUS[0]}
+    local ok fail skip timeout
+    ok=$(awk '/^Ok:/ {print $2}' "$out" | tail -n 1)
+    fail=$(awk '/^Fail:/ {print $2}' "$out" | tail -n 1)
+    timeout=$(awk '/^Timeout:/ {print $2}' "$out" | tail -n 1)
+    skip=$(awk '/^Skipped:/ {print $2}' "$out" | tail -n 1)
+    n_passed=$((n_passed + ${ok:-0}))
+    n_failed=$((n_failed + ${fail:-0} + ${timeout:-0}))
+    n_skipped=$((n_skipped + ${skip:-0}))
+    if ((rc != 0 && ${fail:-0} + ${timeout:-0} == 0)); then
+        n_failed=$((n_failed + 1)) # meson itself failed (setup, build)
+    fi
+    rm -f "$out"
+    return "$rc"
 }
 
 # ---------------------------------------------------------------- normal
@@ -198,7 +217,10 @@ join() { # separator, items...
 }
 if ((${#failed[@]} == 0)); then
     echo "test.sh: ALL PASSED (${#passed[@]} stages: $(join '; ' "${passed[@]}")) in ${elapsed}s"
+    echo "tests: $n_passed passed, $n_failed failed, $n_skipped skipped"
     exit 0
 fi
 echo "test.sh: FAILED: $(join '; ' "${failed[@]}") (${#passed[@]} stages passed) in ${elapsed}s"
+((n_failed > 0)) || n_failed=${#failed[@]} # a stage failed outside meson test
+echo "tests: $n_passed passed, $n_failed failed, $n_skipped skipped"
 exit 1

@@ -10,8 +10,7 @@
 #include "report.h"
 #include "store.h"
 #include "util.h"
-
-int save_validate_tensors(const ckpt_tensor *t, size_t count, int for_restore);
+#include "validate.h"
 
 static int is_damage(int rc)
 {
@@ -104,7 +103,7 @@ CKPT_API int ckpt_restore(ckpt_store *s, int64_t step, const ckpt_tensor *t, siz
     ckpt_restore_options o = CKPT_RESTORE_OPTIONS_INIT;
     if (opts)
         o = *opts;
-    int rc = save_validate_tensors(t, count, 1);
+    int rc = validate_tensors(t, count, 1);
     if (rc)
         return rc;
     ckpt_report *r = report_new();

@@ -3,9 +3,7 @@
  * ckpt_save_begin (caller's thread): validate, copy every chunk into the
  * store's snapshot arena and queue one encode job per chunk, then start the
  * persist thread and return.  Encode jobs (workers): shuffle + zstd + xxh3,
- * append the frame to the shard.  Persist thread: wait for the jobs, write
- * the index, fsync, write the manifest, fsync, verify the temporary
- * directory, rename it into place, fsync the root, apply retention. */
+ * append the frame to the shard.  The persist thread (persist.c) commits. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -16,56 +14,10 @@
 
 #include "env.h"
 #include "error.h"
-#include "internal.h"
-#include "manifest.h"
-#include "reader.h"
-#include "shard.h"
+#include "save.h"
 #include "store.h"
 #include "util.h"
-
-typedef struct encode_job {
-    struct ckpt_save *save;
-    uint32_t tensor;
-    uint64_t offset;       /* in the tensor */
-    const unsigned char *src; /* in the arena */
-    size_t n;
-    unsigned elem;
-    device_event *ev;      /* copy completion for device chunks, else NULL */
-} encode_job;
-
-struct ckpt_save {
-    ckpt_store *store;
-    pthread_mutex_t lock;   /* protects refs, done, status, message, stats */
-    pthread_cond_t cond;
-    int refs;               /* caller + store's in-flight slot */
-    int done;
-    int status;
-    char message[1024];
-    ckpt_save_stats stats;
-    pthread_t thread;
-    int thread_started, joined;
-    pthread_mutex_t join_lock;
-
-    /* Owned by the pipeline until done. */
-    manifest m;
-    char *tmp;
-    shard_writer *writer;
-    pool_group group;
-    encode_job *jobs;
-    size_t njobs;          /* queued so far */
-    size_t jobs_total;     /* allocated (events may sit in unqueued ones) */
-    device_event *snap_ev;  /* all snapshot copies complete */
-    int staged;             /* DEVICE mode: tensors staged in device memory */
-    /* STREAM mode with a state larger than the pinned pool: the chunk loop
-     * runs on the persist thread, from these copies of the caller's
-     * descriptors; the caller must leave its buffers alone until
-     * snapshot_done (ckpt_save_wait_snapshot). */
-    ckpt_tensor *deferred;
-    ckpt_memory *deferred_mem;
-    size_t ndeferred;
-    int snapshot_done;      /* protected by lock; signalled on cond */
-    double t_begin, t_return;
-};
+#include "validate.h"
 
 static uint64_t chunk_count(uint64_t bytes, uint64_t chunk)
 {
@@ -83,75 +35,8 @@ static unsigned shuffle_width(ckpt_dtype d)
     }
 }
 
-/* --------------------------------------------------------------- validate */
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-int save_validate_tensors(const ckpt_tensor *t, size_t count, int for_restore);
-
-int save_validate_tensors(const ckpt_tensor *t, size_t count, int for_restore)
-{
-    if (count > 0 && !t)
-        return ckpt_seterr(CKPT_EINVAL, "tensors is NULL but count is %zu", count);
-    if (count > UINT32_MAX)
-        return ckpt_seterr(CKPT_EINVAL, "too many tensors (%zu)", count);
-    for (size_t i = 0; i < count; i++) {
-        const ckpt_tensor *x = &t[i];
-        if (!x->name)
-            return ckpt_seterr(CKPT_EINVAL, "tensor %zu has no name", i);
-        size_t len = strlen(x->name);
-        json_t *probe = json_string(x->name); /* NULL unless valid UTF-8 */
-        json_decref(probe);
-        if (len == 0 || len > 255 || !probe)
-            return ckpt_seterr(CKPT_EINVAL, "tensor %zu: name must be 1..255 bytes of "
-                               "UTF-8", i);
-        size_t es = ckpt_dtype_size(x->dtype);
-        if (es == 0)
-            return ckpt_seterr(CKPT_EINVAL, "tensor '%s': invalid dtype %d", x->name,
-                               (int)x->dtype);
-        if (x->ndim < 0 || x->ndim > CKPT_MAX_DIMS || (x->ndim > 0 && !x->shape))
-            return ckpt_seterr(CKPT_EINVAL, "tensor '%s': ndim %d invalid or shape is NULL",
-                               x->name, x->ndim);
-        uint64_t numel = 1;
-        for (int d = 0; d < x->ndim; d++)
-            if (x->shape[d] < 0 || !util_mul_u64(numel, (uint64_t)x->shape[d], &numel))
-                return ckpt_seterr(CKPT_EINVAL, "tensor '%s': invalid dimension %d (%lld)",
-                                   x->name, d, (long long)x->shape[d]);
-        uint64_t bytes;
-        if (!util_mul_u64(numel, es, &bytes) || bytes != x->bytes)
-            return ckpt_seterr(CKPT_EINVAL, "tensor '%s': %llu bytes given, shape and %s "
-                               "make %llu", x->name, (unsigned long long)x->bytes,
-                               ckpt_dtype_name(x->dtype), (unsigned long long)bytes);
-        if (x->bytes > 0 && !x->data)
-            return ckpt_seterr(CKPT_EINVAL, "tensor '%s': data is NULL", x->name);
-        if (x->memory != CKPT_MEM_HOST && x->memory != CKPT_MEM_DEVICE &&
-            x->memory != CKPT_MEM_AUTO)
-            return ckpt_seterr(CKPT_EINVAL, "tensor '%s': invalid memory kind %d",
-                               x->name, (int)x->memory);
-    }
-    const char **names = malloc((count ? count : 1) * sizeof *names);
-    if (!names)
-        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
-    for (size_t i = 0; i < count; i++)
-        names[i] = t[i].name;
-    qsort(names, count, sizeof *names, cmp_str);
-    int rc = CKPT_OK;
-    for (size_t i = 1; i < count && !rc; i++)
-        if (strcmp(names[i - 1], names[i]) == 0)
-            rc = ckpt_seterr(CKPT_EINVAL, "tensor name '%s' is given twice%s", names[i],
-                             for_restore ? " to restore" : "");
-    free(names);
-    return rc;
-}
-
 /* ---------------------------------------------------------------- handles */
 
-static void release_events(ckpt_save *s);
-static int snapshot_chunks(ckpt_save *s, const ckpt_tensor *t, size_t count,
-                           const ckpt_memory *mem, int any_device);
 
 static void save_unref(ckpt_save *s)
 {
@@ -163,7 +48,7 @@ static void save_unref(ckpt_save *s)
     if (s->thread_started && !s->joined)
         pthread_join(s->thread, NULL);
     if (!s->thread_started)
-        release_events(s); /* failed begin: the persist thread never ran */
+        save_release_events(s); /* failed begin: the persist thread never ran */
     free(s->deferred);
     free(s->deferred_mem);
     free(s->jobs);
@@ -175,18 +60,6 @@ static void save_unref(ckpt_save *s)
     pthread_cond_destroy(&s->cond);
     pthread_mutex_destroy(&s->lock);
     free(s);
-}
-
-static void finish(ckpt_save *s, int status)
-{
-    pthread_mutex_lock(&s->lock);
-    s->status = status;
-    if (status)
-        snprintf(s->message, sizeof s->message, "%s", ckpt_error_last());
-    s->stats.persist_s = util_now() - s->t_return;
-    s->done = 1;
-    pthread_cond_broadcast(&s->cond);
-    pthread_mutex_unlock(&s->lock);
 }
 
 static int wait_done(ckpt_save *s)
@@ -242,140 +115,12 @@ static int encode_job_run(void *arg, int worker)
 }
 
 /* Wait until every queued job has run, without consuming their status. */
-static void wait_jobs_idle(pool_group *g)
+void save_wait_jobs_idle(pool_group *g)
 {
     pthread_mutex_lock(&g->lock);
     while (g->pending > 0)
         pthread_cond_wait(&g->done, &g->lock);
     pthread_mutex_unlock(&g->lock);
-}
-
-/* -------------------------------------------------------------- persisting */
-
-static int write_manifest(ckpt_save *s)
-{
-    ckpt_store *st = s->store;
-    char *text = NULL, *path = util_join(s->tmp, MANIFEST_NAME);
-    size_t len;
-    int rc = path ? manifest_encode(&s->m, &text, &len)
-                  : ckpt_seterr(CKPT_ENOMEM, "out of memory");
-    if (rc)
-        goto done;
-    int fd = fsio_open(&st->fs, path, O_WRONLY | O_CREAT | O_EXCL, 0644);
-    if (fd < 0) {
-        rc = ckpt_seterr_errno(-fd, "cannot create %s", path);
-        goto done;
-    }
-    int e = fsio_pwrite(&st->fs, fd, text, len, 0);
-    if (e)
-        rc = ckpt_seterr_errno(-e, "cannot write %s", path);
-    if (!rc && st->opts.fsync && (e = fsio_fsync(&st->fs, fd)))
-        rc = ckpt_seterr_errno(-e, "cannot fsync %s", path);
-    e = fsio_close(&st->fs, fd);
-    if (!rc && e)
-        rc = ckpt_seterr_errno(-e, "cannot close %s", path);
-    if (!rc && st->opts.fsync && (e = fsio_fsync_path(&st->fs, s->tmp)))
-        rc = ckpt_seterr_errno(-e, "cannot fsync %s", s->tmp);
-done:
-    free(text);
-    free(path);
-    return rc;
-}
-
-static int verify_temp(ckpt_save *s)
-{
-    ckpt_store *st = s->store;
-    if (st->opts.verify_after_save == CKPT_VERIFY_NONE)
-        return CKPT_OK;
-    ckpt_checkpoint *ck;
-    int rc = reader_open_dir(st, s->tmp, s->m.step, &ck);
-    if (!rc && st->opts.verify_after_save == CKPT_VERIFY_FULL)
-        rc = reader_verify_all(ck, NULL);
-    reader_close(ck);
-    if (rc)
-        ckpt_seterr(rc, "step %lld did not verify after writing, not committed: %s",
-                    (long long)s->m.step, ckpt_error_last());
-    return rc;
-}
-
-static int persist(ckpt_save *s)
-{
-    ckpt_store *st = s->store;
-    int rc = pool_group_wait(&s->group);
-    if (rc)
-        return rc;
-    manifest_shard *sh = &s->m.shards[0];
-    uint64_t chunks;
-    rc = shard_writer_finish(s->writer, st->opts.fsync, &sh->size, &sh->index_hash, &chunks);
-    if (rc)
-        return rc;
-    sh->chunks = chunks;
-    const shard_entry *entries = shard_writer_entries(s->writer);
-    for (uint64_t i = 0; i < chunks; i++)
-        s->m.tensors[entries[i].tensor].stored_bytes += entries[i].meta.stored_len;
-    pthread_mutex_lock(&s->lock);
-    s->stats.stored_bytes = sh->size;
-    s->stats.chunks = chunks;
-    s->m.stats = s->stats;
-    pthread_mutex_unlock(&s->lock);
-    s->m.stats.persist_s = util_now() - s->t_return;
-    if ((rc = write_manifest(s)) || (rc = verify_temp(s)))
-        return rc;
-    if ((rc = store_commit(st, s->tmp, s->m.step)))
-        return rc;
-    free(s->tmp);
-    s->tmp = NULL; /* committed: nothing to clean up any more */
-    store_apply_retention(st, s->m.step);
-    return CKPT_OK;
-}
-
-/* Every copy has completed once the jobs have run (each waited for its
- * chunk's event), so the events can go now: a handle that outlives its
- * store must not touch the store's device later. */
-static void release_events(ckpt_save *s)
-{
-    pthread_mutex_lock(&s->lock);
-    for (size_t i = 0; i < s->jobs_total; i++)
-        if (s->jobs[i].ev) {
-            device_event_free(s->store->dev, s->jobs[i].ev);
-            s->jobs[i].ev = NULL;
-        }
-    if (s->snap_ev) {
-        device_event_free(s->store->dev, s->snap_ev);
-        s->snap_ev = NULL;
-    }
-    pthread_mutex_unlock(&s->lock);
-}
-
-static void *persist_thread(void *arg)
-{
-    ckpt_save *s = arg;
-    int rc = CKPT_OK;
-    if (s->deferred) {
-        rc = snapshot_chunks(s, s->deferred, s->ndeferred, s->deferred_mem, 1);
-        if (rc)
-            wait_jobs_idle(&s->group);
-        pthread_mutex_lock(&s->lock);
-        s->snapshot_done = 1;
-        pthread_cond_broadcast(&s->cond);
-        pthread_mutex_unlock(&s->lock);
-    }
-    if (!rc)
-        rc = persist(s);
-    if (rc)
-        device_quiesce(s->store->dev); /* copies of chunks never queued */
-    release_events(s);
-    if (rc && s->tmp) {
-        /* Keep the message: cleanup may overwrite this thread's error. */
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", ckpt_error_last());
-        shard_writer_free(s->writer);
-        s->writer = NULL;
-        fsio_remove_tree(&s->store->fs, s->tmp); /* else: cleaned next open */
-        ckpt_seterr(rc, "%s", msg);
-    }
-    finish(s, rc);
-    return NULL;
 }
 
 /* ------------------------------------------------------------------ begin */
@@ -470,7 +215,7 @@ static int snapshot_start(ckpt_save *s, const ckpt_tensor *t, size_t count,
 }
 
 /* Copy every chunk into the arena and queue its encode job. */
-static int snapshot_chunks(ckpt_save *s, const ckpt_tensor *t, size_t count,
+int save_snapshot_chunks(ckpt_save *s, const ckpt_tensor *t, size_t count,
                            const ckpt_memory *mem, int any_device)
 {
     ckpt_store *st = s->store;
@@ -487,7 +232,7 @@ static int snapshot_chunks(ckpt_save *s, const ckpt_tensor *t, size_t count,
                 if ((rc = submit_range(s, queued, k)))
                     return rc;
                 queued = k;
-                wait_jobs_idle(&s->group);
+                save_wait_jobs_idle(&s->group);
                 if (pool_group_failed(&s->group))
                     return CKPT_OK; /* persist reports the job's error */
                 used = 0;
@@ -523,7 +268,7 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
                         const ckpt_save_options *opts)
 {
     ckpt_store *st = s->store;
-    int rc = save_validate_tensors(t, count, 0);
+    int rc = validate_tensors(t, count, 0);
     if (rc)
         return rc;
     ckpt_memory *mem = calloc(count ? count : 1, sizeof *mem);
@@ -586,13 +331,13 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
             mem = NULL;
         }
     } else if (!rc) {
-        rc = snapshot_chunks(s, t, count, mem, any_device);
+        rc = save_snapshot_chunks(s, t, count, mem, any_device);
         s->snapshot_done = 1;
     }
     free(mem);
     if (rc) {
         /* Let queued jobs finish before the arena and writer go away. */
-        wait_jobs_idle(&s->group);
+        save_wait_jobs_idle(&s->group);
         device_quiesce(st->dev); /* copies already enqueued write into the arena */
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", ckpt_error_last());
@@ -639,10 +384,10 @@ CKPT_API int ckpt_save_begin(ckpt_save **out, ckpt_store *st, int64_t step,
         s->t_return = util_now();
         s->stats.stall_s = s->t_return - s->t_begin;
         s->refs = 2;
-        if (pthread_create(&s->thread, NULL, persist_thread, s) != 0) {
+        if (pthread_create(&s->thread, NULL, save_persist_thread, s) != 0) {
             s->refs = 1;
             rc = ckpt_seterr(CKPT_ENOMEM, "cannot start the persist thread");
-            wait_jobs_idle(&s->group);
+            save_wait_jobs_idle(&s->group);
             shard_writer_free(s->writer);
             s->writer = NULL;
             fsio_remove_tree(&st->fs, s->tmp);

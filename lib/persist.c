@@ -1,0 +1,154 @@
+/* persist: the background half of a save, on its own thread.  Wait for the
+ * encode jobs, write the shard index, fsync, write the manifest, fsync,
+ * verify the temporary directory, rename it into place, fsync the root,
+ * apply retention; on failure remove the temporary directory.  Nothing
+ * committed before is touched until the new step is durable. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "manifest.h"
+#include "reader.h"
+#include "save.h"
+#include "store.h"
+#include "util.h"
+
+static void finish(ckpt_save *s, int status)
+{
+    pthread_mutex_lock(&s->lock);
+    s->status = status;
+    if (status)
+        snprintf(s->message, sizeof s->message, "%s", ckpt_error_last());
+    s->stats.persist_s = util_now() - s->t_return;
+    s->done = 1;
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->lock);
+}
+
+static int write_manifest(ckpt_save *s)
+{
+    ckpt_store *st = s->store;
+    char *text = NULL, *path = util_join(s->tmp, MANIFEST_NAME);
+    size_t len;
+    int rc = path ? manifest_encode(&s->m, &text, &len)
+                  : ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    if (rc)
+        goto done;
+    int fd = fsio_open(&st->fs, path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0) {
+        rc = ckpt_seterr_errno(-fd, "cannot create %s", path);
+        goto done;
+    }
+    int e = fsio_pwrite(&st->fs, fd, text, len, 0);
+    if (e)
+        rc = ckpt_seterr_errno(-e, "cannot write %s", path);
+    if (!rc && st->opts.fsync && (e = fsio_fsync(&st->fs, fd)))
+        rc = ckpt_seterr_errno(-e, "cannot fsync %s", path);
+    e = fsio_close(&st->fs, fd);
+    if (!rc && e)
+        rc = ckpt_seterr_errno(-e, "cannot close %s", path);
+    if (!rc && st->opts.fsync && (e = fsio_fsync_path(&st->fs, s->tmp)))
+        rc = ckpt_seterr_errno(-e, "cannot fsync %s", s->tmp);
+done:
+    free(text);
+    free(path);
+    return rc;
+}
+
+static int verify_temp(ckpt_save *s)
+{
+    ckpt_store *st = s->store;
+    if (st->opts.verify_after_save == CKPT_VERIFY_NONE)
+        return CKPT_OK;
+    ckpt_checkpoint *ck;
+    int rc = reader_open_dir(st, s->tmp, s->m.step, &ck);
+    if (!rc && st->opts.verify_after_save == CKPT_VERIFY_FULL)
+        rc = reader_verify_all(ck, NULL);
+    reader_close(ck);
+    if (rc)
+        ckpt_seterr(rc, "step %lld did not verify after writing, not committed: %s",
+                    (long long)s->m.step, ckpt_error_last());
+    return rc;
+}
+
+static int persist(ckpt_save *s)
+{
+    ckpt_store *st = s->store;
+    int rc = pool_group_wait(&s->group);
+    if (rc)
+        return rc;
+    manifest_shard *sh = &s->m.shards[0];
+    uint64_t chunks;
+    rc = shard_writer_finish(s->writer, st->opts.fsync, &sh->size, &sh->index_hash, &chunks);
+    if (rc)
+        return rc;
+    sh->chunks = chunks;
+    const shard_entry *entries = shard_writer_entries(s->writer);
+    for (uint64_t i = 0; i < chunks; i++)
+        s->m.tensors[entries[i].tensor].stored_bytes += entries[i].meta.stored_len;
+    pthread_mutex_lock(&s->lock);
+    s->stats.stored_bytes = sh->size;
+    s->stats.chunks = chunks;
+    s->m.stats = s->stats;
+    pthread_mutex_unlock(&s->lock);
+    s->m.stats.persist_s = util_now() - s->t_return;
+    if ((rc = write_manifest(s)) || (rc = verify_temp(s)))
+        return rc;
+    if ((rc = store_commit(st, s->tmp, s->m.step)))
+        return rc;
+    free(s->tmp);
+    s->tmp = NULL; /* committed: nothing to clean up any more */
+    store_apply_retention(st, s->m.step);
+    return CKPT_OK;
+}
+
+/* Every copy has completed once the jobs have run (each waited for its
+ * chunk's event), so the events can go now: a handle that outlives its
+ * store must not touch the store's device later. */
+void save_release_events(ckpt_save *s)
+{
+    pthread_mutex_lock(&s->lock);
+    for (size_t i = 0; i < s->jobs_total; i++)
+        if (s->jobs[i].ev) {
+            device_event_free(s->store->dev, s->jobs[i].ev);
+            s->jobs[i].ev = NULL;
+        }
+    if (s->snap_ev) {
+        device_event_free(s->store->dev, s->snap_ev);
+        s->snap_ev = NULL;
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+void *save_persist_thread(void *arg)
+{
+    ckpt_save *s = arg;
+    int rc = CKPT_OK;
+    if (s->deferred) {
+        rc = save_snapshot_chunks(s, s->deferred, s->ndeferred, s->deferred_mem, 1);
+        if (rc)
+            save_wait_jobs_idle(&s->group);
+        pthread_mutex_lock(&s->lock);
+        s->snapshot_done = 1;
+        pthread_cond_broadcast(&s->cond);
+        pthread_mutex_unlock(&s->lock);
+    }
+    if (!rc)
+        rc = persist(s);
+    if (rc)
+        device_quiesce(s->store->dev); /* copies of chunks never queued */
+    save_release_events(s);
+    if (rc && s->tmp) {
+        /* Keep the message: cleanup may overwrite this thread's error. */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", ckpt_error_last());
+        shard_writer_free(s->writer);
+        s->writer = NULL;
+        fsio_remove_tree(&s->store->fs, s->tmp); /* else: cleaned next open */
+        ckpt_seterr(rc, "%s", msg);
+    }
+    finish(s, rc);
+    return NULL;
+}

@@ -1,0 +1,69 @@
+/* save: the state of one save, shared by its two halves: save.c (the
+ * caller's side: validate, snapshot, queue encode jobs) and persist.c (the
+ * background thread that commits). */
+#ifndef CKPT_SAVE_H
+#define CKPT_SAVE_H
+
+#include <pthread.h>
+
+#include "internal.h"
+#include "manifest.h"
+#include "shard.h"
+
+typedef struct encode_job {
+    struct ckpt_save *save;
+    uint32_t tensor;
+    uint64_t offset;       /* in the tensor */
+    const unsigned char *src; /* in the arena */
+    size_t n;
+    unsigned elem;
+    device_event *ev;      /* copy completion for device chunks, else NULL */
+} encode_job;
+
+struct ckpt_save {
+    ckpt_store *store;
+    pthread_mutex_t lock;   /* protects refs, done, status, message, stats */
+    pthread_cond_t cond;
+    int refs;               /* caller + store's in-flight slot */
+    int done;
+    int status;
+    char message[1024];
+    ckpt_save_stats stats;
+    pthread_t thread;
+    int thread_started, joined;
+    pthread_mutex_t join_lock;
+
+    /* Owned by the pipeline until done. */
+    manifest m;
+    char *tmp;
+    shard_writer *writer;
+    pool_group group;
+    encode_job *jobs;
+    size_t njobs;          /* queued so far */
+    size_t jobs_total;     /* allocated (events may sit in unqueued ones) */
+    device_event *snap_ev;  /* all snapshot copies complete */
+    int staged;             /* DEVICE mode: tensors staged in device memory */
+    /* STREAM mode with a state larger than the pinned pool: the chunk loop
+     * runs on the persist thread, from these copies of the caller's
+     * descriptors; the caller must leave its buffers alone until
+     * snapshot_done (ckpt_save_wait_snapshot). */
+    ckpt_tensor *deferred;
+    ckpt_memory *deferred_mem;
+    size_t ndeferred;
+    int snapshot_done;      /* protected by lock; signalled on cond */
+    double t_begin, t_return;
+};
+
+/* persist.c: the thread body started by ckpt_save_begin. */
+void *save_persist_thread(void *arg);
+/* Free the copy events (all complete once the jobs have run). */
+void save_release_events(ckpt_save *s);
+
+/* save.c */
+/* Copy every chunk into the arena and queue its encode job. */
+int save_snapshot_chunks(ckpt_save *s, const ckpt_tensor *t, size_t count,
+                         const ckpt_memory *mem, int any_device);
+/* Wait until every queued job has run, without consuming their status. */
+void save_wait_jobs_idle(pool_group *g);
+
+#endif

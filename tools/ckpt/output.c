@@ -212,6 +212,8 @@ const char *cli_fmt_duration(double s, char buf[32])
 {
     if (!(s >= 0) || !isfinite(s)) {
         snprintf(buf, 32, "-");
+    } else if (s < 1) { /* small saves take milliseconds: "0.00s" says nothing */
+        snprintf(buf, 32, "%.0fms", s * 1e3);
     } else if (s < 60) {
         snprintf(buf, 32, "%.2fs", s);
     } else {

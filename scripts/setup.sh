@@ -16,10 +16,10 @@ build=${1:-${BUILD_DIR:-build}}
 options=("$@")
 
 packages=(
-    meson ninja-build pkg-config gcc
+    meson ninja-build pkg-config gcc g++ util-linux e2fsprogs
     libzstd-dev libxxhash-dev libjansson-dev libcriterion-dev
     libhdf5-dev hdf5-tools
-    python3 python3-numpy python3-pytest python3-torch python3-h5py
+    python3 python3-numpy python3-pytest python3-torch python3-h5py python3-jsonschema
     valgrind
 )
 

@@ -10,7 +10,8 @@
  *                       reading the raw file back into the same buffers
  *   ratio               raw bytes / stored bytes
  *
- * Usage: bench_host DIR [MiB] [reps]   (default 256 MiB, 3 reps; best of reps)
+ * Usage: bench_host DIR [MiB] [reps] [verify]
+ *   defaults: 256 MiB, 3 reps (best of), verify_after_save 2 (full; 1 quick, 0 none)
  */
 #include <ckpt.h>
 #include <fcntl.h>
@@ -68,6 +69,7 @@ int main(int argc, char **argv)
     const char *dir = argv[1];
     size_t mib = argc > 2 ? (size_t)atol(argv[2]) : 256;
     int reps = argc > 3 ? atoi(argv[3]) : 3;
+    int verify = argc > 4 ? atoi(argv[4]) : CKPT_VERIFY_FULL;
     size_t bytes = mib << 20;
     /* Two thirds fp32 weights, one third bf16 (optimizer state, activations). */
     size_t n32 = bytes * 2 / 3 / 4, n16 = (bytes - n32 * 4) / 2;
@@ -93,6 +95,7 @@ int main(int argc, char **argv)
     ckpt_store *st;
     ckpt_store_options o = CKPT_STORE_OPTIONS_INIT;
     o.keep_last = 2;
+    o.verify_after_save = (ckpt_verify_level)verify;
     if (ckpt_store_open(&st, root, &o))
         return die("open");
 
@@ -151,8 +154,9 @@ int main(int argc, char **argv)
     ckpt_store_free(st);
     unlink(raw);
     double gb = (double)total / 1e9;
-    printf("state            %.0f MiB (fp32 %.0f MiB + bf16 %.0f MiB), best of %d\n",
-           total / 1048576.0, n32 * 4 / 1048576.0, n16 * 2 / 1048576.0, reps);
+    printf("state            %.0f MiB (fp32 %.0f MiB + bf16 %.0f MiB), best of %d, "
+           "verify_after_save %d\n", total / 1048576.0, n32 * 4 / 1048576.0,
+           n16 * 2 / 1048576.0, reps, verify);
     printf("memcpy           %8.3f s  %6.2f GB/s   (baseline)\n", best_memcpy, gb / best_memcpy);
     printf("stall            %8.3f s  %6.2f GB/s   stall/memcpy   = %.2f\n", best_stall,
            gb / best_stall, best_stall / best_memcpy);

@@ -300,13 +300,12 @@ CKPT_API int ckpt_store_gc(ckpt_store *s, int keep_last, int dry_run, ckpt_repor
     int rc = store_scan(s, &steps, &n);
     if (!rc) {
         int64_t keep_valid = -1; /* the newest valid step is never removed */
-        for (size_t i = n; i-- > 0 && keep_valid < 0;) {
-            ckpt_checkpoint *ck;
-            if (reader_open_step(s, steps[i], &ck) == CKPT_OK) {
-                keep_valid = steps[i];
-                reader_close(ck);
-            }
+        ckpt_checkpoint *ck;
+        if (reader_open_newest(s, CKPT_VERIFY_QUICK, &ck) == CKPT_OK) {
+            keep_valid = ck->m.step;
+            reader_close(ck);
         }
+        ckpt_error_clear();
         for (size_t i = 0; i + (size_t)keep_last < n && !rc; i++) {
             if (steps[i] == keep_valid)
                 continue;

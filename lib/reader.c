@@ -157,6 +157,30 @@ int reader_open_step(ckpt_store *s, int64_t step, ckpt_checkpoint **out)
     return rc;
 }
 
+int reader_open_newest(ckpt_store *s, ckpt_verify_level level, ckpt_checkpoint **out)
+{
+    *out = NULL;
+    int64_t *steps;
+    size_t n;
+    int rc = store_scan(s, &steps, &n);
+    if (rc)
+        return rc;
+    for (size_t i = n; i-- > 0;) {
+        ckpt_checkpoint *ck;
+        if (reader_open_step(s, steps[i], &ck) != CKPT_OK)
+            continue;
+        if (level == CKPT_VERIFY_FULL && reader_verify_all(ck, NULL) != CKPT_OK) {
+            reader_close(ck);
+            continue;
+        }
+        *out = ck;
+        free(steps);
+        return CKPT_OK;
+    }
+    free(steps);
+    return ckpt_seterr(CKPT_ENOCKPT, "no valid checkpoint in %s (%zu checked)", s->root, n);
+}
+
 long reader_find(const ckpt_checkpoint *ck, const char *name)
 {
     for (size_t i = 0; i < ck->m.ntensors; i++)

@@ -28,6 +28,9 @@ struct ckpt_checkpoint {
 int reader_open_dir(ckpt_store *s, const char *dir, int64_t step, ckpt_checkpoint **out);
 int reader_open_step(ckpt_store *s, int64_t step, ckpt_checkpoint **out);
 void reader_close(ckpt_checkpoint *ck);
+/* The newest committed step that verifies at `level` (QUICK: opening it;
+ * FULL: every chunk too), opened.  CKPT_ENOCKPT when none does. */
+int reader_open_newest(ckpt_store *s, ckpt_verify_level level, ckpt_checkpoint **out);
 
 typedef struct reader_target {
     uint32_t tensor;    /* index in ck->m.tensors */

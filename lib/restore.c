@@ -212,21 +212,11 @@ CKPT_API int ckpt_store_latest(ckpt_store *s, ckpt_verify_level level, int64_t *
         return ckpt_seterr(CKPT_EINVAL, "ckpt_store_latest: invalid argument");
     pthread_mutex_lock(&s->api_lock);
     save_drain(s);
-    int64_t *steps;
-    size_t n;
-    int rc = store_scan(s, &steps, &n);
+    ckpt_checkpoint *ck;
+    int rc = reader_open_newest(s, level, &ck);
     if (!rc) {
-        rc = CKPT_ENOCKPT;
-        for (size_t i = n; i-- > 0;) {
-            if (verify_step(s, steps[i], level, NULL) == CKPT_OK) {
-                *step = steps[i];
-                rc = CKPT_OK;
-                break;
-            }
-        }
-        if (rc)
-            ckpt_seterr(rc, "no valid checkpoint in %s (%zu checked)", s->root, n);
-        free(steps);
+        *step = ck->m.step;
+        reader_close(ck);
     }
     pthread_mutex_unlock(&s->api_lock);
     return rc;
@@ -241,25 +231,8 @@ CKPT_API int ckpt_checkpoint_open(ckpt_checkpoint **out, ckpt_store *s, int64_t 
     *out = NULL;
     pthread_mutex_lock(&s->api_lock);
     save_drain(s);
-    int rc;
-    if (step != CKPT_LATEST) {
-        rc = reader_open_step(s, step, out);
-    } else {
-        int64_t *steps;
-        size_t n;
-        rc = store_scan(s, &steps, &n);
-        if (!rc) {
-            rc = ckpt_seterr(CKPT_ENOCKPT, "no valid checkpoint in %s", s->root);
-            for (size_t i = n; i-- > 0;)
-                if (reader_open_step(s, steps[i], out) == CKPT_OK) {
-                    rc = CKPT_OK;
-                    break;
-                }
-            if (rc)
-                ckpt_seterr(rc, "no valid checkpoint in %s (%zu checked)", s->root, n);
-            free(steps);
-        }
-    }
+    int rc = step != CKPT_LATEST ? reader_open_step(s, step, out)
+                                 : reader_open_newest(s, CKPT_VERIFY_QUICK, out);
     pthread_mutex_unlock(&s->api_lock);
     return rc;
 }

@@ -9,6 +9,7 @@
 #include "internal.h"
 #include "reader.h"
 #include "report.h"
+#include "shard.h"
 #include "store.h"
 #include "testing.h"
 #include "util.h"
@@ -92,7 +93,8 @@ static int resolve_options(const ckpt_store_options *in, ckpt_store_options *o)
                            MAX_THREADS);
     if (o->chunk_bytes == 0)
         o->chunk_bytes = DEFAULT_CHUNK;
-    if (o->chunk_bytes < 4096 || o->chunk_bytes > (1ull << 30) || o->chunk_bytes % 16)
+    if (o->chunk_bytes < SHARD_CHUNK_MIN || o->chunk_bytes > SHARD_CHUNK_MAX ||
+        o->chunk_bytes % 16)
         return ckpt_seterr(CKPT_EINVAL, "chunk_bytes %llu must be a multiple of 16 in "
                            "4 KiB..1 GiB", (unsigned long long)o->chunk_bytes);
     if (o->host_memory_limit == 0) {
@@ -101,7 +103,8 @@ static int resolve_options(const ckpt_store_options *in, ckpt_store_options *o)
                                                     : 1ull << 30;
     }
     if (o->host_memory_limit < o->chunk_bytes)
-        o->chunk_bytes = o->host_memory_limit < 4096 ? 4096 : o->host_memory_limit & ~15ull;
+        o->chunk_bytes = o->host_memory_limit < SHARD_CHUNK_MIN ? SHARD_CHUNK_MIN
+                                                                : o->host_memory_limit & ~15ull;
     if (o->keep_last < -1)
         return ckpt_seterr(CKPT_EINVAL, "keep_last %d is invalid (0 keeps all, -1 means "
                            "the default of %d)", o->keep_last, DEFAULT_KEEP);

@@ -231,8 +231,12 @@ int codec_check_stored(const void *stored, const chunk_meta *meta)
 int codec_decode(codec *c, const void *stored, const chunk_meta *meta, void *dst)
 {
     int rc = codec_check_stored(stored, meta);
-    if (rc)
-        return rc;
+    return rc ? rc : codec_decode_checked(c, stored, meta, dst);
+}
+
+int codec_decode_checked(codec *c, const void *stored, const chunk_meta *meta, void *dst)
+{
+    int rc;
     size_t n = (size_t)meta->raw_len;
     if (meta->codec == CODEC_RAW) {
         if (meta->stored_len != meta->raw_len)

@@ -38,6 +38,10 @@ uint64_t codec_hash(const void *p, size_t n);
  * the caller prefixes file/tensor/offset. */
 int codec_decode(codec *c, const void *stored, const chunk_meta *meta, void *dst);
 
+/* codec_decode for stored bytes whose hash the caller has just checked
+ * (codec_check_stored), so that it is not computed twice. */
+int codec_decode_checked(codec *c, const void *stored, const chunk_meta *meta, void *dst);
+
 /* Only the stored hash (quick path used when the raw bytes are not needed). */
 int codec_check_stored(const void *stored, const chunk_meta *meta);
 

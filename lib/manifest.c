@@ -205,18 +205,21 @@ static int decode_root(json_t *root, const char *where, manifest *m)
         !json_is_object(env) || !meta)
         return BAD("%s: a top-level field is missing or of the wrong type", where);
     m->step = json_integer_value(step);
-    for (unsigned i = 0; i < SHARD_ID_SIZE; i++) {
-        unsigned v;
-        if (sscanf(json_string_value(id) + 2 * i, "%2x", &v) != 1)
+    const char *hx = json_string_value(id);
+    for (unsigned i = 0; i < 2 * SHARD_ID_SIZE; i++) {
+        char c = hx[i]; /* exactly 32 lowercase hex digits, as written */
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0)
             return BAD("%s: malformed checkpoint_id", where);
-        m->id[i] = (unsigned char)v;
+        m->id[i / 2] = (unsigned char)(i % 2 ? (m->id[i / 2] << 4) | d : d);
     }
     m->time = json_number_value(time);
     json_t *lvl = json_object_get(save, "zstd_level");
     if (get_u64(save, "raw_bytes", &m->stats.raw_bytes) ||
         get_u64(save, "stored_bytes", &m->stats.stored_bytes) ||
         get_u64(save, "chunks", &m->stats.chunks) ||
-        get_u64(save, "chunk_bytes", &m->chunk_bytes) || m->chunk_bytes == 0 ||
+        get_u64(save, "chunk_bytes", &m->chunk_bytes) || m->chunk_bytes < SHARD_CHUNK_MIN ||
+        m->chunk_bytes > SHARD_CHUNK_MAX || m->chunk_bytes % 16 ||
         !json_is_number(json_object_get(save, "stall_s")) ||
         !json_is_number(json_object_get(save, "persist_s")) || !json_is_integer(lvl))
         return BAD("%s: the save record is malformed", where);

@@ -232,6 +232,9 @@ static int chunk_job(void *arg, int worker)
         return chunk_fail(t, ckpt_seterr_errno((int)-got, "read failed"));
     if ((uint64_t)got != meta->stored_len)
         return chunk_fail(t, ckpt_seterr(CKPT_EINCOMPLETE, "file ends early"));
+    /* Check what was read before sizing anything by what it claims. */
+    if ((rc = codec_check_stored(w->in, meta)))
+        return chunk_fail(t, rc);
     unsigned char *dst;
     int to_device = t->dst && t->memory == CKPT_MEM_DEVICE;
     if (w->out_busy) { /* the previous H2D copy from `out` must be done */
@@ -248,7 +251,7 @@ static int chunk_job(void *arg, int worker)
             return chunk_fail(t, rc);
         dst = w->out;
     }
-    if ((rc = codec_decode(w->codec, w->in, meta, dst)))
+    if ((rc = codec_decode_checked(w->codec, w->in, meta, dst)))
         return chunk_fail(t, rc);
     if (to_device) {
         /* Queue the copy and go on decoding: other workers' chunks overlap

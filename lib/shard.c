@@ -227,6 +227,9 @@ static int check_entries(const char *name, const shard_expect *x, shard_index *i
             return CORRUPT("%s: index entry %llu (offset %llu) is out of bounds",
                            name, (unsigned long long)i, (unsigned long long)at);
         /* Sorted by (tensor, offset): each tensor must be tiled from 0. */
+        if (covered_tensor != UINT32_MAX && e->tensor < covered_tensor)
+            return CORRUPT("%s: index entry %llu (offset %llu) is out of order", name,
+                           (unsigned long long)i, (unsigned long long)at);
         if (e->tensor != covered_tensor) {
             if (covered_tensor != UINT32_MAX &&
                 covered != x->tensor_bytes[covered_tensor])

@@ -17,6 +17,10 @@
 #define SHARD_ENTRY_SIZE 64u
 #define SHARD_TRAILER_SIZE 48u
 #define SHARD_ID_SIZE 16u
+/* Raw bytes per chunk: what writers may choose and readers accept (a reader
+ * sizes buffers by it, so a hostile manifest must not pick it). */
+#define SHARD_CHUNK_MIN 4096u
+#define SHARD_CHUNK_MAX (1ull << 30)
 
 typedef struct shard_entry {
     uint32_t tensor;      /* index into the manifest's tensor list */

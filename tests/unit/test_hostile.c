@@ -179,6 +179,18 @@ Test(hostile, manifest_wrong_types_and_version)
     json_object_set_new(json_object_get(m, "save"), "chunk_bytes", json_integer(0));
     store_manifest(m);
     expect_refused("chunk_bytes 0");
+    m = load_manifest(); /* readers size buffers by it: no 2 GiB chunks */
+    json_object_set_new(json_object_get(m, "save"), "chunk_bytes", json_integer(1LL << 31));
+    store_manifest(m);
+    expect_refused("chunk_bytes 2^31");
+    m = load_manifest();
+    json_object_set_new(json_object_get(m, "save"), "chunk_bytes", json_integer(4097));
+    store_manifest(m);
+    expect_refused("chunk_bytes not a multiple of 16");
+    m = load_manifest();
+    json_object_set_new(m, "checkpoint_id", json_string("-1-1-1-1-1-1-1-1-1-1-1-1-1-1-1-1"));
+    store_manifest(m);
+    expect_refused("checkpoint_id not hex");
 }
 
 Test(hostile, manifest_chunk_accounting)

@@ -246,7 +246,7 @@ CKPT_API int ckpt_cuda_available(void);
 
 /**
  * Garbage-collect the root (writer only): retire committed steps beyond the
- * newest `keep_last` (never the newest one that passes quick verification)
+ * newest `keep_last` (never the newest one that passes full verification)
  * and remove stale temporary directories.  With `dry_run` nothing is
  * removed, and a read-only store may be used (its temporary directories
  * are listed although a live writer may still own them).  Each (would-be) removal is listed in `*report` (may be NULL) as
@@ -457,8 +457,10 @@ CKPT_API int ckpt_checkpoint_read(ckpt_checkpoint *ckpt, const char *name, void 
                                   uint64_t bytes);
 
 /**
- * Load tensor `name` of checkpoint `step` (CKPT_LATEST allowed) into a new
- * host buffer released with ckpt_free().  `info` (may be NULL) receives its
+ * Load tensor `name` of checkpoint `step` into a new host buffer released
+ * with ckpt_free().  CKPT_LATEST means the newest step that passes full
+ * verification (so that tensors loaded one at a time come from one valid
+ * step; this reads the whole step once).  `info` (may be NULL) receives its
  * description; its name points into nothing after return, so it is set NULL.
  */
 CKPT_API int ckpt_load(ckpt_store *store, int64_t step, const char *name,

@@ -304,7 +304,9 @@ CKPT_API int ckpt_store_gc(ckpt_store *s, int keep_last, int dry_run, ckpt_repor
     if (!rc) {
         int64_t keep_valid = -1; /* the newest valid step is never removed */
         ckpt_checkpoint *ck;
-        if (reader_open_newest(s, CKPT_VERIFY_QUICK, &ck) == CKPT_OK) {
+        /* Full verification: a step whose index is fine but whose chunks
+         * are not would be no checkpoint to keep. */
+        if (reader_open_newest(s, CKPT_VERIFY_FULL, &ck) == CKPT_OK) {
             keep_valid = ck->m.step;
             reader_close(ck);
         }

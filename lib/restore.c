@@ -338,7 +338,13 @@ CKPT_API int ckpt_load(ckpt_store *s, int64_t step, const char *name, void **dat
         return ckpt_seterr(CKPT_EINVAL, "ckpt_load: NULL argument");
     *data = NULL;
     ckpt_checkpoint *ck;
-    int rc = ckpt_checkpoint_open(&ck, s, step);
+    pthread_mutex_lock(&s->api_lock);
+    save_drain(s);
+    /* CKPT_LATEST: the newest step whose every chunk verifies, so that
+     * tensors loaded one by one all come from the same valid step. */
+    int rc = step != CKPT_LATEST ? reader_open_step(s, step, &ck)
+                                 : reader_open_newest(s, CKPT_VERIFY_FULL, &ck);
+    pthread_mutex_unlock(&s->api_lock);
     if (rc)
         return rc;
     size_t i;

@@ -1,0 +1,97 @@
+/* Steps whose index is sound but whose chunk bytes are not: gc must keep
+ * the newest step that fully verifies, and ckpt_load(CKPT_LATEST) must load
+ * from it, not from the damaged newer one. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt.h"
+
+#define N 20000
+static char root[64];
+static float data[5][N];
+
+static void flip_frame_byte(int64_t step)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/step-%012lld/rank-00000.shard", root, (long long)step);
+    FILE *f = fopen(path, "r+b");
+    cr_assert_not_null(f);
+    fseek(f, 200, SEEK_SET); /* inside the first frame */
+    int c = fgetc(f);
+    fseek(f, 200, SEEK_SET);
+    fputc(c ^ 0x20, f);
+    fclose(f);
+}
+
+static ckpt_store *setup_steps(void)
+{
+    strcpy(root, "/tmp/ckpt-latest-XXXXXX");
+    cr_assert_not_null(mkdtemp(root));
+    ckpt_store *s;
+    ckpt_store_options o = CKPT_STORE_OPTIONS_INIT;
+    o.fsync = 0;
+    o.keep_last = 0;
+    cr_assert_eq(ckpt_store_open(&s, root, &o), CKPT_OK);
+    int64_t shape[1] = {N};
+    for (int k = 1; k <= 4; k++) {
+        for (int i = 0; i < N; i++)
+            data[k][i] = (float)(k * 100000 + i);
+        ckpt_tensor t = {"w", data[k], sizeof data[k], CKPT_F32, 1, shape, CKPT_MEM_HOST};
+        cr_assert_eq(ckpt_save_sync(s, k, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    }
+    flip_frame_byte(4);
+    cr_assert_eq(ckpt_verify(s, 4, CKPT_VERIFY_QUICK, NULL), CKPT_OK, "index still sound");
+    cr_assert_eq(ckpt_verify(s, 4, CKPT_VERIFY_FULL, NULL), CKPT_ECORRUPT);
+    return s;
+}
+
+static void cleanup(ckpt_store *s)
+{
+    ckpt_store_free(s);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    cr_assert_eq(system(cmd), 0);
+}
+
+Test(latest_full, gc_keeps_the_newest_fully_valid_step)
+{
+    ckpt_store *s = setup_steps();
+    ckpt_report *r;
+    cr_assert_eq(ckpt_store_gc(s, 1, 0, &r), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_report_free(r);
+    int64_t *steps;
+    size_t n;
+    cr_assert_eq(ckpt_store_steps(s, &steps, &n), CKPT_OK);
+    cr_assert_eq(n, 2, "kept %zu steps", n);
+    cr_assert_eq(steps[0], 3, "the newest fully valid step must survive gc");
+    cr_assert_eq(steps[1], 4);
+    ckpt_free(steps);
+    static float out[N];
+    int64_t shape[1] = {N};
+    ckpt_tensor t = {"w", out, sizeof out, CKPT_F32, 1, shape, CKPT_MEM_HOST};
+    ckpt_report *rr;
+    cr_assert_eq(ckpt_restore(s, CKPT_LATEST, &t, 1, NULL, &rr), CKPT_OK);
+    cr_assert_eq(ckpt_report_step(rr), 3);
+    ckpt_report_free(rr);
+    cr_assert_arr_eq(out, data[3], sizeof out);
+    cleanup(s);
+}
+
+Test(latest_full, load_latest_skips_a_step_with_bad_chunks)
+{
+    ckpt_store *s = setup_steps();
+    void *buf;
+    uint64_t bytes;
+    cr_assert_eq(ckpt_load(s, CKPT_LATEST, "w", &buf, &bytes, NULL), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_assert_eq(bytes, sizeof data[3]);
+    cr_assert_arr_eq(buf, data[3], sizeof data[3]);
+    ckpt_free(buf);
+    int64_t latest;
+    cr_assert_eq(ckpt_store_latest(s, CKPT_VERIFY_FULL, &latest), CKPT_OK);
+    cr_assert_eq(latest, 3);
+    cr_assert_eq(ckpt_load(s, 4, "w", &buf, &bytes, NULL), CKPT_ECORRUPT);
+    cleanup(s);
+}

@@ -12,7 +12,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from clitest import (CKPT, Skip, check, ckpt, ckpt_json, data_files, expect_rc,  # noqa: E402
-                     flip_byte, main, make_step, names, run, step_dir, test)
+                     flip_byte, main, make_step, names, run, step_dir, test, validate)
 
 STEPS = (10, 20, 30)
 
@@ -53,6 +53,47 @@ def help_and_usage_errors(tmp):
         check(r.err.strip(), "usage error without a message", r)
         # --json: the error is a JSON document on stdout
         ckpt_json(None, *argv, rc=2)
+
+
+@test
+def json_after_a_bad_argument(tmp):
+    """--json anywhere on the line makes a usage error a JSON document, also
+    when the bad argument comes first."""
+    root = valid_root(tmp, (10,))
+    for argv in (["list", root, "--bogus", "--json"], ["list", "--bogus", root, "--json"],
+                 ["verify", root, "--step", "x", "--json"], ["list", root, "extra", "--json"],
+                 ["bogus", "--json"], ["-x", "list", root, "--json"],
+                 ["gc", root, "--keep-last", "0", "--json"]):
+        r = expect_rc(ckpt(*argv), 2)
+        doc = r.json()
+        check(set(doc) == {"error"} and doc["error"]["exit_code"] == 2
+              and doc["error"]["status"] is None, "not the JSON error document", r)
+        validate(doc, "error")
+        check(r.err == "", "text usage error on stderr besides the JSON", r)
+    # A value that looks like --json is the option's value, not the flag.
+    r = expect_rc(ckpt("verify", root, "--step", "--json"), 2)
+    check(r.out == "" and "--json" in r.err, "--step's value taken as --json", r)
+
+
+@test
+def usage_error_prefix(tmp):
+    """main()'s own errors say "ckpt: ...", a command's "ckpt CMD: ..."."""
+    for argv, want in ((["bogus"], "ckpt: unknown command 'bogus'"),
+                       (["-x"], "ckpt: unknown option '-x'"),
+                       (["help", "bogus"], "ckpt: unknown command 'bogus'"),
+                       (["list", "--bogus"], "ckpt list: unknown option '--bogus'")):
+        r = expect_rc(ckpt(*argv), 2)
+        first = r.err.splitlines()[0] if r.err else ""
+        check(first == want, "expected %r first on stderr" % want, r)
+        check("ckpt ckpt" not in r.err, "doubled prefix", r)
+
+
+@test
+def gc_help_says_full_verification(tmp):
+    h = expect_rc(ckpt("gc", "--help"), 0)
+    text = " ".join(h.out.split())
+    check("newest step that passes full verification" in text and
+          "passes quick" not in text, "gc --help: which step is never removed", h)
 
 
 # ------------------------------------------------------------------- list

@@ -66,7 +66,7 @@ def test_flipped_shard_byte_falls_back_to_older_step(two_steps, where):
         listing = {e["step"]: e for e in store.steps(full=True)}
         assert listing[1]["status"] == "valid"
         assert listing[2]["status"] in ("corrupt", "incomplete")
-        assert listing[2]["error"]
+        assert listing[2]["problems"] and listing[2]["problems"][0]["message"]
     assert offset >= 0
 
 
@@ -133,3 +133,26 @@ def test_every_checkpoint_corrupt_is_no_checkpoint(two_steps):
                 store.load()
         assert [p["step"] for p in e.value.skipped] == [2, 1]
         assert store.latest(full=True) is None
+
+
+def test_latest_metadata_and_load_agree_on_a_damaged_newest_step(root):
+    """latest(), load() and metadata() all mean the newest step that FULLY
+    verifies: a flipped byte in a chunk frame of the newest step (which
+    quick verification does not read) moves all three to the older step."""
+    rng = np.random.default_rng(7)
+    with open_store(root) as store:
+        for s in (1, 2, 3):
+            store.save(s, {"w": rng.standard_normal(300000)},
+                       metadata={"step": s, "tag": "meta-%d" % s}).wait()
+    shard = os.path.join(step_dir(root, 3), "rank-00000.shard")
+    flip_byte(shard)  # the middle: chunk data, not the index
+    with open_store(root) as store:
+        assert store.latest(full=False) == 3  # the quick check misses it
+        assert store.latest() == 2
+        assert store.latest(full=True) == 2
+        with pytest.warns(libckpt.SkippedCheckpointWarning, match="step 3"):
+            step, _ = store.load()
+        meta = store.metadata()
+        assert step == store.latest() == 2
+        assert meta == {"step": 2, "tag": "meta-2"}
+        assert store.metadata(3) == {"step": 3, "tag": "meta-3"}  # explicit

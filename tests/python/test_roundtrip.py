@@ -164,14 +164,14 @@ def test_steps_latest_and_retention(root):
         for s in (1, 2, 3):
             store.save(s, {"x": np.arange(1000.0)}).wait()
         assert store.latest() == 3
-        assert store.latest(full=True) == 3
+        assert store.latest(full=False) == 3
         listing = store.steps()
         assert [e["step"] for e in listing] == [2, 3]
         for e in listing:
-            assert e["status"] == "valid" and e["error"] is None
+            assert e["status"] == "valid" and e["problems"] == []
             assert e["raw_bytes"] == 8000 and e["tensors"] == 1
             assert e["ratio"] == pytest.approx(8000 / e["stored_bytes"])
-            assert e["time"] > 1.6e9 and e["save_s"] >= 0
+            assert e["time"] > 1.6e9 and e["save_seconds"] >= 0
         assert [e["status"] for e in store.steps(full=True)] == ["valid"] * 2
 
 

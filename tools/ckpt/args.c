@@ -60,6 +60,23 @@ int cli_parse(cli_ctx *ctx, const cli_cmd *cmd, const cli_opt *opts, int argc,
     const cli_opt *next_arg = opts;
     int help = 0;
 
+    /* --json anywhere on the line (before "--") applies to every message,
+     * usage errors included, even those about arguments before it.  The
+     * value of an option that takes one is skipped: `--out --json` names a
+     * file. */
+    for (int i = 1; cmd->json && i < argc && strcmp(argv[i], "--") != 0; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--json") == 0) {
+            ctx->json = 1;
+            break;
+        }
+        if (a[0] == '-' && a[1] == '-' && !strchr(a, '=')) {
+            const cli_opt *o = find_long(opts, a + 2, strlen(a + 2));
+            if (o && o->kind != CLI_OPT_FLAG)
+                i++;
+        }
+    }
+
     /* --help wins over any other problem on the line. */
     for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)

@@ -7,8 +7,9 @@
 const cli_cmd cli_cmd_gc = {
     "gc", "Retire old steps beyond --keep-last N and remove stale temporary directories",
     "Temporary directories are .tmp-* (saves that died) and .trash-* (steps\n"
-    "whose deletion was interrupted).  The newest step that passes quick\n"
-    "verification is never removed, even when it is older than the N newest.\n"
+    "whose deletion was interrupted).  The newest step that passes full\n"
+    "verification (every chunk's hashes checked) is never removed, even when\n"
+    "it is older than the N newest.\n"
     "Needs write access and the writer lock: exits 3 while a job holds the\n"
     "root.  --dry-run opens the root read-only and only lists what would go.",
     1, cmd_gc};

@@ -41,9 +41,18 @@ int main(int argc, char **argv)
     cli_ctx ctx = {"ckpt", 0};
     int i = 1;
 
+    /* Every command accepts --json: with it anywhere on the line (before
+     * "--"), the errors found here are JSON documents too, also those about
+     * an argument before it.  The command's own parser looks again, knowing
+     * which of its options take a value. */
+    int json_before = 0;
+    for (int j = 1; j < argc && strcmp(argv[j], "--") != 0; j++)
+        if (strcmp(argv[j], "--json") == 0)
+            ctx.json = 1;
+
     for (; i < argc && argv[i][0] == '-'; i++) {
         if (strcmp(argv[i], "--json") == 0) {
-            ctx.json = 1;
+            json_before = 1;
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
             return CLI_EXIT_OK;
@@ -70,11 +79,13 @@ int main(int argc, char **argv)
         }
         char *hargv[] = {argv[i + 1], (char *)"--help", NULL};
         ctx.cmd = cmd->name;
+        ctx.json = json_before;
         return cmd->run(&ctx, 2, hargv);
     }
     const cli_cmd *cmd = find_command(argv[i]);
     if (!cmd)
-        return cli_usage(&ctx, "unknown command '%s' (see 'ckpt --help')", argv[i]);
+        return cli_usage(&ctx, "unknown command '%s'", argv[i]);
     ctx.cmd = cmd->name;
+    ctx.json = json_before; /* cli_parse() finds a later --json itself */
     return cmd->run(&ctx, argc - i, argv + i);
 }

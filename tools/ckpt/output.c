@@ -45,6 +45,16 @@ const char *cli_status_name(int status)
     }
 }
 
+/* "ckpt list: msg", or "ckpt: msg" for what main() itself reports (its
+ * ctx->cmd is "ckpt"). */
+static void print_error(const cli_ctx *ctx, const char *msg)
+{
+    if (strcmp(ctx->cmd, "ckpt") == 0)
+        fprintf(stderr, "ckpt: %s\n", msg);
+    else
+        fprintf(stderr, "ckpt %s: %s\n", ctx->cmd, msg);
+}
+
 static int vfail(cli_ctx *ctx, int exit_code, int status, const char *msg)
 {
     if (ctx->json) {
@@ -55,7 +65,7 @@ static int vfail(cli_ctx *ctx, int exit_code, int status, const char *msg)
             json_object_set_new(err, "code", json_integer(status));
         cli_json_print(json_pack("{s:o}", "error", err));
     } else {
-        fprintf(stderr, "ckpt %s: %s\n", ctx->cmd, msg);
+        print_error(ctx, msg);
     }
     return exit_code;
 }
@@ -93,7 +103,7 @@ int cli_usage(cli_ctx *ctx, const char *fmt, ...)
     va_end(ap);
     if (ctx->json)
         return vfail(ctx, CLI_EXIT_USAGE, 0, msg);
-    fprintf(stderr, "ckpt %s: %s\n", ctx->cmd, msg);
+    print_error(ctx, msg);
     if (strcmp(ctx->cmd, "ckpt") == 0)
         fprintf(stderr, "Try 'ckpt --help'.\n");
     else

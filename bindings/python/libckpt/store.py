@@ -4,9 +4,11 @@ import collections
 import contextlib
 import ctypes
 import json
+import math
 import operator
 import os
 import threading
+import time
 import warnings
 import weakref
 
@@ -410,40 +412,86 @@ class Store:
     # -- reading
 
     def steps(self, full=False):
-        """Every committed step, ascending, as dicts like ``ckpt list
-        --json``: step, status ("valid", "incomplete" or "corrupt"), time
-        (Unix seconds), raw_bytes, stored_bytes, ratio (raw/stored), tensors
-        (count), save_s (stall + persist seconds) and error (None or why
-        the step is not valid).  Steps are checked with quick verification
-        (structure, sizes, index and manifest checksums), or with
-        ``full=True`` by reading every chunk."""
+        """Every committed step, ascending, as dicts with the keys and value
+        types of a step of ``ckpt list --json`` (docs/CLI.md): step, status
+        ("valid", "incomplete", "corrupt" or "error"), path, time (Unix
+        seconds), time_iso, tensors (count), raw_bytes, stored_bytes, ratio
+        (raw/stored), chunks, stall_seconds, persist_seconds, save_seconds
+        (stall + persist) and problems (dicts: step, status (in words:
+        "corrupt", "incomplete", "io", ...), code (the CKPT_E* value),
+        message, file, tensor, offset).  Fields other than step, status and
+        problems are None when the step fails quick verification.  Steps
+        are checked with quick verification (structure, sizes, index and
+        manifest checksums), or with ``full=True`` by reading every
+        chunk."""
+        level = ffi.CKPT_VERIFY_FULL if full else ffi.CKPT_VERIFY_QUICK
         out = []
         for step in self._step_numbers():
-            e = {"step": step, "status": "valid", "time": None,
-                 "raw_bytes": None, "stored_bytes": None, "ratio": None,
-                 "tensors": None, "save_s": None, "error": None}
-            try:
-                with self._checkpoint(step) as ck:
-                    st = ffi.ckpt_save_stats()
-                    C.ckpt_checkpoint_stats(ck, _byref(st))
-                    e.update(time=C.ckpt_checkpoint_time(ck),
-                             raw_bytes=st.raw_bytes,
-                             stored_bytes=st.stored_bytes,
-                             ratio=(st.raw_bytes / st.stored_bytes
-                                    if st.stored_bytes else None),
-                             tensors=C.ckpt_checkpoint_tensor_count(ck),
-                             save_s=st.stall_s + st.persist_s)
-                if full:
-                    with self._h.use() as s:
-                        C.ckpt_verify(s, step, ffi.CKPT_VERIFY_FULL, None)
-            except NotFoundError:
-                continue  # retired meanwhile
-            except CorruptError as err:
-                e["status"] = ("incomplete" if isinstance(err, IncompleteError)
-                               else "corrupt")
-                e["error"] = err.message
-            out.append(e)
+            e = self._list_entry(step, level)
+            if e is not None:
+                out.append(e)
         return out
+
+    def _list_entry(self, step, level):
+        """One step as ``ckpt list --json`` shows it (tools/ckpt/store.c,
+        cli_step_check and cli_step_json); None if it was retired
+        meanwhile."""
+        e = dict.fromkeys(_LIST_KEYS)
+        e["step"] = step
+        opened = False
+        with self._h.use() as s:
+            ck = ffi.checkpoint_p()
+            try:
+                C.ckpt_checkpoint_open(_byref(ck), s, step)
+                opened = True
+            except Error:
+                pass  # ckpt_verify() below says why
+            if opened:
+                try:
+                    t = C.ckpt_checkpoint_time(ck)
+                    e.update(path=os.fsdecode(C.ckpt_checkpoint_path(ck)),
+                             time=float(t), time_iso=_iso_time(t),
+                             tensors=int(C.ckpt_checkpoint_tensor_count(ck)))
+                    st = ffi.ckpt_save_stats()
+                    try:
+                        C.ckpt_checkpoint_stats(ck, _byref(st))
+                    except Error:
+                        pass
+                    else:
+                        e.update(raw_bytes=st.raw_bytes,
+                                 stored_bytes=st.stored_bytes,
+                                 ratio=(st.raw_bytes / st.stored_bytes
+                                        if st.stored_bytes else None),
+                                 chunks=st.chunks,
+                                 stall_seconds=float(st.stall_s),
+                                 persist_seconds=float(st.persist_s),
+                                 save_seconds=float(st.stall_s + st.persist_s))
+                finally:
+                    C.ckpt_checkpoint_free(ck)
+                if level == ffi.CKPT_VERIFY_QUICK:  # opening checked that
+                    e.update(status="valid", problems=[])
+                    return e
+            status, message = 0, None
+            report = ffi.report_p()
+            C.ckpt_error_clear()
+            try:
+                C.ckpt_verify(s, step, level, _byref(report))
+            except Error as err:
+                status, message = err.status or -14, err.message
+            try:
+                problems = [_list_problem(p) for p in _problems(report)]
+            finally:
+                C.ckpt_report_free(report)
+        if (status == NotFoundError.status
+                and step not in self._step_numbers()):
+            return None  # retired meanwhile
+        if status and not problems:
+            problems = [_list_problem({
+                "step": step, "status": status, "message": message or "",
+                "file": None, "tensor": None, "offset": None})]
+        e["status"] = _list_status(status, problems)
+        e["problems"] = problems
+        return e
 
     def _step_numbers(self):
         arr = ffi.c_int64_p()
@@ -455,9 +503,13 @@ class Store:
         finally:
             C.ckpt_free(arr)
 
-    def latest(self, full=False):
-        """The newest step that passes quick verification (every chunk's
-        hashes too with ``full=True``), or None when there is none."""
+    def latest(self, full=True):
+        """The newest step that passes full verification (every chunk's
+        hashes: the step :meth:`load` and :meth:`restore` pick), or None
+        when there is none.  ``full=False`` asks for the newest step that
+        passes quick verification (structure, sizes, index and manifest
+        checksums) instead, which is cheaper but may name a step whose data
+        is damaged."""
         step = ctypes.c_int64()
         level = ffi.CKPT_VERIFY_FULL if full else ffi.CKPT_VERIFY_QUICK
         try:
@@ -468,9 +520,16 @@ class Store:
         return step.value
 
     def metadata(self, step=None):
-        """The metadata saved with ``step`` (None: the newest step that
-        passes quick verification), or None if it had none."""
-        with self._checkpoint(_step_arg(step)) as ck:
+        """The metadata saved with ``step``, or None if it had none.  With
+        ``step=None``: that of the newest step that passes full
+        verification, the one :meth:`latest` names and :meth:`load`
+        loads (:class:`NoCheckpointError` when there is none)."""
+        if step is None:
+            found = ctypes.c_int64()
+            with self._h.use() as s:
+                C.ckpt_store_latest(s, ffi.CKPT_VERIFY_FULL, _byref(found))
+            step = found.value
+        with self._checkpoint(operator.index(step)) as ck:
             return json.loads(C.ckpt_checkpoint_metadata(ck).decode("utf-8"))
 
     def load(self, step=None):
@@ -602,3 +661,48 @@ def _choice(what, table, value):
     except KeyError:
         raise ValueError("%s must be one of %s, not %r"
                          % (what, ", ".join(sorted(table)), value)) from None
+
+
+# The keys of a step of `ckpt list --json` (docs/CLI.md, $defs/step).
+_LIST_KEYS = ("step", "status", "path", "time", "time_iso", "tensors",
+              "raw_bytes", "stored_bytes", "ratio", "chunks", "stall_seconds",
+              "persist_seconds", "save_seconds", "problems")
+
+# Status codes in words, as the CLI names them (tools/ckpt/output.c).
+_STATUS_WORDS = {0: "ok", -1: "invalid_argument", -2: "no_memory", -3: "io",
+                 -4: "no_space", -5: "busy", -6: "corrupt", -7: "not_found",
+                 -8: "no_checkpoint", -9: "mismatch", -10: "version",
+                 -11: "device", -12: "no_device", -13: "access",
+                 -14: "internal", -15: "incomplete"}
+
+
+def _list_problem(p):
+    """A problem dict of _problems() as ``ckpt list --json`` shows it."""
+    step = p["step"]
+    offset = p["offset"]
+    return {"step": step if step is not None and step >= 0 else None,
+            "status": _STATUS_WORDS.get(p["status"], "unknown"),
+            "code": p["status"],
+            "message": p["message"],
+            "file": p["file"] or None,
+            "tensor": p["tensor"] or None,
+            "offset": offset if offset is not None and offset >= 0 else None}
+
+
+def _list_status(status, problems):
+    """valid, incomplete, corrupt or error, as the CLI classifies a step."""
+    if status == 0:
+        return "valid"
+    incomplete = IncompleteError.status
+    if status == incomplete or any(p["code"] == incomplete for p in problems):
+        return "incomplete"
+    if status == CorruptError.status:
+        return "corrupt"
+    return "error"
+
+
+def _iso_time(t):
+    """Unix seconds as "2024-05-01T12:00:00Z" (UTC), "-" when unknown."""
+    if not (t > 0) or not math.isfinite(t):
+        return "-"
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(t)))

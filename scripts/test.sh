@@ -67,7 +67,13 @@ for t in json.load(sys.stdin):
         names.add(s.split(":")[-1])
 print("\n".join(sorted(names)))'
 }
-has_suite() { suites "$1" | grep -qx "$2"; }
+# Not `suites | grep -q`: grep -q exits at the first match, the writer can
+# then die of SIGPIPE, and under pipefail the match reads as a failure.
+has_suite() {
+    local all
+    all=$(suites "$1")
+    grep -qx -- "$2" <<<"$all"
+}
 passed_stage() {
     local s
     for s in "${passed[@]}"; do

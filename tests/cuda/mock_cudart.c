@@ -239,9 +239,9 @@ static void *stream_main(void *arg)
         struct op *op = s->head;
         switch (op->kind) {
         case OP_COPY:
-            if (op->err) {
+            if (op->err || g_sticky) { /* a lost device copies nothing */
                 if (!s->pending_err)
-                    s->pending_err = op->err;
+                    s->pending_err = op->err ? op->err : g_sticky;
                 break;
             } else {
                 unsigned delay = g_copy_delay_us;
@@ -350,6 +350,20 @@ static int stream_sync_locked(struct mstream *s)
     int err = s->pending_err;
     s->pending_err = 0;
     return err;
+}
+
+/* g_mu held.  Waits until every stream is idle.  A stream may be destroyed
+ * and freed while we wait, so the walk restarts from the list head after
+ * every wait instead of following a pointer that may be stale. */
+static void drain_all_locked(void)
+{
+again:
+    for (struct mstream *s = g_streams; s; s = s->next_all) {
+        if (s->done < s->enq) {
+            pthread_cond_wait(&g_cv, &g_mu);
+            goto again;
+        }
+    }
 }
 
 /* ------------------------------------------------------ runtime functions */
@@ -477,14 +491,11 @@ EXPORT cudaError_t cudaDeviceSynchronize(void)
     ENTER("cudaDeviceSynchronize");
     int err = 0;
     resolve_stream(NULL);
+    drain_all_locked();
     for (struct mstream *s = g_streams; s; s = s->next_all) {
-        uint64_t target = s->enq;
-        while (s->done < target)
-            pthread_cond_wait(&g_cv, &g_mu);
         if (!err)
             err = s->pending_err;
         s->pending_err = 0;
-        /* the list may have changed while waiting; what was there is done */
     }
     pthread_mutex_unlock(&g_mu);
     return ret(err);
@@ -881,6 +892,10 @@ static void arm(const char *fn, long nth, int err, unsigned flags)
 EXPORT void mock_cuda_reset(void)
 {
     pthread_mutex_lock(&g_mu);
+    /* Work queued before the reset belongs to the faulted device: let the
+     * streams drain it (failing, while the sticky error holds) so that none
+     * of it fails or lands after the device "comes back". */
+    drain_all_locked();
     memset(g_faults, 0, sizeof g_faults);
     g_sticky = 0;
     for (struct mstream *s = g_streams; s; s = s->next_all)

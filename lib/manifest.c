@@ -1,12 +1,14 @@
 /* manifest: encode/decode with checksum, and schema validation. */
 #include "manifest.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "codec.h"
 #include "error.h"
+#include "jsontext.h"
 #include "util.h"
 
 /* The file is B + SUFFIX_HEAD + 16 hex digits + SUFFIX_TAIL, where B is the
@@ -32,7 +34,7 @@ char *manifest_json_text(const json_t *v)
 {
     if (!v)
         return util_strdup("null");
-    return json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    return jsontext_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
 }
 
 static json_t *u64(uint64_t v)
@@ -45,6 +47,13 @@ static json_t *hex(uint64_t v)
     char h[17];
     util_hex64(v, h);
     return json_string(h);
+}
+
+/* x rounded to a multiple of 1/per_unit: the nearest double to a short
+ * decimal, which prints back exactly in few digits. */
+static double quantize(double x, double per_unit)
+{
+    return nearbyint(x * per_unit) / per_unit;
 }
 
 static json_t *build(const manifest *m)
@@ -69,14 +78,15 @@ static json_t *build(const manifest *m)
             "bytes", u64(s->size), "index_xxh3", hex(s->index_hash),
             "chunks", u64(s->chunks)));
     }
+    /* Nanoseconds and milliseconds: enough, and short to print. */
     json_t *save = json_pack("{s:o, s:o, s:o, s:f, s:f, s:o, s:i}",
         "raw_bytes", u64(m->stats.raw_bytes), "stored_bytes", u64(m->stats.stored_bytes),
-        "chunks", u64(m->stats.chunks), "stall_s", m->stats.stall_s,
-        "persist_s", m->stats.persist_s, "chunk_bytes", u64(m->chunk_bytes),
+        "chunks", u64(m->stats.chunks), "stall_s", quantize(m->stats.stall_s, 1e9),
+        "persist_s", quantize(m->stats.persist_s, 1e9), "chunk_bytes", u64(m->chunk_bytes),
         "zstd_level", m->level);
     return json_pack("{s:s, s:i, s:I, s:s, s:f, s:o, s:o, s:o, s:O, s:O}",
         "format", MANIFEST_FORMAT, "format_version", MANIFEST_VERSION,
-        "step", (json_int_t)m->step, "checkpoint_id", id, "time", m->time,
+        "step", (json_int_t)m->step, "checkpoint_id", id, "time", quantize(m->time, 1e3),
         "save", save, "tensors", tensors, "shards", shards,
         "env", m->env ? m->env : json_object(), "metadata",
         m->metadata ? m->metadata : json_null());
@@ -85,7 +95,7 @@ static json_t *build(const manifest *m)
 int manifest_encode(const manifest *m, char **text, size_t *len)
 {
     json_t *root = build(m);
-    char *body = root ? json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    char *body = root ? jsontext_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(root);
     if (!body)
         return ckpt_seterr(CKPT_ENOMEM, "cannot encode the manifest of step %lld",

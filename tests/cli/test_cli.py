@@ -294,6 +294,10 @@ def inspect(tmp):
         check(n in r.out, "inspect text lacks " + n, r)
     check("environment:" in r.out and "metadata:" in r.out and '"epoch": 3' in r.out,
           "inspect text lacks env/metadata", r)
+    # reals print as saved: shortest exact form, no 17-digit noise
+    check('"lr": 0.001,' in r.out, "inspect text shows lr as saved", r)
+    raw = expect_rc(ckpt("inspect", root, "--json"), 0).out
+    check('"lr": 0.001,' in raw, "inspect --json shows lr as saved", raw)
     ckpt_json(None, "inspect", root, "--step", "99", rc=1)
     flip_byte(os.path.join(step_dir(root, 30), "manifest.json"), 40)
     _, doc = ckpt_json(None, "inspect", root, "--step", "30", rc=1)

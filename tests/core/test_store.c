@@ -548,6 +548,36 @@ Test(store, metadata_object)
                    3);
 }
 
+/* Every real comes back as the same double (json_equal compares values),
+ * and in its short form: no 17-digit noise. */
+Test(store, metadata_reals_exact_and_short)
+{
+    const char *meta = "{\"lr\": 0.1, \"third\": 0.3333333333333333, \"tiny\": 5e-324, "
+                       "\"huge\": 1.7976931348623157e+308, \"loss\": [2.5, 0.7]}";
+    check_metadata(meta, 8);
+    ckpt_store *st = tc_open(tc_root);
+    ckpt_checkpoint *ck = NULL;
+    cr_assert_eq(ckpt_checkpoint_open(&ck, st, 8), CKPT_OK, "%s", ckpt_error_last());
+    const char *text = ckpt_checkpoint_metadata(ck);
+    cr_expect(strstr(text, "\"lr\": 0.1,") || strstr(text, "\"lr\":0.1,"), "%s", text);
+    cr_expect(strstr(text, "0.3333333333333333") && !strstr(text, "0.33333333333333331"), "%s",
+              text);
+    /* the manifest file itself says 0.1 too */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/manifest.json", ckpt_checkpoint_path(ck));
+    int64_t size = tc_file_size(path);
+    FILE *f = fopen(path, "rb");
+    cr_assert(f && size > 0, "cannot read %s", path);
+    char *file = calloc(1, (size_t)size + 1);
+    cr_assert(file && fread(file, 1, (size_t)size, f) == (size_t)size);
+    fclose(f);
+    cr_expect(strstr(file, "\"lr\": 0.1,") && !strstr(file, "0.10000000000000001"), "%s",
+              file);
+    free(file);
+    ckpt_checkpoint_free(ck);
+    ckpt_store_free(st);
+}
+
 Test(store, metadata_none_is_null) { check_metadata(NULL, 4); }
 Test(store, metadata_scalar) { check_metadata("42", 5); }
 Test(store, metadata_string) { check_metadata("\"run \\\"alpha\\\"\\n\"", 6); }

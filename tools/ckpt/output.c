@@ -2,10 +2,12 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "cli.h"
+#include "../../lib/jsontext.h" /* a leaf helper, not libckpt internals */
 
 int cli_exit_for(int status)
 {
@@ -111,13 +113,27 @@ int cli_usage(cli_ctx *ctx, const char *fmt, ...)
     return CLI_EXIT_USAGE;
 }
 
+char *cli_json_dumps(const json_t *v)
+{
+    return jsontext_dumps(v, JSON_INDENT(2) | JSON_ENCODE_ANY);
+}
+
+json_t *cli_json_real(double v, int digits)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.*g", digits, v);
+    return json_real(strtod(buf, NULL));
+}
+
 int cli_json_print(json_t *doc)
 {
     if (!doc) {
         fprintf(stderr, "ckpt: out of memory building JSON output\n");
         return -1;
     }
-    int r = json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(10));
+    char *text = jsontext_dumps(doc, JSON_INDENT(2));
+    int r = text && fputs(text, stdout) >= 0 ? 0 : -1;
+    free(text);
     fputc('\n', stdout);
     fflush(stdout);
     json_decref(doc);

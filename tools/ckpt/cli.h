@@ -90,9 +90,6 @@ json_t *cli_json_from_text(const char *text);
 /* `v` indented (any JSON value), each real in the fewest digits that read
  * back exactly (lib/jsontext.h); free() the result. */
 char *cli_json_dumps(const json_t *v);
-/* A JSON real holding `v` rounded to `digits` significant digits (derived
- * figures: ratios, seconds), so it prints short. */
-json_t *cli_json_real(double v, int digits);
 /* json_integer, or null for a negative value (meaning "unknown"). */
 json_t *cli_json_int_or_null(int64_t v);
 

@@ -67,20 +67,19 @@ int cmd_inspect(cli_ctx *ctx, int argc, char **argv)
         json_object_set_new(doc, "root", json_string(ckpt_store_path(store)));
         json_object_set_new(doc, "step", json_integer(ckpt_checkpoint_step(ckpt)));
         json_object_set_new(doc, "path", json_string(ckpt_checkpoint_path(ckpt)));
-        json_object_set_new(doc, "time", cli_json_real(t, 13));
+        json_object_set_new(doc, "time", json_real(t));
         json_object_set_new(doc, "time_iso", json_string(cli_fmt_time(t, tbuf)));
         if (have_stats) {
             json_object_set_new(doc, "raw_bytes", json_integer((json_int_t)stats.raw_bytes));
             json_object_set_new(doc, "stored_bytes",
                                 json_integer((json_int_t)stats.stored_bytes));
             json_object_set_new(doc, "ratio",
-                                stats.stored_bytes ? cli_json_real((double)stats.raw_bytes /
-                                                                   (double)stats.stored_bytes,
-                                                               6)
+                                stats.stored_bytes ? json_real((double)stats.raw_bytes /
+                                                               (double)stats.stored_bytes)
                                                    : json_null());
             json_object_set_new(doc, "chunks", json_integer((json_int_t)stats.chunks));
-            json_object_set_new(doc, "stall_seconds", cli_json_real(stats.stall_s, 6));
-            json_object_set_new(doc, "persist_seconds", cli_json_real(stats.persist_s, 6));
+            json_object_set_new(doc, "stall_seconds", json_real(stats.stall_s));
+            json_object_set_new(doc, "persist_seconds", json_real(stats.persist_s));
         } else {
             static const char *const keys[] = {"raw_bytes", "stored_bytes", "ratio", "chunks",
                                                "stall_seconds", "persist_seconds"};
@@ -104,7 +103,7 @@ int cmd_inspect(cli_ctx *ctx, int argc, char **argv)
                 json_pack("{s:s, s:s, s:o, s:I, s:I, s:o, s:I}", "name", ti.name, "dtype",
                           dn ? dn : "unknown", "shape", shape, "bytes", (json_int_t)ti.bytes,
                           "stored_bytes", (json_int_t)ti.stored_bytes, "ratio",
-                          ti.stored_bytes ? cli_json_real((double)ti.bytes / (double)ti.stored_bytes, 6)
+                          ti.stored_bytes ? json_real((double)ti.bytes / (double)ti.stored_bytes)
                                           : json_null(),
                           "chunks", (json_int_t)ti.chunks));
         }

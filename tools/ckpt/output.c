@@ -118,13 +118,6 @@ char *cli_json_dumps(const json_t *v)
     return jsontext_dumps(v, JSON_INDENT(2) | JSON_ENCODE_ANY);
 }
 
-json_t *cli_json_real(double v, int digits)
-{
-    char buf[32];
-    snprintf(buf, sizeof buf, "%.*g", digits, v);
-    return json_real(strtod(buf, NULL));
-}
-
 int cli_json_print(json_t *doc)
 {
     if (!doc) {

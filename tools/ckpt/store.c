@@ -139,7 +139,7 @@ json_t *cli_step_json(const cli_step *s)
     if (s->ckpt) {
         double t = ckpt_checkpoint_time(s->ckpt);
         json_object_set_new(o, "path", json_string(ckpt_checkpoint_path(s->ckpt)));
-        json_object_set_new(o, "time", cli_json_real(t, 13));
+        json_object_set_new(o, "time", json_real(t));
         json_object_set_new(o, "time_iso", json_string(cli_fmt_time(t, tbuf)));
         json_object_set_new(o, "tensors",
                             json_integer((json_int_t)ckpt_checkpoint_tensor_count(s->ckpt)));
@@ -154,14 +154,13 @@ json_t *cli_step_json(const cli_step *s)
         json_object_set_new(o, "raw_bytes", json_integer((json_int_t)st->raw_bytes));
         json_object_set_new(o, "stored_bytes", json_integer((json_int_t)st->stored_bytes));
         json_object_set_new(o, "ratio", st->stored_bytes
-                                            ? cli_json_real((double)st->raw_bytes /
-                                                                (double)st->stored_bytes,
-                                                            6)
+                                            ? json_real((double)st->raw_bytes /
+                                                        (double)st->stored_bytes)
                                             : json_null());
         json_object_set_new(o, "chunks", json_integer((json_int_t)st->chunks));
-        json_object_set_new(o, "stall_seconds", cli_json_real(st->stall_s, 6));
-        json_object_set_new(o, "persist_seconds", cli_json_real(st->persist_s, 6));
-        json_object_set_new(o, "save_seconds", cli_json_real(st->stall_s + st->persist_s, 6));
+        json_object_set_new(o, "stall_seconds", json_real(st->stall_s));
+        json_object_set_new(o, "persist_seconds", json_real(st->persist_s));
+        json_object_set_new(o, "save_seconds", json_real(st->stall_s + st->persist_s));
     } else {
         static const char *const keys[] = {"raw_bytes", "stored_bytes", "ratio", "chunks",
                                            "stall_seconds", "persist_seconds",

@@ -30,6 +30,11 @@ static void usr2_handler(int sig)
 
 int main(void)
 {
+    /* Start from default dispositions whatever we inherited (nohup, for
+     * one, starts us with SIGHUP ignored): the checks compare against them. */
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGUSR1, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
     CHECK(ckpt_preempt_requested() == 0);
 
     /* defaults: SIGTERM and SIGUSR1; the first signal wins until reset */

@@ -459,7 +459,7 @@ static int resume(ckpt_store *store, model *m, const options *o)
 
     /* Show what was saved with it (read-only API; not needed to resume). */
     ckpt_checkpoint *ck = NULL;
-    if (ckpt_checkpoint_open(&ck, store, restored) == CKPT_OK) {
+    if (ckpt_checkpoint_open(&ck, store, restored, CKPT_VERIFY_QUICK) == CKPT_OK) {
         printf("checkpoint metadata: %s\n", ckpt_checkpoint_metadata(ck));
         ckpt_checkpoint_free(ck);
     }

@@ -85,8 +85,17 @@ typedef enum ckpt_status {
     CKPT_EINCOMPLETE = -15 /* a checkpoint file is missing or truncated  */
 } ckpt_status;
 
-/** Short, static description of a status code ("checkpoint is corrupt"). */
+/** Short, static description of a status code ("checkpoint is corrupt");
+ *  "unknown status" for a value not in ckpt_status. */
 CKPT_API const char *ckpt_strerror(int status);
+/**
+ * Stable machine name of a status code, the word the `ckpt` command and the
+ * Python binding print: "ok", "invalid_argument", "no_memory", "io",
+ * "no_space", "busy", "corrupt", "not_found", "no_checkpoint", "mismatch",
+ * "version", "device", "no_device", "access", "internal", "incomplete".
+ * NULL for a value not in ckpt_status.  Static storage; thread-safe.
+ */
+CKPT_API const char *ckpt_status_name(int status);
 
 /**
  * The message left by the last failing call on this thread.  Never NULL:
@@ -121,7 +130,20 @@ CKPT_API const char *ckpt_dtype_name(ckpt_dtype dtype);
 /** Inverse of ckpt_dtype_name; CKPT_DTYPE_INVALID if unknown. */
 CKPT_API ckpt_dtype ckpt_dtype_from_name(const char *name);
 
-#define CKPT_MAX_DIMS 16
+/* ----------------------------------------------------------------- limits */
+
+#define CKPT_MAX_DIMS 16                 /* dimensions of a tensor            */
+#define CKPT_NAME_MAX 255                /* bytes of a tensor name (no NUL)   */
+#define CKPT_STEP_MAX INT64_MAX          /* largest step number               */
+#define CKPT_LEVEL_MIN (-7)              /* zstd levels a store accepts       */
+#define CKPT_LEVEL_MAX 22
+#define CKPT_LEVEL_DEFAULT 1
+#define CKPT_CHUNK_MIN 4096u             /* raw bytes per chunk               */
+#define CKPT_CHUNK_MAX (1ull << 30)
+#define CKPT_CHUNK_DEFAULT (4u << 20)
+#define CKPT_THREADS_MAX 256             /* worker threads of a store         */
+#define CKPT_KEEP_LAST_DEFAULT 3         /* committed steps kept by default   */
+#define CKPT_PINNED_LIMIT_DEFAULT (1ull << 30) /* pinned host bytes           */
 
 /* ---------------------------------------------------------------- tensors */
 
@@ -150,6 +172,18 @@ typedef struct ckpt_tensor {
 /* ------------------------------------------------------------------ store */
 
 typedef struct ckpt_store ckpt_store;
+
+/*
+ * Steps: a step is a number in 0..CKPT_STEP_MAX.  Where a call takes a
+ * step it also accepts one of these, each with one meaning everywhere:
+ *   CKPT_LATEST  the newest committed step that passes the verification
+ *                the call performs (ckpt_restore, ckpt_load: full; others
+ *                take the level as an argument);
+ *   CKPT_NEWEST  the newest committed step, whatever its state (to verify
+ *                or inspect it, e.g. `ckpt verify` in CI).
+ */
+#define CKPT_LATEST ((int64_t)-1)
+#define CKPT_NEWEST ((int64_t)-2)
 typedef struct ckpt_report ckpt_report; /* see "reports" below */
 
 /** Open flags. */
@@ -359,7 +393,6 @@ CKPT_API void ckpt_report_free(ckpt_report *report);
 
 /* ---------------------------------------------------------------- restore */
 
-#define CKPT_LATEST ((int64_t)-1)
 
 #define CKPT_RESTORE_OPTIONS_VERSION 1
 typedef struct ckpt_restore_options {
@@ -406,11 +439,24 @@ CKPT_API int ckpt_verify(ckpt_store *store, int64_t step, ckpt_verify_level leve
 typedef struct ckpt_checkpoint ckpt_checkpoint;
 
 /**
- * Open checkpoint `step` (CKPT_LATEST: newest that passes quick verification)
- * and check its manifest and shard indexes (quick verification).
+ * Open checkpoint `step` for reading, verified at `level`.
+ *
+ * `step` is a step number, CKPT_LATEST (the newest step that passes
+ * `level`, skipping damaged newer ones) or CKPT_NEWEST (the newest
+ * committed step; an error if it does not pass `level`).  `level` is
+ * CKPT_VERIFY_QUICK (manifest checksum and schema, every shard's header,
+ * trailer and index) or CKPT_VERIFY_FULL (also every chunk's hashes: reads
+ * the whole step once).
+ *
+ * Returns CKPT_OK and `*out` (free with ckpt_checkpoint_free() before the
+ * store is freed); CKPT_EINVAL (NULL argument, bad level or step),
+ * CKPT_ENOTFOUND (no such step), CKPT_ENOCKPT (no step, or none passes,
+ * for CKPT_LATEST / CKPT_NEWEST), CKPT_ECORRUPT, CKPT_EINCOMPLETE,
+ * CKPT_EVERSION (the step failed `level`), CKPT_EIO, CKPT_EACCES,
+ * CKPT_ENOMEM.  Waits for a save in flight first.  Thread-safe.
  */
 CKPT_API int ckpt_checkpoint_open(ckpt_checkpoint **out, ckpt_store *store,
-                                  int64_t step);
+                                  int64_t step, ckpt_verify_level level);
 CKPT_API void ckpt_checkpoint_free(ckpt_checkpoint *ckpt);
 
 CKPT_API int64_t ckpt_checkpoint_step(const ckpt_checkpoint *ckpt);

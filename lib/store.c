@@ -1,248 +1,211 @@
-/* store: root namespace, lock, commit protocol, retention, cleanup. */
-#include "store.h"
-
+/* store: the public face of ckpt_store: options, open and close, listing,
+ * latest, gc.  The root's namespace is io/layout.c; the workers and device
+ * are pipeline/workers.c. */
 #include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "error.h"
-#include "util.h"
+#include "reader.h"
+#include "report.h"
+#include "testing.h"
 
-void store_step_name(int64_t step, char *buf, size_t size)
+CKPT_API int ckpt_store_options_init(ckpt_store_options *opts, unsigned int version)
 {
-    snprintf(buf, size, "step-%012lld", (long long)step);
-}
-
-int store_parse_step_name(const char *name, int64_t *step)
-{
-    if (strncmp(name, "step-", 5) != 0)
-        return 0;
-    const char *d = name + 5;
-    size_t n = strlen(d);
-    if (n < 1 || n > 18)
-        return 0;
-    int64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (d[i] < '0' || d[i] > '9')
-            return 0;
-        v = v * 10 + (d[i] - '0');
-    }
-    *step = v;
-    return 1;
-}
-
-char *store_step_path(const ckpt_store *s, int64_t step)
-{
-    char name[32];
-    store_step_name(step, name, sizeof name);
-    return util_join(s->root, name);
-}
-
-int store_lock(ckpt_store *s)
-{
-    char *path = util_join(s->root, STORE_LOCK_NAME);
-    if (!path)
-        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
-    int fd = fsio_open(&s->fs, path, O_RDWR | O_CREAT, 0644);
-    if (fd < 0) {
-        int rc = ckpt_seterr_errno(-fd, "cannot open the lock file %s", path);
-        free(path);
-        return rc;
-    }
-    int rc = fsio_lock(&s->fs, fd);
-    if (rc) {
-        fsio_close(&s->fs, fd);
-        if (rc == -EWOULDBLOCK)
-            rc = ckpt_seterr(CKPT_EBUSY, "%s is locked by another writer (lock file %s); "
-                             "open it with CKPT_OPEN_READONLY to read", s->root, path);
-        else
-            rc = ckpt_seterr_errno(-rc, "cannot lock %s", path);
-        free(path);
-        return rc;
-    }
-    free(path);
-    s->lock_fd = fd;
-    return CKPT_OK;
-}
-
-static int has_prefix(const char *s, const char *prefix)
-{
-    return strncmp(s, prefix, strlen(prefix)) == 0;
-}
-
-/* `.replaced-step-N-...`: the committed step-N, moved aside by a writer that
- * died before its replacement was renamed in.  It is still the checkpoint. */
-static void recover_replaced(ckpt_store *s, const char *name)
-{
-    int64_t step;
-    char stepname[32];
-    const char *rest = name + strlen(STORE_REPLACED_PREFIX);
-    const char *dash = strchr(rest + 5, '-');
-    if (!dash || (size_t)(dash - rest) >= sizeof stepname)
-        return;
-    memcpy(stepname, rest, (size_t)(dash - rest));
-    stepname[dash - rest] = '\0';
-    if (!store_parse_step_name(stepname, &step))
-        return;
-    char *from = util_join(s->root, name), *to = store_step_path(s, step);
-    if (from && to) {
-        int is_dir;
-        if (fsio_stat(&s->fs, to, NULL, &is_dir) == -ENOENT) {
-            if (fsio_rename(&s->fs, from, to) == 0 && s->opts.fsync)
-                fsio_fsync_path(&s->fs, s->root);
-        } else {
-            fsio_remove_tree(&s->fs, from); /* its replacement made it */
-        }
-    }
-    free(from);
-    free(to);
-}
-
-void store_clean_stale(ckpt_store *s)
-{
-    char **names;
-    size_t n;
-    if (fsio_list(&s->fs, s->root, &names, &n))
-        return;
-    for (size_t i = 0; i < n; i++) {
-        if (has_prefix(names[i], STORE_REPLACED_PREFIX)) {
-            recover_replaced(s, names[i]);
-            continue;
-        }
-        if (strncmp(names[i], STORE_TMP_PREFIX, strlen(STORE_TMP_PREFIX)) != 0 &&
-            strncmp(names[i], STORE_TRASH_PREFIX, strlen(STORE_TRASH_PREFIX)) != 0)
-            continue;
-        char *p = util_join(s->root, names[i]);
-        if (p)
-            fsio_remove_tree(&s->fs, p); /* we hold the lock: its writer is dead */
-        free(p);
-    }
-    fsio_list_free(names, n);
-}
-
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-int store_scan(ckpt_store *s, int64_t **steps, size_t *count)
-{
-    *steps = NULL;
-    *count = 0;
-    char **names;
-    size_t n;
-    int rc = fsio_list(&s->fs, s->root, &names, &n);
+    if (!opts)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_store_options_init: opts is NULL");
+    int rc = ckpt_check_version("ckpt_store_options", version, CKPT_STORE_OPTIONS_VERSION);
     if (rc)
-        return ckpt_seterr_errno(-rc, "cannot list the checkpoint root %s", s->root);
-    int64_t *v = malloc((n ? n : 1) * sizeof *v);
-    if (!v) {
-        fsio_list_free(names, n);
-        return ckpt_seterr(CKPT_ENOMEM, "out of memory listing %s", s->root);
-    }
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        if (store_parse_step_name(names[i], &v[k]))
-            k++;
-    fsio_list_free(names, n);
-    qsort(v, k, sizeof *v, cmp_i64);
-    *steps = v;
-    *count = k;
-    return CKPT_OK;
-}
-
-static char *unique_name(ckpt_store *s, const char *prefix, int64_t step)
-{
-    char name[128];
-    snprintf(name, sizeof name, "%sstep-%012lld-%ld-%u", prefix, (long long)step,
-             (long)getpid(), ++s->seq);
-    return util_join(s->root, name);
-}
-
-int store_make_temp(ckpt_store *s, int64_t step, char **path)
-{
-    char *p = unique_name(s, STORE_TMP_PREFIX, step);
-    if (!p)
-        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
-    int rc = fsio_mkdir(&s->fs, p, 0755);
-    if (rc) {
-        rc = ckpt_seterr_errno(-rc, "cannot create the temporary directory %s", p);
-        free(p);
         return rc;
-    }
-    *path = p;
+    ckpt_store_options d = CKPT_STORE_OPTIONS_INIT;
+    *opts = d;
     return CKPT_OK;
 }
 
-int store_commit(ckpt_store *s, const char *tmp, int64_t step)
+/* Replace "use the default" values by real ones, reject nonsense. */
+static int resolve_options(const ckpt_store_options *in, ckpt_store_options *o)
 {
-    char *final = store_step_path(s, step);
-    if (!final)
-        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
-    int rc = fsio_rename(&s->fs, tmp, final);
-    if (rc == -ENOTEMPTY || rc == -EEXIST) {
-        /* Replace an existing step-N atomically: swap, then delete the old
-         * one, which now sits under the temporary name. */
-        rc = fsio_exchange(&s->fs, tmp, final);
-        if (rc == 0) {
-            fsio_remove_tree(&s->fs, tmp);
-        } else if (rc == -EINVAL || rc == -ENOSYS || rc == -ENOTSUP) {
-            /* No atomic swap on this file system: move the old one aside
-             * under a name the next open puts back if we die in between,
-             * and put it back ourselves if the second rename fails. */
-            char *aside = unique_name(s, STORE_REPLACED_PREFIX, step);
-            rc = aside ? fsio_rename(&s->fs, final, aside) : -ENOMEM;
-            if (rc == 0) {
-                rc = fsio_rename(&s->fs, tmp, final);
-                if (rc == 0)
-                    fsio_remove_tree(&s->fs, aside);
-                else
-                    fsio_rename(&s->fs, aside, final);
-            }
-            free(aside);
-        }
-    }
-    if (rc) {
-        rc = ckpt_seterr_errno(-rc, "cannot commit %s as %s", tmp, final);
-        free(final);
+    ckpt_store_options d = CKPT_STORE_OPTIONS_INIT;
+    int rc;
+    if (in && (rc = ckpt_check_version("ckpt_store_options", in->version,
+                                       CKPT_STORE_OPTIONS_VERSION)))
         return rc;
+    *o = in ? *in : d;
+    if (o->flags & ~CKPT_OPEN_READONLY)
+        return ckpt_seterr(CKPT_EINVAL, "unknown open flags 0x%x", o->flags);
+    if ((rc = codec_resolve_level(o->level, &o->level)))
+        return rc;
+    if (o->threads == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        o->threads = n > 0 ? (int)(n < CKPT_THREADS_MAX ? n : CKPT_THREADS_MAX) : 1;
     }
-    free(final);
-    if (s->opts.fsync && (rc = fsio_fsync_path(&s->fs, s->root)))
-        return ckpt_seterr_errno(-rc, "cannot fsync the checkpoint root %s", s->root);
+    if (o->threads < 0 || o->threads > CKPT_THREADS_MAX)
+        return ckpt_seterr(CKPT_EINVAL, "threads %d is out of range (0..%d)", o->threads,
+                           CKPT_THREADS_MAX);
+    if (o->chunk_bytes == 0)
+        o->chunk_bytes = CKPT_CHUNK_DEFAULT;
+    if (o->chunk_bytes < CKPT_CHUNK_MIN || o->chunk_bytes > CKPT_CHUNK_MAX ||
+        o->chunk_bytes % 16)
+        return ckpt_seterr(CKPT_EINVAL, "chunk_bytes %llu must be a multiple of 16 in "
+                           "%llu..%llu", (unsigned long long)o->chunk_bytes,
+                           (unsigned long long)CKPT_CHUNK_MIN,
+                           (unsigned long long)CKPT_CHUNK_MAX);
+    if (o->host_memory_limit == 0) {
+        long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+        o->host_memory_limit = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 2
+                                                    : 1ull << 30;
+    }
+    if (o->host_memory_limit < o->chunk_bytes)
+        o->chunk_bytes = o->host_memory_limit < CKPT_CHUNK_MIN ? CKPT_CHUNK_MIN
+                                                               : o->host_memory_limit & ~15ull;
+    if (o->keep_last < -1)
+        return ckpt_seterr(CKPT_EINVAL, "keep_last %d is invalid (0 keeps all, -1 means "
+                           "the default of %d)", o->keep_last, CKPT_KEEP_LAST_DEFAULT);
+    if (o->keep_last == -1)
+        o->keep_last = CKPT_KEEP_LAST_DEFAULT;
+    if (o->fsync != 0 && o->fsync != 1)
+        return ckpt_seterr(CKPT_EINVAL, "fsync must be 0 or 1");
+    if (o->verify_after_save < CKPT_VERIFY_NONE || o->verify_after_save > CKPT_VERIFY_FULL)
+        return ckpt_seterr(CKPT_EINVAL, "invalid verify_after_save %d", o->verify_after_save);
+    if (o->snapshot_mode < CKPT_SNAPSHOT_HOST || o->snapshot_mode > CKPT_SNAPSHOT_STREAM)
+        return ckpt_seterr(CKPT_EINVAL, "invalid snapshot_mode %d", o->snapshot_mode);
+    if (o->pinned_limit == 0)
+        o->pinned_limit = CKPT_PINNED_LIMIT_DEFAULT;
     return CKPT_OK;
 }
 
-int store_retire(ckpt_store *s, int64_t step)
+static void store_destroy(ckpt_store *s)
 {
-    char *path = store_step_path(s, step), *trash = unique_name(s, STORE_TRASH_PREFIX, step);
-    int rc = path && trash ? fsio_rename(&s->fs, path, trash) : -ENOMEM;
-    if (rc == 0) {
-        if (s->opts.fsync)
-            fsio_fsync_path(&s->fs, s->root);
-        fsio_remove_tree(&s->fs, trash); /* leftovers are cleaned next open */
+    if (!s)
+        return;
+    context_stop(s);
+    layout_close(&s->lay); /* releases the lock */
+    pthread_mutex_destroy(&s->api_lock);
+    free(s);
+}
+
+int ckpt_store_open_with_fsio(ckpt_store **out, const char *path,
+                              const ckpt_store_options *opts, const fsio *fs)
+{
+    if (!out || !path || !*path)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_store_open: out and path must be given");
+    *out = NULL;
+    ckpt_store *s = calloc(1, sizeof *s);
+    if (!s)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    s->lay.lock_fd = -1;
+    pthread_mutex_init(&s->api_lock, NULL);
+    if (fs)
+        s->lay.fs = *fs;
+    int rc = resolve_options(opts, &s->opts);
+    if (!rc) {
+        s->readonly = (s->opts.flags & CKPT_OPEN_READONLY) != 0;
+        s->lay.fsync = s->opts.fsync;
+        rc = layout_open(&s->lay, path, !s->readonly);
     }
-    if (rc)
-        rc = ckpt_seterr_errno(-rc, "cannot retire step %lld", (long long)step);
-    free(path);
-    free(trash);
+    if (!rc && !s->readonly && !(rc = layout_lock(&s->lay)))
+        layout_clean_stale(&s->lay, 0, NULL); /* best effort: retried next open */
+    if (!rc)
+        rc = context_start(s);
+    if (rc) {
+        ckpt_error_state e;
+        ckpt_error_capture(&e, rc);
+        store_destroy(s);
+        return ckpt_error_restore(&e);
+    }
+    *out = s;
+    return CKPT_OK;
+}
+
+CKPT_API int ckpt_store_open(ckpt_store **out, const char *path, const ckpt_store_options *opts)
+{
+    return ckpt_store_open_with_fsio(out, path, opts, NULL);
+}
+
+CKPT_API void ckpt_store_free(ckpt_store *s)
+{
+    store_destroy(s);
+}
+
+CKPT_API const char *ckpt_store_path(const ckpt_store *s)
+{
+    return s ? s->lay.root : NULL;
+}
+
+CKPT_API uint64_t ckpt_store_pinned_bytes(const ckpt_store *s)
+{
+    return s && s->dev ? device_pinned_bytes(s->dev) : 0;
+}
+
+CKPT_API int ckpt_cuda_available(void)
+{
+    return device_cuda_available();
+}
+
+CKPT_API int ckpt_store_steps(const ckpt_store *cs, int64_t **steps, size_t *count)
+{
+    if (!cs || !steps || !count)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_store_steps: NULL argument");
+    ckpt_store *s = (ckpt_store *)cs;
+    pthread_mutex_lock(&s->api_lock);
+    int rc = layout_scan(&s->lay, steps, count);
+    pthread_mutex_unlock(&s->api_lock);
     return rc;
 }
 
-void store_apply_retention(ckpt_store *s, int64_t just)
+CKPT_API int ckpt_store_latest(ckpt_store *s, ckpt_verify_level level, int64_t *step)
 {
-    if (s->opts.keep_last <= 0)
-        return;
-    int64_t *steps;
-    size_t n;
-    if (store_scan(s, &steps, &n))
-        return;
-    size_t keep = (size_t)s->opts.keep_last;
-    for (size_t i = 0; i + keep < n; i++)
-        if (steps[i] != just)
-            store_retire(s, steps[i]);
+    if (!s || !step || level < CKPT_VERIFY_QUICK || level > CKPT_VERIFY_FULL)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_store_latest: invalid argument");
+    pthread_mutex_lock(&s->api_lock);
+    save_drain(s);
+    ckpt_checkpoint *ck;
+    int rc = reader_open_newest(s, level, &ck);
+    if (!rc) {
+        *step = ck->m.step;
+        reader_close(ck);
+    }
+    pthread_mutex_unlock(&s->api_lock);
+    return rc;
+}
+
+CKPT_API int ckpt_store_gc(ckpt_store *s, int keep_last, int dry_run, ckpt_report **report)
+{
+    if (report)
+        *report = NULL;
+    if (!s || keep_last < 1)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_store_gc: keep_last must be >= 1");
+    if (s->readonly && !dry_run)
+        return ckpt_seterr(CKPT_EACCES, "%s was opened read-only: only a dry run can "
+                           "list what gc would remove", s->lay.root);
+    ckpt_report *r = report_new();
+    if (!r)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    pthread_mutex_lock(&s->api_lock);
+    save_drain(s);
+    int64_t *steps = NULL;
+    size_t n = 0;
+    int rc = layout_scan(&s->lay, &steps, &n);
+    if (!rc) {
+        /* The newest fully valid step is never removed: a step whose index
+         * is fine but whose chunks are not would be no checkpoint to keep. */
+        int64_t keep_valid = -1;
+        ckpt_checkpoint *ck;
+        if (reader_open_newest(s, CKPT_VERIFY_FULL, &ck) == CKPT_OK) {
+            keep_valid = ck->m.step;
+            reader_close(ck);
+        }
+        ckpt_error_clear();
+        rc = layout_retain(&s->lay, steps, n, (size_t)keep_last, keep_valid, -1, dry_run, r);
+    }
+    if (!rc)
+        rc = layout_clean_stale(&s->lay, dry_run, r);
     free(steps);
+    pthread_mutex_unlock(&s->api_lock);
+    if (report)
+        *report = r;
+    else
+        ckpt_report_free(r);
+    return rc;
 }

@@ -194,7 +194,7 @@ static int cmd_dump(const char *dir, int64_t step, const char *name, const char 
     int rc = 3;
     void *buf = NULL;
     so.flags = CKPT_OPEN_READONLY;
-    if (ckpt_store_open(&store, dir, &so) || ckpt_checkpoint_open(&c, store, step) ||
+    if (ckpt_store_open(&store, dir, &so) || ckpt_checkpoint_open(&c, store, step, CKPT_VERIFY_QUICK) ||
         ckpt_checkpoint_find(c, name, &idx) || ckpt_checkpoint_tensor(c, idx, &ti)) {
         fprintf(stderr, "dump %s: %s\n", name, ckpt_error_last());
         goto done;

@@ -164,9 +164,16 @@ static void check_fallback(enum damage d, int readonly)
     else
         cr_assert_eq(rc, CKPT_OK, "%s: verify(3, QUICK) = %d: %s", dn, rc,
                      ckpt_error_last());
-    /* verify(LATEST) is the newest committed one: the damaged step 3 */
-    rc = ckpt_verify(st, CKPT_LATEST, CKPT_VERIFY_FULL, NULL);
-    cr_assert(is_damage_status(rc), "%s: verify(LATEST) = %d", dn, rc);
+    /* CKPT_NEWEST is the newest committed step: the damaged step 3 */
+    rc = ckpt_verify(st, CKPT_NEWEST, CKPT_VERIFY_FULL, NULL);
+    cr_assert(is_damage_status(rc), "%s: verify(NEWEST) = %d", dn, rc);
+    /* CKPT_LATEST is the newest step that passes: step 2, as for restore */
+    rep = NULL;
+    rc = ckpt_verify(st, CKPT_LATEST, CKPT_VERIFY_FULL, &rep);
+    cr_assert_eq(rc, CKPT_OK, "%s: verify(LATEST) = %d: %s", dn, rc, ckpt_error_last());
+    cr_assert_eq(ckpt_report_step(rep), 2, "%s: verify(LATEST) checked step %lld", dn,
+                 (long long)ckpt_report_step(rep));
+    ckpt_report_free(rep);
     for (int64_t s = 1; s <= 2; s++) {
         rep = NULL;
         rc = ckpt_verify(st, s, CKPT_VERIFY_FULL, &rep);
@@ -218,18 +225,18 @@ static void check_fallback(enum damage d, int readonly)
 
     /* checkpoint_open(LATEST) is the newest passing quick verification */
     ckpt_checkpoint *ck = NULL;
-    rc = ckpt_checkpoint_open(&ck, st, CKPT_LATEST);
+    rc = ckpt_checkpoint_open(&ck, st, CKPT_LATEST, CKPT_VERIFY_QUICK);
     cr_assert_eq(rc, CKPT_OK, "%s: checkpoint_open(LATEST): %s", dn, ckpt_error_last());
     cr_assert_eq(ckpt_checkpoint_step(ck), quick_sees(d) ? 2 : 3);
     ckpt_checkpoint_free(ck);
     if (quick_sees(d)) {
         ck = NULL;
-        rc = ckpt_checkpoint_open(&ck, st, 3);
+        rc = ckpt_checkpoint_open(&ck, st, 3, CKPT_VERIFY_QUICK);
         cr_assert(is_damage_status(rc), "%s: checkpoint_open(3) = %d", dn, rc);
         cr_assert_null(ck);
     } else {
         /* quick checks pass; reading the damaged frame does not */
-        cr_assert_eq(ckpt_checkpoint_open(&ck, st, 3), CKPT_OK, "%s", ckpt_error_last());
+        cr_assert_eq(ckpt_checkpoint_open(&ck, st, 3, CKPT_VERIFY_QUICK), CKPT_OK, "%s", ckpt_error_last());
         int bad = 0;
         for (size_t i = 0; i < states[3].count; i++) {
             void *buf = malloc(states[3].t[i].bytes + 1);
@@ -421,7 +428,7 @@ Test(corrupt, empty_root)
     int64_t latest;
     cr_assert_eq(ckpt_store_latest(st, CKPT_VERIFY_QUICK, &latest), CKPT_ENOCKPT);
     ckpt_checkpoint *ck = NULL;
-    rc = ckpt_checkpoint_open(&ck, st, CKPT_LATEST);
+    rc = ckpt_checkpoint_open(&ck, st, CKPT_LATEST, CKPT_VERIFY_QUICK);
     cr_assert(rc == CKPT_ENOCKPT || rc == CKPT_ENOTFOUND, "checkpoint_open = %d", rc);
     cr_assert_null(ck);
     size_t n;

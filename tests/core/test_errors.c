@@ -112,7 +112,7 @@ Test(errors, restore_wrong_size, .init = setup_saved, .fini = teardown_saved)
                   "encoder.weight");
     /* checkpoint_read / load with a buffer of the wrong size */
     ckpt_checkpoint *ck = NULL;
-    cr_assert_eq(ckpt_checkpoint_open(&ck, st, 1), CKPT_OK);
+    cr_assert_eq(ckpt_checkpoint_open(&ck, st, 1, CKPT_VERIFY_QUICK), CKPT_OK);
     char buf[64];
     assert_failed(ckpt_checkpoint_read(ck, "encoder.weight", buf, 23), CKPT_EMISMATCH,
                   "encoder.weight");
@@ -177,7 +177,7 @@ Test(errors, restore_unknown_name, .init = setup_saved, .fini = teardown_saved)
                   "decoder.weight");
     cr_assert_null(data, "ckpt_load left a pointer on failure");
     ckpt_checkpoint *ck = NULL;
-    cr_assert_eq(ckpt_checkpoint_open(&ck, st, 1), CKPT_OK);
+    cr_assert_eq(ckpt_checkpoint_open(&ck, st, 1, CKPT_VERIFY_QUICK), CKPT_OK);
     size_t idx;
     cr_assert_eq(ckpt_checkpoint_find(ck, "decoder.weight", &idx), CKPT_ENOTFOUND);
     ckpt_checkpoint_free(ck);
@@ -195,7 +195,7 @@ Test(errors, unknown_step, .init = setup_saved, .fini = teardown_saved)
     rc = ckpt_verify(st, 77, CKPT_VERIFY_QUICK, NULL);
     cr_assert_eq(rc, CKPT_ENOTFOUND, "verify(77) = %d", rc);
     ckpt_checkpoint *ck = NULL;
-    cr_assert_eq(ckpt_checkpoint_open(&ck, st, 77), CKPT_ENOTFOUND);
+    cr_assert_eq(ckpt_checkpoint_open(&ck, st, 77, CKPT_VERIFY_QUICK), CKPT_ENOTFOUND);
     cr_assert_null(ck);
     void *data = NULL;
     uint64_t bytes;
@@ -308,7 +308,7 @@ Test(errors, empty_save, .init = setup_saved, .fini = teardown_saved)
     tc_state_init(&none);
     tc_save_ok(st, 5, &none);
     ckpt_checkpoint *ck = NULL;
-    cr_assert_eq(ckpt_checkpoint_open(&ck, st, 5), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_eq(ckpt_checkpoint_open(&ck, st, 5, CKPT_VERIFY_QUICK), CKPT_OK, "%s", ckpt_error_last());
     cr_assert_eq(ckpt_checkpoint_tensor_count(ck), 0);
     ckpt_checkpoint_free(ck);
     cr_assert_eq(ckpt_verify(st, 5, CKPT_VERIFY_FULL, NULL), CKPT_OK, "%s",

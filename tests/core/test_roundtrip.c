@@ -124,7 +124,7 @@ Test(roundtrip, every_dtype_and_shape)
 
     /* ckpt_checkpoint_* */
     ckpt_checkpoint *ck = NULL;
-    int rc = ckpt_checkpoint_open(&ck, st, 5);
+    int rc = ckpt_checkpoint_open(&ck, st, 5, CKPT_VERIFY_QUICK);
     cr_assert_eq(rc, CKPT_OK, "checkpoint_open: %s", ckpt_error_last());
     cr_assert_eq(ckpt_checkpoint_step(ck), 5);
     cr_assert_eq(ckpt_checkpoint_tensor_count(ck), s.count);
@@ -239,7 +239,7 @@ Test(roundtrip, larger_than_chunk)
     tc_restore_check(st, 1, &s);
 
     ckpt_checkpoint *ck = NULL;
-    cr_assert_eq(ckpt_checkpoint_open(&ck, st, 1), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_eq(ckpt_checkpoint_open(&ck, st, 1, CKPT_VERIFY_QUICK), CKPT_OK, "%s", ckpt_error_last());
     ckpt_save_stats cs;
     cr_assert_eq(ckpt_checkpoint_stats(ck, &cs), CKPT_OK);
     cr_assert_eq(cs.raw_bytes, stats.raw_bytes);
@@ -294,7 +294,7 @@ Test(roundtrip, thousands_of_tiny_tensors)
     tc_restore_check(st, 9, &s);
 
     ckpt_checkpoint *ck = NULL;
-    cr_assert_eq(ckpt_checkpoint_open(&ck, st, CKPT_LATEST), CKPT_OK, "%s",
+    cr_assert_eq(ckpt_checkpoint_open(&ck, st, CKPT_LATEST, CKPT_VERIFY_QUICK), CKPT_OK, "%s",
                  ckpt_error_last());
     cr_assert_eq(ckpt_checkpoint_tensor_count(ck), 3000);
     size_t idx;

@@ -349,8 +349,8 @@ Test(store, stale_temp_dirs)
     cr_assert_eq(latest, 1);
     cr_assert_eq(tc_restore_check(r, CKPT_LATEST, &s), 1);
     ckpt_checkpoint *ck = NULL;
-    cr_assert_eq(ckpt_checkpoint_open(&ck, r, 9), CKPT_ENOTFOUND);
-    cr_assert_eq(ckpt_checkpoint_open(&ck, r, 7), CKPT_ENOTFOUND);
+    cr_assert_eq(ckpt_checkpoint_open(&ck, r, 9, CKPT_VERIFY_QUICK), CKPT_ENOTFOUND);
+    cr_assert_eq(ckpt_checkpoint_open(&ck, r, 7, CKPT_VERIFY_QUICK), CKPT_ENOTFOUND);
     ckpt_store_free(r);
     cr_assert(tc_exists(t7) && tc_exists(t9), "a reader removed a temp dir");
     char *after = tc_tree_snapshot(tc_root);
@@ -502,7 +502,7 @@ static void check_metadata(const char *meta, int64_t step)
     cr_assert_eq(rc, CKPT_OK, "save with metadata %s: %s", meta ? meta : "NULL",
                  ckpt_error_last());
     ckpt_checkpoint *ck = NULL;
-    cr_assert_eq(ckpt_checkpoint_open(&ck, st, step), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_eq(ckpt_checkpoint_open(&ck, st, step, CKPT_VERIFY_QUICK), CKPT_OK, "%s", ckpt_error_last());
 
     json_t *want = parse(meta ? meta : "null", "expected metadata");
     json_t *got = parse(ckpt_checkpoint_metadata(ck), "ckpt_checkpoint_metadata");
@@ -557,7 +557,7 @@ Test(store, metadata_reals_exact_and_short)
     check_metadata(meta, 8);
     ckpt_store *st = tc_open(tc_root);
     ckpt_checkpoint *ck = NULL;
-    cr_assert_eq(ckpt_checkpoint_open(&ck, st, 8), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_eq(ckpt_checkpoint_open(&ck, st, 8, CKPT_VERIFY_QUICK), CKPT_OK, "%s", ckpt_error_last());
     const char *text = ckpt_checkpoint_metadata(ck);
     cr_expect(strstr(text, "\"lr\": 0.1,") || strstr(text, "\"lr\":0.1,"), "%s", text);
     cr_expect(strstr(text, "0.3333333333333333") && !strstr(text, "0.33333333333333331"), "%s",
@@ -611,7 +611,7 @@ Test(store, readonly_root_directory)
     cr_assert_eq(ckpt_load(r, 1, "model.bias", &data, &bytes, NULL), CKPT_OK);
     ckpt_free(data);
     ckpt_checkpoint *ck = NULL;
-    cr_assert_eq(ckpt_checkpoint_open(&ck, r, 1), CKPT_OK);
+    cr_assert_eq(ckpt_checkpoint_open(&ck, r, 1, CKPT_VERIFY_QUICK), CKPT_OK);
     ckpt_checkpoint_free(ck);
     ckpt_store_free(r);
 

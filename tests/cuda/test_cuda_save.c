@@ -264,7 +264,7 @@ Test(cuda_save, environment_names_the_gpu)
     ckpt_tensor t = dtensor("w", d, CKPT_MEM_AUTO);
     cr_assert_eq(ckpt_save_sync(st, 1, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
     ckpt_checkpoint *ck;
-    cr_assert_eq(ckpt_checkpoint_open(&ck, st, 1), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_eq(ckpt_checkpoint_open(&ck, st, 1, CKPT_VERIFY_QUICK), CKPT_OK, "%s", ckpt_error_last());
     json_error_t jerr;
     json_t *env = json_loads(ckpt_checkpoint_env(ck), 0, &jerr);
     cr_assert_not_null(env, "environment is not JSON: %s", jerr.text);

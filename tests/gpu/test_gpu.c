@@ -231,7 +231,7 @@ static void auto_classification(unsigned char *ha)
 
     /* the manifest names the GPU */
     ckpt_checkpoint *ck = NULL;
-    CK(ckpt_checkpoint_open(&ck, st, 1));
+    CK(ckpt_checkpoint_open(&ck, st, 1, CKPT_VERIFY_QUICK));
     struct cudaDeviceProp prop;
     int devno = 0;
     CU(cudaGetDevice(&devno));

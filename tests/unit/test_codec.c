@@ -8,6 +8,13 @@
 #include "codec.h"
 #include "ckpt.h"
 
+/* What a reader does with a chunk it has read: stored hash, then decode. */
+static int codec_decode(codec *c, const void *stored, const chunk_meta *m, void *dst)
+{
+    int rc = codec_check_stored(stored, m);
+    return rc ? rc : codec_decode_checked(c, stored, m, dst);
+}
+
 static void fill(unsigned char *p, size_t n, unsigned elem)
 {
     for (size_t i = 0; i < n; i++) /* compressible, but not trivially */

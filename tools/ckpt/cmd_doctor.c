@@ -1,5 +1,5 @@
 /* ckpt doctor: disk space, stale temporaries, bad steps, environment drift. */
-#include <dirent.h>
+#include <limits.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -108,32 +108,37 @@ static void finding(json_t *findings, const char *check, const char *severity,
                                               severity, "message", msg));
 }
 
-static json_t *scan_temps(const char *root, uint64_t *bytes)
+/* The stale temporary directories, as the library's gc dry run lists them
+ * (it owns the root's naming), with their age and size. */
+static json_t *scan_temps(ckpt_store *store, const char *root, uint64_t *bytes)
 {
     json_t *arr = json_array();
-    DIR *d = opendir(root);
+    ckpt_report *r = NULL;
     *bytes = 0;
-    if (!d)
+    if (ckpt_store_gc(store, INT_MAX, 1, &r) != CKPT_OK) {
+        ckpt_report_free(r);
+        ckpt_error_clear();
         return arr;
-    struct dirent *e;
+    }
     time_t now = time(NULL);
-    while ((e = readdir(d))) {
-        if (strncmp(e->d_name, ".tmp-", 5) != 0 && strncmp(e->d_name, ".trash-", 7) != 0)
-            continue;
+    for (size_t i = 0; i < ckpt_report_count(r); i++) {
+        const ckpt_problem *p = ckpt_report_get(r, i);
+        if (p->step != -1)
+            continue; /* a step gc would retire: none with keep_last INT_MAX */
         char path[4096];
         struct stat sb;
-        snprintf(path, sizeof path, "%s/%s", root, e->d_name);
+        snprintf(path, sizeof path, "%s/%s", root, p->file);
         if (lstat(path, &sb) != 0)
             continue;
         uint64_t b = S_ISDIR(sb.st_mode) ? cli_dir_bytes(path) : (uint64_t)sb.st_size;
         *bytes += b;
-        json_array_append_new(arr, json_pack("{s:s, s:I, s:I}", "name", e->d_name,
+        json_array_append_new(arr, json_pack("{s:s, s:I, s:I}", "name", p->file,
                                              "age_seconds",
                                              (json_int_t)(now > sb.st_mtime ? now - sb.st_mtime
                                                                             : 0),
                                              "bytes", (json_int_t)b));
     }
-    closedir(d);
+    ckpt_report_free(r);
     return arr;
 }
 
@@ -197,7 +202,7 @@ int cmd_doctor(cli_ctx *ctx, int argc, char **argv)
     cli_progress_end(&prog);
     for (size_t i = count; i-- > 0 && nrecent < RECENT_STEPS;) {
         ckpt_checkpoint *c = NULL;
-        if (ckpt_checkpoint_open(&c, store, steps[i]) != CKPT_OK)
+        if (ckpt_checkpoint_open(&c, store, steps[i], CKPT_VERIFY_QUICK) != CKPT_OK)
             continue;
         uint64_t b = cli_dir_bytes(ckpt_checkpoint_path(c));
         ckpt_save_stats ss;
@@ -247,7 +252,7 @@ int cmd_doctor(cli_ctx *ctx, int argc, char **argv)
 
     /* temp */
     uint64_t temp_bytes;
-    temps = scan_temps(root, &temp_bytes);
+    temps = scan_temps(store, root, &temp_bytes);
     if (json_array_size(temps))
         finding(findings, "temp", "warning",
                 "%zu temporary director%s (%s) left by writers that died, unless a save is "

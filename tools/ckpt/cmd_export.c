@@ -294,7 +294,7 @@ int cmd_export(cli_ctx *ctx, int argc, char **argv)
 
     if ((ret = cli_open_readonly(ctx, dir, &store)))
         goto done;
-    if ((st = ckpt_checkpoint_open(&ckpt, store, step)) != CKPT_OK) {
+    if ((st = ckpt_checkpoint_open(&ckpt, store, step, CKPT_VERIFY_QUICK)) != CKPT_OK) {
         if (step == CKPT_LATEST)
             ret = cli_fail_lib(ctx, st == CKPT_ENOTFOUND ? CKPT_ENOCKPT : st,
                                "no valid checkpoint in %s", dir);

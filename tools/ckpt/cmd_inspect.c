@@ -48,7 +48,7 @@ int cmd_inspect(cli_ctx *ctx, int argc, char **argv)
     ckpt_save_stats stats;
     if ((ret = cli_open_readonly(ctx, dir, &store)))
         goto done;
-    int st = ckpt_checkpoint_open(&ckpt, store, step);
+    int st = ckpt_checkpoint_open(&ckpt, store, step, CKPT_VERIFY_QUICK);
     if (st != CKPT_OK) {
         if (step == CKPT_LATEST)
             ret = cli_fail_lib(ctx, st == CKPT_ENOTFOUND ? CKPT_ENOCKPT : st,

@@ -31,7 +31,9 @@ int cmd_latest(cli_ctx *ctx, int argc, char **argv)
     int64_t step = -1;
     if ((ret = cli_open_readonly(ctx, dir, &store)))
         goto done;
-    int st = ckpt_store_latest(store, full ? CKPT_VERIFY_FULL : CKPT_VERIFY_QUICK, &step);
+    /* One call: the step found is the one opened (no window in between). */
+    int st = ckpt_checkpoint_open(&ckpt, store, CKPT_LATEST,
+                                  full ? CKPT_VERIFY_FULL : CKPT_VERIFY_QUICK);
     if (st == CKPT_ENOCKPT || st == CKPT_ENOTFOUND) {
         if (ctx->json) {
             cli_json_print(json_pack("{s:s, s:s, s:n, s:n}", "root", ckpt_store_path(store),
@@ -46,12 +48,7 @@ int cmd_latest(cli_ctx *ctx, int argc, char **argv)
         ret = cli_fail_lib(ctx, st, "cannot find the latest checkpoint in %s", dir);
         goto done;
     }
-    st = ckpt_checkpoint_open(&ckpt, store, step);
-    if (st != CKPT_OK) {
-        /* It verified a moment ago: something changed the root meanwhile. */
-        ret = cli_fail_lib(ctx, CKPT_EIO, "cannot open step %" PRId64, step);
-        goto done;
-    }
+    step = ckpt_checkpoint_step(ckpt);
     if (ctx->json)
         cli_json_print(json_pack("{s:s, s:s, s:I, s:s}", "root", ckpt_store_path(store),
                                  "level", full ? "full" : "quick", "step", (json_int_t)step,

@@ -7,7 +7,7 @@
 #include <time.h>
 
 #include "cli.h"
-#include "../../lib/jsontext.h" /* a leaf helper, not libckpt internals */
+#include "jsontext.h" /* lib/common, linked in (tools/meson.build) */
 
 int cli_exit_for(int status)
 {
@@ -26,25 +26,8 @@ int cli_exit_for(int status)
 
 const char *cli_status_name(int status)
 {
-    switch (status) {
-    case CKPT_OK: return "ok";
-    case CKPT_EINVAL: return "invalid_argument";
-    case CKPT_ENOMEM: return "no_memory";
-    case CKPT_EIO: return "io";
-    case CKPT_ENOSPC: return "no_space";
-    case CKPT_EBUSY: return "busy";
-    case CKPT_ECORRUPT: return "corrupt";
-    case CKPT_ENOTFOUND: return "not_found";
-    case CKPT_ENOCKPT: return "no_checkpoint";
-    case CKPT_EMISMATCH: return "mismatch";
-    case CKPT_EVERSION: return "version";
-    case CKPT_EDEVICE: return "device";
-    case CKPT_ENODEVICE: return "no_device";
-    case CKPT_EACCES: return "access";
-    case CKPT_EINTERNAL: return "internal";
-    case CKPT_EINCOMPLETE: return "incomplete";
-    default: return "unknown";
-    }
+    const char *name = ckpt_status_name(status);
+    return name ? name : "unknown";
 }
 
 /* "ckpt list: msg", or "ckpt: msg" for what main() itself reports (its

@@ -101,7 +101,7 @@ int cli_step_check(ckpt_store *store, int64_t step, ckpt_verify_level level,
     out->step = step;
     /* Opening checks what quick verification checks; ckpt_verify() is only
      * needed for a full check or to learn why the open failed. */
-    int st = ckpt_checkpoint_open(&out->ckpt, store, step);
+    int st = ckpt_checkpoint_open(&out->ckpt, store, step, CKPT_VERIFY_QUICK);
     if (st == CKPT_OK) {
         out->have_stats = ckpt_checkpoint_stats(out->ckpt, &out->stats) == CKPT_OK;
         if (level == CKPT_VERIFY_QUICK) {
@@ -191,7 +191,7 @@ uint64_t cli_steps_stored_bytes(ckpt_store *store, const int64_t *steps, size_t 
     for (size_t i = 0; i < count; i++) {
         ckpt_checkpoint *c = NULL;
         ckpt_save_stats st;
-        if (ckpt_checkpoint_open(&c, store, steps[i]) == CKPT_OK &&
+        if (ckpt_checkpoint_open(&c, store, steps[i], CKPT_VERIFY_QUICK) == CKPT_OK &&
             ckpt_checkpoint_stats(c, &st) == CKPT_OK)
             total += st.stored_bytes;
         ckpt_checkpoint_free(c);

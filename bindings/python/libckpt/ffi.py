@@ -26,7 +26,8 @@ from ._version import VERSION_MAJOR, VERSION_MINOR, __version__
 # ------------------------------------------------------------------ enums
 
 CKPT_OK = 0
-CKPT_LATEST = -1
+CKPT_LATEST = -1  # newest step passing the call's verification
+CKPT_NEWEST = -2  # newest committed step, whatever its state
 CKPT_MAX_DIMS = 16
 CKPT_OPEN_READONLY = 0x1
 
@@ -221,6 +222,7 @@ _str, _vp, _size = ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t
 _fn("ckpt_version_number", _int, [], check=False)
 _fn("ckpt_version_string", _str, [])
 _fn("ckpt_strerror", _str, [_int])
+_fn("ckpt_status_name", _str, [_int], check=False)
 _fn("ckpt_error_last", _str, [])
 _fn("ckpt_error_last_status", _int, [], check=False)
 _fn("ckpt_error_clear", None, [])
@@ -267,7 +269,7 @@ _fn("ckpt_restore", _int, [store_p, _i64, _P(ckpt_tensor), _size,
 _fn("ckpt_verify", _int, [store_p, _i64, _int, _P(report_p)])
 
 # checkpoints
-_fn("ckpt_checkpoint_open", _int, [_P(checkpoint_p), store_p, _i64])
+_fn("ckpt_checkpoint_open", _int, [_P(checkpoint_p), store_p, _i64, _int])
 _fn("ckpt_checkpoint_free", None, [checkpoint_p])
 _fn("ckpt_checkpoint_step", _i64, [checkpoint_p])
 _fn("ckpt_checkpoint_path", _str, [checkpoint_p])

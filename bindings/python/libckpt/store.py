@@ -16,8 +16,9 @@ import numpy as np
 
 from . import ffi
 from . import tensors as _tensors
-from .errors import (CorruptError, Error, IncompleteError, NoCheckpointError,
-                     NotFoundError, SkippedCheckpointWarning, code_name)
+from .errors import (CorruptError, Error, IncompleteError, InternalError,
+                     NoCheckpointError, NotFoundError, SkippedCheckpointWarning,
+                     code_name)
 
 C = ffi.lib
 _byref = ctypes.byref
@@ -362,10 +363,12 @@ class Store:
             return C.ckpt_store_pinned_bytes(s)
 
     @contextlib.contextmanager
-    def _checkpoint(self, step):
+    def _checkpoint(self, step, level=ffi.CKPT_VERIFY_QUICK):
+        """Step `step` (a number, or CKPT_LATEST: the newest that passes
+        `level`) opened, as the library finds it."""
         ck = ffi.checkpoint_p()
         with self._h.use() as s:
-            C.ckpt_checkpoint_open(_byref(ck), s, step)
+            C.ckpt_checkpoint_open(_byref(ck), s, step, level)
             try:
                 yield ck
             finally:
@@ -442,7 +445,8 @@ class Store:
         with self._h.use() as s:
             ck = ffi.checkpoint_p()
             try:
-                C.ckpt_checkpoint_open(_byref(ck), s, step)
+                C.ckpt_checkpoint_open(_byref(ck), s, step,
+                                       ffi.CKPT_VERIFY_QUICK)
                 opened = True
             except Error:
                 pass  # ckpt_verify() below says why
@@ -477,7 +481,9 @@ class Store:
             try:
                 C.ckpt_verify(s, step, level, _byref(report))
             except Error as err:
-                status, message = err.status or -14, err.message
+                status = (err.status if err.status is not None
+                          else InternalError.status)
+                message = err.message
             try:
                 problems = [_list_problem(p) for p in _problems(report)]
             finally:
@@ -525,11 +531,10 @@ class Store:
         verification, the one :meth:`latest` names and :meth:`load`
         loads (:class:`NoCheckpointError` when there is none)."""
         if step is None:
-            found = ctypes.c_int64()
-            with self._h.use() as s:
-                C.ckpt_store_latest(s, ffi.CKPT_VERIFY_FULL, _byref(found))
-            step = found.value
-        with self._checkpoint(operator.index(step)) as ck:
+            opened = self._checkpoint(ffi.CKPT_LATEST, ffi.CKPT_VERIFY_FULL)
+        else:
+            opened = self._checkpoint(operator.index(step))
+        with opened as ck:
             return json.loads(C.ckpt_checkpoint_metadata(ck).decode("utf-8"))
 
     def load(self, step=None):
@@ -545,44 +550,59 @@ class Store:
         turns them into torch tensors); float8 likewise (uint8), and bool as bool.
         """
         if step is not None:
-            return step, self._read_all(operator.index(step))
+            step = operator.index(step)
+            with self._checkpoint(step) as ck:
+                return step, self._read_all(ck)
+        # The library's newest-valid search (every chunk verified); then
+        # the newer steps it passed over are reported with their reasons.
+        try:
+            with self._checkpoint(ffi.CKPT_LATEST, ffi.CKPT_VERIFY_FULL) as ck:
+                found = C.ckpt_checkpoint_step(ck)
+                arrays = self._read_all(ck)
+        except NoCheckpointError as err:
+            err.skipped = self._skipped_after(-1)
+            raise
+        _warn_skipped(self._skipped_after(found))
+        return found, arrays
+
+    def _skipped_after(self, found):
+        """Problems of the committed steps newer than `found` (the ones a
+        newest-valid search passed over), newest first."""
         skipped = []
         for s in reversed(self._step_numbers()):
+            if s <= found:
+                break
+            report = ffi.report_p()
             try:
-                arrays = self._read_all(s)
+                with self._h.use() as h:
+                    C.ckpt_verify(h, s, ffi.CKPT_VERIFY_FULL, _byref(report))
             except NotFoundError:
                 continue  # retired meanwhile
-            except CorruptError as e:
-                skipped.append({"step": s, "status": e.status, "code": e.code,
-                                "message": e.message, "file": None,
-                                "tensor": None, "offset": None})
-                continue
-            _warn_skipped(skipped)
-            return s, arrays
-        err = NoCheckpointError(
-            "no checkpoint in %s could be loaded%s" % (
-                self.path, "".join("; step %d: %s" % (p["step"], p["message"])
-                                   for p in skipped)),
-            function="Store.load")
-        err.skipped = skipped
-        raise err
+            except Error as e:
+                problems = _problems(report)
+                skipped.append(problems[0] if problems else {
+                    "step": s, "status": e.status, "code": e.code,
+                    "message": e.message, "file": None, "tensor": None,
+                    "offset": None})
+            finally:
+                C.ckpt_report_free(report)
+        return skipped
 
-    def _read_all(self, step):
+    def _read_all(self, ck):
         out = {}
-        with self._checkpoint(step) as ck:
-            info = ffi.ckpt_tensor_info()
-            for i in range(C.ckpt_checkpoint_tensor_count(ck)):
-                C.ckpt_checkpoint_tensor(ck, i, _byref(info))
-                name = info.name
-                a = np.empty(tuple(info.shape[:info.ndim]),
-                             _tensors.numpy_dtype(info.dtype))
-                if a.nbytes != info.bytes:
-                    raise CorruptError(
-                        "tensor %r: %d bytes for shape %s and dtype %s"
-                        % (name.decode("utf-8", "replace"), info.bytes,
-                           a.shape, a.dtype), function="Store.load")
-                C.ckpt_checkpoint_read(ck, name, a.ctypes.data, a.nbytes)
-                out[name.decode("utf-8")] = a
+        info = ffi.ckpt_tensor_info()
+        for i in range(C.ckpt_checkpoint_tensor_count(ck)):
+            C.ckpt_checkpoint_tensor(ck, i, _byref(info))
+            name = info.name
+            a = np.empty(tuple(info.shape[:info.ndim]),
+                         _tensors.numpy_dtype(info.dtype))
+            if a.nbytes != info.bytes:
+                raise CorruptError(
+                    "tensor %r: %d bytes for shape %s and dtype %s"
+                    % (name.decode("utf-8", "replace"), info.bytes,
+                       a.shape, a.dtype), function="Store.load")
+            C.ckpt_checkpoint_read(ck, name, a.ctypes.data, a.nbytes)
+            out[name.decode("utf-8")] = a
         return out
 
     def restore(self, tensors, step=None, allow_missing=False):
@@ -634,7 +654,8 @@ class Store:
         error = None
         try:
             with self._h.use() as s:
-                C.ckpt_verify(s, _step_arg(step), level, _byref(report))
+                C.ckpt_verify(s, ffi.CKPT_NEWEST if step is None
+                              else operator.index(step), level, _byref(report))
         except CorruptError as e:
             error = e
         try:
@@ -668,12 +689,11 @@ _LIST_KEYS = ("step", "status", "path", "time", "time_iso", "tensors",
               "raw_bytes", "stored_bytes", "ratio", "chunks", "stall_seconds",
               "persist_seconds", "save_seconds", "problems")
 
-# Status codes in words, as the CLI names them (tools/ckpt/output.c).
-_STATUS_WORDS = {0: "ok", -1: "invalid_argument", -2: "no_memory", -3: "io",
-                 -4: "no_space", -5: "busy", -6: "corrupt", -7: "not_found",
-                 -8: "no_checkpoint", -9: "mismatch", -10: "version",
-                 -11: "device", -12: "no_device", -13: "access",
-                 -14: "internal", -15: "incomplete"}
+def _status_word(status):
+    """A status code in words, as the library names it for the CLI
+    (ckpt_status_name)."""
+    name = C.ckpt_status_name(status)
+    return name.decode("ascii") if name else "unknown"
 
 
 def _list_problem(p):
@@ -681,7 +701,7 @@ def _list_problem(p):
     step = p["step"]
     offset = p["offset"]
     return {"step": step if step is not None and step >= 0 else None,
-            "status": _STATUS_WORDS.get(p["status"], "unknown"),
+            "status": _status_word(p["status"]),
             "code": p["status"],
             "message": p["message"],
             "file": p["file"] or None,

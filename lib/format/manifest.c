@@ -165,7 +165,7 @@ static int decode_tensor(json_t *jt, size_t i, const char *where, manifest_tenso
         get_u64(jt, "chunks", &t->chunks) || get_u64(jt, "stored_bytes", &t->stored_bytes))
         return BAD("%s: tensor %zu lacks a field or has one of the wrong type", where, i);
     size_t nlen = json_string_length(name);
-    if (nlen == 0 || nlen > 255 || strlen(json_string_value(name)) != nlen)
+    if (nlen == 0 || nlen > CKPT_NAME_MAX || strlen(json_string_value(name)) != nlen)
         return BAD("%s: tensor %zu has an invalid name", where, i);
     if (!(t->name = util_strdup(json_string_value(name))))
         return ckpt_seterr(CKPT_ENOMEM, "out of memory reading %s", where);

@@ -10,17 +10,16 @@
 
 #include "error.h"
 #include "manifest.h"
+#include "layout.h"
 #include "reader.h"
 #include "save.h"
-#include "store.h"
 #include "util.h"
 
 static void finish(ckpt_save *s, int status)
 {
     pthread_mutex_lock(&s->lock);
-    s->status = status;
     if (status)
-        snprintf(s->message, sizeof s->message, "%s", ckpt_error_last());
+        ckpt_error_capture(&s->error, status);
     s->stats.persist_s = util_now() - s->t_return;
     s->done = 1;
     pthread_cond_broadcast(&s->cond);
@@ -36,20 +35,20 @@ static int write_manifest(ckpt_save *s)
                   : ckpt_seterr(CKPT_ENOMEM, "out of memory");
     if (rc)
         goto done;
-    int fd = fsio_open(&st->fs, path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    int fd = fsio_open(&st->lay.fs, path, O_WRONLY | O_CREAT | O_EXCL, 0644);
     if (fd < 0) {
         rc = ckpt_seterr_errno(-fd, "cannot create %s", path);
         goto done;
     }
-    int e = fsio_pwrite(&st->fs, fd, text, len, 0);
+    int e = fsio_pwrite(&st->lay.fs, fd, text, len, 0);
     if (e)
         rc = ckpt_seterr_errno(-e, "cannot write %s", path);
-    if (!rc && st->opts.fsync && (e = fsio_fsync(&st->fs, fd)))
+    if (!rc && st->lay.fsync && (e = fsio_fsync(&st->lay.fs, fd)))
         rc = ckpt_seterr_errno(-e, "cannot fsync %s", path);
-    e = fsio_close(&st->fs, fd);
+    e = fsio_close(&st->lay.fs, fd);
     if (!rc && e)
         rc = ckpt_seterr_errno(-e, "cannot close %s", path);
-    if (!rc && st->opts.fsync && (e = fsio_fsync_path(&st->fs, s->tmp)))
+    if (!rc && st->lay.fsync && (e = fsio_fsync_path(&st->lay.fs, s->tmp)))
         rc = ckpt_seterr_errno(-e, "cannot fsync %s", s->tmp);
 done:
     free(text);
@@ -73,6 +72,18 @@ static int verify_temp(ckpt_save *s)
     return rc;
 }
 
+/* After a commit of `just`: keep the newest keep_last steps and `just`.
+ * Best effort: a step left over is retired by a later save or gc. */
+static void apply_retention(ckpt_store *st, int64_t just)
+{
+    int64_t *steps;
+    size_t n;
+    if (st->opts.keep_last <= 0 || layout_scan(&st->lay, &steps, &n))
+        return;
+    layout_retain(&st->lay, steps, n, (size_t)st->opts.keep_last, just, -1, 0, NULL);
+    free(steps);
+}
+
 static int persist(ckpt_save *s)
 {
     ckpt_store *st = s->store;
@@ -81,7 +92,7 @@ static int persist(ckpt_save *s)
         return rc;
     manifest_shard *sh = &s->m.shards[0];
     uint64_t chunks;
-    rc = shard_writer_finish(s->writer, st->opts.fsync, &sh->size, &sh->index_hash, &chunks);
+    rc = shard_writer_finish(s->writer, st->lay.fsync, &sh->size, &sh->index_hash, &chunks);
     if (rc)
         return rc;
     sh->chunks = chunks;
@@ -96,11 +107,11 @@ static int persist(ckpt_save *s)
     s->m.stats.persist_s = util_now() - s->t_return;
     if ((rc = write_manifest(s)) || (rc = verify_temp(s)))
         return rc;
-    if ((rc = store_commit(st, s->tmp, s->m.step)))
+    if ((rc = layout_commit(&st->lay, s->tmp, s->m.step)))
         return rc;
     free(s->tmp);
     s->tmp = NULL; /* committed: nothing to clean up any more */
-    store_apply_retention(st, s->m.step);
+    apply_retention(st, s->m.step);
     return CKPT_OK;
 }
 
@@ -141,13 +152,12 @@ void *save_persist_thread(void *arg)
         device_quiesce(s->store->dev); /* copies of chunks never queued */
     save_release_events(s);
     if (rc && s->tmp) {
-        /* Keep the message: cleanup may overwrite this thread's error. */
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", ckpt_error_last());
+        ckpt_error_state e; /* cleanup may overwrite this thread's error */
+        ckpt_error_capture(&e, rc);
         shard_writer_free(s->writer);
         s->writer = NULL;
-        fsio_remove_tree(&s->store->fs, s->tmp); /* else: cleaned next open */
-        ckpt_seterr(rc, "%s", msg);
+        layout_remove_temp(&s->store->lay, s->tmp);
+        ckpt_error_restore(&e);
     }
     finish(s, rc);
     return NULL;

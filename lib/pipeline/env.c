@@ -48,7 +48,7 @@ json_t *env_record(device *dev)
     if (uname(&u) == 0)
         snprintf(os, sizeof os, "%s %s %s", u.sysname, u.release, u.machine);
     json_t *env = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:o, s:s}",
-        "libckpt", ckpt_version_string(), "zstd", ZSTD_versionString(),
+        "libckpt", CKPT_VERSION_STRING, "zstd", ZSTD_versionString(),
         "xxhash", xxh, "jansson", JANSSON_VERSION, "host", host, "os", os,
         "pid", (json_int_t)getpid(), "command_line", command_line(), "time", when);
     if (env && dev)

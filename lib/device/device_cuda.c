@@ -36,7 +36,7 @@
 #include "device.h"
 #include "error.h"
 
-#define TENSOR_NAME_MAX 256
+#define TENSOR_NAME_MAX (CKPT_NAME_MAX + 1) /* with its NUL */
 #define SCRATCH_ALIGN 256u
 #define DRAIN_BATCH ((uint64_t)64 << 20)
 

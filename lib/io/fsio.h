@@ -45,8 +45,11 @@ int fsio_rmdir(const fsio *fs, const char *path);
 /* Names in `dir` except "." and "..", malloc'd array of malloc'd strings. */
 int fsio_list(const fsio *fs, const char *dir, char ***names, size_t *count);
 void fsio_list_free(char **names, size_t count);
-/* st_size of a path or descriptor; is_dir may be NULL. */
-int fsio_stat(const fsio *fs, const char *path, uint64_t *size, int *is_dir);
+/* What a path is (FSIO_STAT): with `follow` 0 a symbolic link is
+ * FSIO_KIND_LINK, never its target. */
+enum { FSIO_KIND_NONE, FSIO_KIND_FILE, FSIO_KIND_DIR, FSIO_KIND_LINK, FSIO_KIND_OTHER };
+int fsio_kind(const fsio *fs, const char *path, int follow, int *kind);
+/* st_size of a descriptor. */
 int fsio_fstat(const fsio *fs, int fd, uint64_t *size);
 /* flock(LOCK_EX | LOCK_NB); -EWOULDBLOCK when another holder has it. */
 int fsio_lock(const fsio *fs, int fd);
@@ -54,7 +57,8 @@ int fsio_free_bytes(const fsio *fs, const char *path, uint64_t *bytes);
 /* Read a whole (small) file into a malloc'd, NUL-terminated buffer. */
 int fsio_read_file(const fsio *fs, const char *path, uint64_t max_bytes,
                    char **data, size_t *len);
-/* Remove a directory and the files directly in it (checkpoint dirs are flat). */
+/* Remove a directory and what is in it.  Never follows a symbolic link: a
+ * link (at the top or inside) is removed as a link, its target untouched. */
 int fsio_remove_tree(const fsio *fs, const char *dir);
 
 #endif

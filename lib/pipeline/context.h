@@ -1,7 +1,9 @@
-/* internal: the store handle shared by the api, save, restore and reader
- * modules.  Nothing here is installed. */
-#ifndef CKPT_INTERNAL_H
-#define CKPT_INTERNAL_H
+/* context: the store handle as the pipeline sees it.  The public faces in
+ * lib/ (store.c, save.c, checkpoint.c) create and free it; the pipeline's
+ * modules (save, persist, reader, restore) work on it.  Nothing here is
+ * installed. */
+#ifndef CKPT_CONTEXT_H
+#define CKPT_CONTEXT_H
 
 #include <pthread.h>
 #include <stdint.h>
@@ -9,7 +11,7 @@
 #include "ckpt.h"
 #include "codec.h"
 #include "device.h"
-#include "fsio.h"
+#include "layout.h"
 #include "pool.h"
 
 /* Per-worker state: jobs reach it through the worker index. */
@@ -24,14 +26,13 @@ typedef struct worker_ctx {
 } worker_ctx;
 
 struct ckpt_store {
-    char *root;
-    fsio fs;
+    layout lay;                /* the root: path, fsio seam, lock */
     ckpt_store_options opts;   /* resolved: no "default" values left */
     int readonly;
-    int lock_fd;               /* -1 for readers */
     pthread_mutex_t api_lock;  /* serialises public calls on this store */
     pool *pool;
-    worker_ctx *workers;       /* pool_threads(pool) of them */
+    worker_ctx *workers;       /* nworkers of them */
+    int nworkers;
     device *dev;
     /* Snapshot arena: allocated once, grown when a bigger state comes,
      * pre-faulted, reused by every save.  Touched only by the save that
@@ -41,8 +42,14 @@ struct ckpt_store {
     int arena_pinned;
     int arena_asked_pinned;
     struct ckpt_save *inflight; /* the save not yet waited for, or NULL */
-    unsigned seq;               /* makes temporary names unique */
 };
+
+/* Set up the workers, codecs, pool and device of a store whose options are
+ * resolved and whose root is open. */
+int context_start(ckpt_store *s);
+/* Drain the save in flight, quiesce the device, free everything the
+ * pipeline holds (not the layout). */
+void context_stop(ckpt_store *s);
 
 /* Worker buffer growth (stored bytes in / decoded bytes out). */
 int worker_reserve_in(worker_ctx *w, size_t n);

@@ -1,13 +1,12 @@
-/* shard: writer and bounds-checked reader of shard files. */
-#include "shard.h"
+/* shardfile: write and read shard files through the fsio seam. */
+#include "shardfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zstd.h>
 
-#include "ckpt.h"
 #include "error.h"
 #include "util.h"
 
@@ -21,19 +20,6 @@ struct shard_writer {
     shard_entry *entries;
     uint64_t count, cap;
 };
-
-static void encode_header(unsigned char *h, int64_t step, const unsigned char *id,
-                          uint32_t rank)
-{
-    memset(h, 0, SHARD_HEADER_SIZE);
-    memcpy(h, SHARD_MAGIC, 8);
-    util_put_u32(h + 8, SHARD_VERSION);
-    util_put_u32(h + 12, SHARD_HEADER_SIZE);
-    util_put_u64(h + 16, (uint64_t)step);
-    memcpy(h + 24, id, SHARD_ID_SIZE);
-    util_put_u32(h + 40, rank);
-    util_put_be64(h + 56, codec_hash(h, 56));
-}
 
 int shard_writer_open(shard_writer **out, const fsio *fs, const char *path,
                       int64_t step, const unsigned char id[SHARD_ID_SIZE],
@@ -55,7 +41,7 @@ int shard_writer_open(shard_writer **out, const fsio *fs, const char *path,
         return ckpt_seterr_errno(e, "cannot create shard %s", path);
     }
     unsigned char h[SHARD_HEADER_SIZE];
-    encode_header(h, step, id, rank);
+    shard_encode_header(h, step, id, rank);
     int rc = fsio_pwrite(fs, w->fd, h, sizeof h, 0);
     if (rc) {
         shard_writer_free(w);
@@ -110,33 +96,6 @@ static int cmp_entry(const void *a, const void *b)
     return 0;
 }
 
-static void encode_entry(unsigned char *p, const shard_entry *e)
-{
-    memset(p, 0, SHARD_ENTRY_SIZE);
-    util_put_u32(p, e->tensor);
-    p[4] = e->meta.codec;
-    p[5] = e->meta.elem;
-    util_put_u64(p + 8, e->offset);
-    util_put_u64(p + 16, e->meta.raw_len);
-    util_put_u64(p + 24, e->meta.stored_len);
-    util_put_u64(p + 32, e->file_offset);
-    util_put_be64(p + 40, e->meta.stored_hash);
-    util_put_be64(p + 48, e->meta.raw_hash);
-}
-
-static void decode_entry(const unsigned char *p, shard_entry *e)
-{
-    e->tensor = util_get_u32(p);
-    e->meta.codec = p[4];
-    e->meta.elem = p[5];
-    e->offset = util_get_u64(p + 8);
-    e->meta.raw_len = util_get_u64(p + 16);
-    e->meta.stored_len = util_get_u64(p + 24);
-    e->file_offset = util_get_u64(p + 32);
-    e->meta.stored_hash = util_get_be64(p + 40);
-    e->meta.raw_hash = util_get_be64(p + 48);
-}
-
 int shard_writer_finish(shard_writer *w, int do_fsync, uint64_t *size,
                         uint64_t *index_hash, uint64_t *chunks)
 {
@@ -147,14 +106,10 @@ int shard_writer_finish(shard_writer *w, int do_fsync, uint64_t *size,
     if (!buf)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory for the index of shard %s", w->path);
     for (uint64_t i = 0; i < w->count; i++)
-        encode_entry(buf + i * SHARD_ENTRY_SIZE, &w->entries[i]);
+        shard_encode_entry(buf + i * SHARD_ENTRY_SIZE, &w->entries[i]);
     uint64_t ih = codec_hash(buf, ilen);
-    unsigned char *t = buf + ilen;
-    util_put_u64(t, w->next);
-    util_put_u64(t + 8, w->count);
-    util_put_be64(t + 16, ih);
-    memcpy(t + 24, w->id, SHARD_ID_SIZE);
-    memcpy(t + 40, SHARD_TRAILER_MAGIC, 8);
+    shard_trailer tr = {w->next, w->count, ih};
+    shard_encode_trailer(buf + ilen, &tr, w->id);
     /* Index and trailer in one write: the file's last bytes make it whole. */
     int rc = fsio_pwrite(w->fs, w->fd, buf, ilen + SHARD_TRAILER_SIZE, w->next);
     free(buf);
@@ -191,68 +146,7 @@ void shard_writer_free(shard_writer *w)
 
 /* ------------------------------------------------------------------ reader */
 
-void shard_index_free(shard_index *index)
-{
-    free(index->entries);
-    index->entries = NULL;
-    index->count = 0;
-}
-
 #define CORRUPT(...) ckpt_seterr(CKPT_ECORRUPT, __VA_ARGS__)
-
-static int check_entries(const char *name, const shard_expect *x, shard_index *ix,
-                         uint64_t index_offset)
-{
-    uint64_t covered_tensor = UINT32_MAX, covered = 0;
-    for (uint64_t i = 0; i < ix->count; i++) {
-        const shard_entry *e = &ix->entries[i];
-        uint64_t at = index_offset + i * SHARD_ENTRY_SIZE, end, fend;
-        if (e->tensor >= x->ntensors)
-            return CORRUPT("%s: index entry %llu (offset %llu) names tensor %u of %u",
-                           name, (unsigned long long)i, (unsigned long long)at,
-                           e->tensor, x->ntensors);
-        if (e->meta.codec != CODEC_RAW && e->meta.codec != CODEC_ZSTD_SHUFFLE)
-            return CORRUPT("%s: index entry %llu (offset %llu) has unknown codec %u",
-                           name, (unsigned long long)i, (unsigned long long)at,
-                           e->meta.codec);
-        if (e->meta.elem == 0 || e->meta.elem > 16 || e->meta.raw_len == 0 ||
-            e->meta.raw_len > x->max_chunk ||
-            !util_add_u64(e->offset, e->meta.raw_len, &end) ||
-            end > x->tensor_bytes[e->tensor] ||
-            (e->meta.codec == CODEC_RAW && e->meta.stored_len != e->meta.raw_len) ||
-            e->meta.stored_len > ZSTD_compressBound((size_t)e->meta.raw_len) ||
-            e->file_offset < SHARD_HEADER_SIZE ||
-            !util_add_u64(e->file_offset, e->meta.stored_len, &fend) ||
-            fend > index_offset)
-            return CORRUPT("%s: index entry %llu (offset %llu) is out of bounds",
-                           name, (unsigned long long)i, (unsigned long long)at);
-        /* Sorted by (tensor, offset): each tensor must be tiled from 0. */
-        if (covered_tensor != UINT32_MAX && e->tensor < covered_tensor)
-            return CORRUPT("%s: index entry %llu (offset %llu) is out of order", name,
-                           (unsigned long long)i, (unsigned long long)at);
-        if (e->tensor != covered_tensor) {
-            if (covered_tensor != UINT32_MAX &&
-                covered != x->tensor_bytes[covered_tensor])
-                return CORRUPT("%s: tensor %llu has %llu of %llu bytes in chunks",
-                               name, (unsigned long long)covered_tensor,
-                               (unsigned long long)covered,
-                               (unsigned long long)x->tensor_bytes[covered_tensor]);
-            covered_tensor = e->tensor;
-            covered = 0;
-        }
-        if (e->offset != covered)
-            return CORRUPT("%s: index entry %llu (offset %llu): chunk at tensor offset "
-                           "%llu, expected %llu", name, (unsigned long long)i,
-                           (unsigned long long)at, (unsigned long long)e->offset,
-                           (unsigned long long)covered);
-        covered = end;
-    }
-    if (covered_tensor != UINT32_MAX && covered != x->tensor_bytes[covered_tensor])
-        return CORRUPT("%s: tensor %llu has %llu of %llu bytes in chunks", name,
-                       (unsigned long long)covered_tensor, (unsigned long long)covered,
-                       (unsigned long long)x->tensor_bytes[covered_tensor]);
-    return CKPT_OK;
-}
 
 int shard_read_index(const fsio *fs, const char *path, const char *name,
                      const shard_expect *x, int *fd_out, shard_index *ix)
@@ -293,34 +187,15 @@ int shard_read_index(const fsio *fs, const char *path, const char *name,
                      : ckpt_seterr(CKPT_EINCOMPLETE, "%s: short read", name);
         goto done;
     }
-    if (memcmp(h, SHARD_MAGIC, 8) != 0 || util_get_be64(h + 56) != codec_hash(h, 56)) {
-        rc = CORRUPT("%s: bad shard header (offset 0)", name);
+    if ((rc = shard_check_header(h, name, x->step, x->id)))
         goto done;
-    }
-    if (util_get_u32(h + 8) != SHARD_VERSION) {
-        rc = ckpt_seterr(CKPT_EVERSION, "%s: shard format version %u, this library "
-                         "reads %u", name, util_get_u32(h + 8), SHARD_VERSION);
-        goto done;
-    }
-    if ((int64_t)util_get_u64(h + 16) != x->step || memcmp(h + 24, x->id, SHARD_ID_SIZE)) {
-        rc = CORRUPT("%s: shard header belongs to another checkpoint (offset 16)", name);
-        goto done;
-    }
     uint64_t toff = size - SHARD_TRAILER_SIZE;
-    uint64_t index_offset = util_get_u64(t), count = util_get_u64(t + 8), ilen, iend;
-    if (memcmp(t + 40, SHARD_TRAILER_MAGIC, 8) != 0 ||
-        memcmp(t + 24, x->id, SHARD_ID_SIZE) != 0) {
-        rc = CORRUPT("%s: bad shard trailer (offset %llu)", name, (unsigned long long)toff);
+    shard_trailer tr;
+    if ((rc = shard_decode_trailer(t, name, toff, x->id, &tr)))
         goto done;
-    }
-    if (!util_mul_u64(count, SHARD_ENTRY_SIZE, &ilen) ||
-        !util_add_u64(index_offset, ilen, &iend) || index_offset < SHARD_HEADER_SIZE ||
-        iend != toff) {
-        rc = CORRUPT("%s: trailer (offset %llu) locates the index out of bounds",
-                     name, (unsigned long long)toff);
-        goto done;
-    }
-    if (util_get_be64(t + 16) != x->index_hash) {
+    uint64_t index_offset = tr.index_offset, count = tr.count;
+    uint64_t ilen = count * SHARD_ENTRY_SIZE; /* checked by shard_decode_trailer */
+    if (tr.index_hash != x->index_hash) {
         rc = CORRUPT("%s: trailer index checksum differs from the manifest (offset %llu)",
                      name, (unsigned long long)(toff + 16));
         goto done;
@@ -341,10 +216,14 @@ int shard_read_index(const fsio *fs, const char *path, const char *name,
                      (unsigned long long)index_offset, (unsigned long long)ilen);
         goto done;
     }
-    for (uint64_t i = 0; i < count; i++)
-        decode_entry(ibuf + i * SHARD_ENTRY_SIZE, &ix->entries[i]);
+    for (uint64_t i = 0; i < count && !rc; i++)
+        if (shard_decode_entry(ibuf + i * SHARD_ENTRY_SIZE, &ix->entries[i]))
+            rc = CORRUPT("%s: index entry %llu (offset %llu) has non-zero reserved bytes",
+                         name, (unsigned long long)i,
+                         (unsigned long long)(index_offset + i * SHARD_ENTRY_SIZE));
     ix->count = count;
-    rc = check_entries(name, x, ix, index_offset);
+    if (!rc)
+        rc = shard_check_index(name, x, ix, index_offset);
 done:
     free(ibuf);
     if (rc) {

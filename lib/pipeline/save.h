@@ -1,14 +1,15 @@
 /* save: the state of one save, shared by its two halves: save.c (the
  * caller's side: validate, snapshot, queue encode jobs) and persist.c (the
- * background thread that commits). */
+ * background thread that commits).  lib/save.c is the public face. */
 #ifndef CKPT_SAVE_H
 #define CKPT_SAVE_H
 
 #include <pthread.h>
 
-#include "internal.h"
+#include "context.h"
+#include "error.h"
 #include "manifest.h"
-#include "shard.h"
+#include "shardfile.h"
 
 typedef struct encode_job {
     struct ckpt_save *save;
@@ -22,12 +23,12 @@ typedef struct encode_job {
 
 struct ckpt_save {
     ckpt_store *store;
-    pthread_mutex_t lock;   /* protects refs, done, status, message, stats */
+    pthread_mutex_t lock;   /* protects refs, done, error, stats, snap_ev,
+                               snapshot_done */
     pthread_cond_t cond;
     int refs;               /* caller + store's in-flight slot */
     int done;
-    int status;
-    char message[1024];
+    ckpt_error_state error; /* the outcome, once done */
     ckpt_save_stats stats;
     pthread_t thread;
     int thread_started, joined;
@@ -54,7 +55,21 @@ struct ckpt_save {
     double t_begin, t_return;
 };
 
-/* persist.c: the thread body started by ckpt_save_begin. */
+/* Begin a save (ckpt_save_begin after its argument checks): wait for the
+ * save in flight, snapshot, start the persist thread.  *out gets a handle
+ * with one reference, the caller's. */
+int save_begin(ckpt_save **out, ckpt_store *st, int64_t step, const ckpt_tensor *t,
+               size_t count, const ckpt_save_options *opts);
+/* Block until the save has finished; its status, and its message as this
+ * thread's last error.  Any thread, any number of times. */
+int save_wait(ckpt_save *s);
+/* Drop one reference; the last frees the save. */
+void save_unref(ckpt_save *s);
+/* Deferred (STREAM) snapshots: block, with s->lock held, until the chunk
+ * loop has finished. */
+void save_wait_snapshot_locked(ckpt_save *s);
+
+/* persist.c: the thread body started by save_begin. */
 void *save_persist_thread(void *arg);
 /* Free the copy events (all complete once the jobs have run). */
 void save_release_events(ckpt_save *s);

@@ -7,8 +7,73 @@
 #define XXH_INLINE_ALL /* several times faster than calls into libxxhash */
 #include <xxhash.h>
 
-#include "ckpt.h"
 #include "error.h"
+
+/* The codec table: every codec-specific rule lives in this row. */
+typedef struct codec_info {
+    const char *name;
+    int compressed;            /* 0: stored bytes are the raw bytes */
+} codec_info;
+
+static const codec_info codecs[] = {
+    [CODEC_RAW] = {"raw", 0},
+    [CODEC_ZSTD_SHUFFLE] = {"zstd+shuffle", 1},
+};
+#define NCODECS (sizeof codecs / sizeof codecs[0])
+
+const char *codec_name(unsigned id)
+{
+    return id < NCODECS ? codecs[id].name : NULL;
+}
+
+/* ZSTD_compressBound's formula (zstd.h, ZSTD_COMPRESSBOUND), written out
+ * so that it is the same for every zstd version and docs/FORMAT.md can
+ * state it: n + n/256 + (n < 128 KiB ? (128 KiB - n) / 2048 : 0). */
+uint64_t codec_stored_bound(unsigned id, uint64_t n)
+{
+    if (id >= NCODECS)
+        return 0;
+    if (!codecs[id].compressed)
+        return n;
+    const uint64_t k128 = 128u << 10;
+    return n + (n >> 8) + (n < k128 ? (k128 - n) >> 11 : 0);
+}
+
+int codec_check_meta(const chunk_meta *m)
+{
+    if (m->codec >= NCODECS)
+        return ckpt_seterr(CKPT_ECORRUPT, "unknown codec %u", m->codec);
+    if (m->elem == 0 || m->elem > CODEC_ELEM_MAX || (m->codec == CODEC_RAW && m->elem != 1))
+        return ckpt_seterr(CKPT_ECORRUPT, "invalid shuffle width %u for codec %s", m->elem,
+                           codecs[m->codec].name);
+    if (m->codec == CODEC_RAW ? m->stored_len != m->raw_len
+                              : m->stored_len > codec_stored_bound(m->codec, m->raw_len))
+        return ckpt_seterr(CKPT_ECORRUPT, "%llu stored bytes are impossible for %llu raw "
+                           "bytes under codec %s", (unsigned long long)m->stored_len,
+                           (unsigned long long)m->raw_len, codecs[m->codec].name);
+    return CKPT_OK;
+}
+
+int codec_resolve_level(int level, int *resolved)
+{
+    if (level == 0)
+        level = CKPT_LEVEL_DEFAULT;
+    if (level < CKPT_LEVEL_MIN || level > CKPT_LEVEL_MAX)
+        return ckpt_seterr(CKPT_EINVAL, "zstd level %d is out of range (%d..%d)", level,
+                           CKPT_LEVEL_MIN, CKPT_LEVEL_MAX);
+    *resolved = level;
+    return CKPT_OK;
+}
+
+unsigned codec_shuffle_width(ckpt_dtype d)
+{
+    switch (d) {
+    case CKPT_C64: return 4;
+    case CKPT_C128: return 8;
+    case CKPT_BYTES: return 1;
+    default: return (unsigned)ckpt_dtype_size(d);
+    }
+}
 
 struct codec {
     int level;
@@ -182,7 +247,7 @@ static void unshuffle(unsigned char *restrict dst, const unsigned char *restrict
 int codec_encode(codec *c, const void *raw, size_t n, unsigned elem,
                  const void **stored, chunk_meta *meta)
 {
-    if (elem == 0 || elem > 255)
+    if (elem == 0 || elem > CODEC_ELEM_MAX)
         elem = 1;
     meta->raw_len = n;
     meta->raw_hash = XXH3_64bits(raw, n);
@@ -194,7 +259,7 @@ int codec_encode(codec *c, const void *raw, size_t n, unsigned elem,
         shuffle(c->shuf, raw, n, elem);
         src = c->shuf;
     }
-    size_t bound = ZSTD_compressBound(n);
+    size_t bound = ZSTD_compressBound(n); /* == codec_stored_bound() */
     int rc = reserve(&c->out, &c->out_cap, bound);
     if (rc)
         return rc;
@@ -228,12 +293,6 @@ int codec_check_stored(const void *stored, const chunk_meta *meta)
     return CKPT_OK;
 }
 
-int codec_decode(codec *c, const void *stored, const chunk_meta *meta, void *dst)
-{
-    int rc = codec_check_stored(stored, meta);
-    return rc ? rc : codec_decode_checked(c, stored, meta, dst);
-}
-
 int codec_decode_checked(codec *c, const void *stored, const chunk_meta *meta, void *dst)
 {
     int rc;
@@ -247,6 +306,10 @@ int codec_decode_checked(codec *c, const void *stored, const chunk_meta *meta, v
         memcpy(dst, stored, n);
     } else if (meta->codec == CODEC_ZSTD_SHUFFLE) {
         unsigned elem = meta->elem ? meta->elem : 1;
+        /* Exactly one frame, nothing after it (not even a skippable frame). */
+        size_t flen = ZSTD_findFrameCompressedSize(stored, (size_t)meta->stored_len);
+        if (ZSTD_isError(flen) || flen != meta->stored_len)
+            return ckpt_seterr(CKPT_ECORRUPT, "stored bytes are not exactly one zstd frame");
         unsigned long long fcs = ZSTD_getFrameContentSize(stored, (size_t)meta->stored_len);
         if (fcs != meta->raw_len)
             return ckpt_seterr(CKPT_ECORRUPT, "zstd frame declares %llu bytes, "

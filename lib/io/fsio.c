@@ -191,16 +191,14 @@ int fsio_list(const fsio *fs, const char *dir, char ***names, size_t *count)
     return 0;
 }
 
-int fsio_stat(const fsio *fs, const char *path, uint64_t *size, int *is_dir)
+int fsio_kind(const fsio *fs, const char *path, int follow, int *kind)
 {
     FAULT(fs, FSIO_STAT, path);
     struct stat st;
-    if (stat(path, &st) != 0)
+    if ((follow ? stat(path, &st) : lstat(path, &st)) != 0)
         return -errno;
-    if (size)
-        *size = (uint64_t)st.st_size;
-    if (is_dir)
-        *is_dir = S_ISDIR(st.st_mode);
+    *kind = S_ISREG(st.st_mode) ? FSIO_KIND_FILE : S_ISDIR(st.st_mode) ? FSIO_KIND_DIR
+          : S_ISLNK(st.st_mode) ? FSIO_KIND_LINK : FSIO_KIND_OTHER;
     return 0;
 }
 
@@ -265,10 +263,17 @@ int fsio_read_file(const fsio *fs, const char *path, uint64_t max_bytes,
 
 int fsio_remove_tree(const fsio *fs, const char *dir)
 {
+    int kind;
+    int rc = fsio_kind(fs, dir, 0, &kind);
+    if (rc)
+        return rc == -ENOENT ? 0 : rc;
+    if (kind != FSIO_KIND_DIR) { /* a link, file or FIFO: remove it, not its target */
+        rc = fsio_unlink(fs, dir);
+        return rc == -ENOENT ? 0 : rc;
+    }
     char **names;
     size_t n;
-    int rc = fsio_list(fs, dir, &names, &n);
-    if (rc)
+    if ((rc = fsio_list(fs, dir, &names, &n)))
         return rc;
     for (size_t i = 0; i < n && rc == 0; i++) {
         char *p = util_join(dir, names[i]);
@@ -276,10 +281,7 @@ int fsio_remove_tree(const fsio *fs, const char *dir)
             rc = -ENOMEM;
             break;
         }
-        int r = fsio_unlink(fs, p);
-        if (r == -EISDIR || r == -EPERM) { /* a stray sub-directory */
-            r = fsio_remove_tree(fs, p);
-        }
+        int r = fsio_remove_tree(fs, p);
         if (r && r != -ENOENT)
             rc = r;
         free(p);

@@ -26,9 +26,9 @@ int validate_tensors(const ckpt_tensor *t, size_t count, int for_restore)
         size_t len = strlen(x->name);
         json_t *probe = json_string(x->name); /* NULL unless valid UTF-8 */
         json_decref(probe);
-        if (len == 0 || len > 255 || !probe)
-            return ckpt_seterr(CKPT_EINVAL, "tensor %zu: name must be 1..255 bytes of "
-                               "UTF-8", i);
+        if (len == 0 || len > CKPT_NAME_MAX || !probe)
+            return ckpt_seterr(CKPT_EINVAL, "tensor %zu: name must be 1..%d bytes of "
+                               "UTF-8", i, CKPT_NAME_MAX);
         size_t es = ckpt_dtype_size(x->dtype);
         if (es == 0)
             return ckpt_seterr(CKPT_EINVAL, "tensor '%s': invalid dtype %d", x->name,

@@ -6,10 +6,10 @@
 #ifndef CKPT_READER_H
 #define CKPT_READER_H
 
-#include "internal.h"
+#include "context.h"
 #include "manifest.h"
 #include "report.h"
-#include "shard.h"
+#include "shardfile.h"
 
 struct ckpt_checkpoint {
     ckpt_store *store;  /* borrowed */
@@ -31,6 +31,14 @@ void reader_close(ckpt_checkpoint *ck);
 /* The newest committed step that verifies at `level` (QUICK: opening it;
  * FULL: every chunk too), opened.  CKPT_ENOCKPT when none does. */
 int reader_open_newest(ckpt_store *s, ckpt_verify_level level, ckpt_checkpoint **out);
+/* The step the public calls name: CKPT_LATEST (reader_open_newest),
+ * CKPT_NEWEST (the newest committed step, whatever its state) or a step
+ * number, opened and verified at `level` (QUICK or FULL).  CKPT_ENOCKPT
+ * when the root has no (valid) step, CKPT_EINVAL for a negative step. */
+int reader_open_select(ckpt_store *s, int64_t step, ckpt_verify_level level,
+                       ckpt_checkpoint **out);
+/* The newest committed step (CKPT_ENOCKPT when there is none). */
+int reader_newest_step(ckpt_store *s, int64_t *step);
 
 typedef struct reader_target {
     uint32_t tensor;    /* index in ck->m.tensors */

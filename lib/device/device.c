@@ -13,8 +13,6 @@
 #include "device_cuda.h"
 #include "error.h"
 
-#define DEFAULT_PINNED_LIMIT ((uint64_t)1 << 30)
-
 struct device {
     device_options opts;
     pthread_mutex_t mu;             /* guards pinned_bytes and cu creation */
@@ -56,7 +54,7 @@ int device_open(device **out, const device_options *opts)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory allocating the device backend");
     dev->opts = *opts;
     if (dev->opts.pinned_limit == 0)
-        dev->opts.pinned_limit = DEFAULT_PINNED_LIMIT;
+        dev->opts.pinned_limit = CKPT_PINNED_LIMIT_DEFAULT;
     pthread_mutex_init(&dev->mu, NULL);
     *out = dev;
     return CKPT_OK;
@@ -75,11 +73,6 @@ int device_cuda_available(void)
 {
     const cuda_api *api;
     return cuda_loader_get(&api);
-}
-
-CKPT_API int ckpt_cuda_available(void)
-{
-    return device_cuda_available();
 }
 
 static int pageable_alloc(size_t bytes, void **ptr)

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "error.h"
-#include "store.h"
+#include "layout.h"
 #include "util.h"
 
 void reader_close(ckpt_checkpoint *ck)
@@ -17,7 +17,7 @@ void reader_close(ckpt_checkpoint *ck)
     for (size_t i = 0; ck->ix && i < ck->m.nshards; i++) {
         shard_index_free(&ck->ix[i]);
         if (ck->fds[i] >= 0)
-            fsio_close(&ck->store->fs, ck->fds[i]);
+            fsio_close(&ck->store->lay.fs, ck->fds[i]);
     }
     free(ck->ix);
     free(ck->fds);
@@ -34,7 +34,7 @@ void reader_close(ckpt_checkpoint *ck)
 static int open_shards(ckpt_checkpoint *ck)
 {
     manifest *m = &ck->m;
-    const fsio *fs = &ck->store->fs;
+    const fsio *fs = &ck->store->lay.fs;
     size_t nt = m->ntensors;
     uint64_t *bytes = calloc(nt ? nt : 1, sizeof *bytes);
     ck->ix = calloc(m->nshards, sizeof *ck->ix);
@@ -100,8 +100,8 @@ int reader_open_dir(ckpt_store *s, const char *dir, int64_t step, ckpt_checkpoin
 {
     *out = NULL;
     ckpt_checkpoint *ck = calloc(1, sizeof *ck);
-    char name[32];
-    store_step_name(step, name, sizeof name);
+    char name[LAYOUT_NAME_SIZE];
+    layout_step_name(step, name);
     if (!ck || !(ck->dir = util_strdup(dir)) || !(ck->label = util_strdup(name))) {
         free(ck ? ck->dir : NULL);
         free(ck);
@@ -111,7 +111,7 @@ int reader_open_dir(ckpt_store *s, const char *dir, int64_t step, ckpt_checkpoin
     char *mpath = util_join(dir, MANIFEST_NAME);
     char *where = util_printf("%s/%s", ck->label, MANIFEST_NAME);
     size_t len = 0;
-    int rc = mpath && where ? fsio_read_file(&s->fs, mpath, MANIFEST_MAX_BYTES, &ck->text, &len)
+    int rc = mpath && where ? fsio_read_file(&s->lay.fs, mpath, MANIFEST_MAX_BYTES, &ck->text, &len)
                             : -ENOMEM;
     if (rc == -ENOENT)
         rc = ckpt_seterr(CKPT_EINCOMPLETE, "%s is missing", where ? where : "manifest");
@@ -142,13 +142,13 @@ int reader_open_dir(ckpt_store *s, const char *dir, int64_t step, ckpt_checkpoin
 
 int reader_open_step(ckpt_store *s, int64_t step, ckpt_checkpoint **out)
 {
-    char *dir = store_step_path(s, step);
+    char *dir = layout_step_path(&s->lay, step);
     if (!dir)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
-    int is_dir = 0;
-    int rc = fsio_stat(&s->fs, dir, NULL, &is_dir);
-    if (rc == -ENOENT || (!rc && !is_dir))
-        rc = ckpt_seterr(CKPT_ENOTFOUND, "no step %lld in %s", (long long)step, s->root);
+    int kind = FSIO_KIND_NONE;
+    int rc = fsio_kind(&s->lay.fs, dir, 0, &kind);
+    if (rc == -ENOENT || (!rc && kind != FSIO_KIND_DIR))
+        rc = ckpt_seterr(CKPT_ENOTFOUND, "no step %lld in %s", (long long)step, s->lay.root);
     else if (rc)
         rc = ckpt_seterr_errno(-rc, "cannot stat %s", dir);
     else
@@ -162,7 +162,7 @@ int reader_open_newest(ckpt_store *s, ckpt_verify_level level, ckpt_checkpoint *
     *out = NULL;
     int64_t *steps;
     size_t n;
-    int rc = store_scan(s, &steps, &n);
+    int rc = layout_scan(&s->lay, &steps, &n);
     if (rc)
         return rc;
     for (size_t i = n; i-- > 0;) {
@@ -178,7 +178,41 @@ int reader_open_newest(ckpt_store *s, ckpt_verify_level level, ckpt_checkpoint *
         return CKPT_OK;
     }
     free(steps);
-    return ckpt_seterr(CKPT_ENOCKPT, "no valid checkpoint in %s (%zu checked)", s->root, n);
+    return ckpt_seterr(CKPT_ENOCKPT, "no valid checkpoint in %s (%zu checked)", s->lay.root, n);
+}
+
+int reader_newest_step(ckpt_store *s, int64_t *step)
+{
+    int64_t *steps;
+    size_t n;
+    int rc = layout_scan(&s->lay, &steps, &n);
+    if (!rc && n == 0)
+        rc = ckpt_seterr(CKPT_ENOCKPT, "no checkpoint in %s", s->lay.root);
+    if (!rc)
+        *step = steps[n - 1];
+    free(steps);
+    return rc;
+}
+
+int reader_open_select(ckpt_store *s, int64_t step, ckpt_verify_level level,
+                       ckpt_checkpoint **out)
+{
+    *out = NULL;
+    if (step == CKPT_LATEST)
+        return reader_open_newest(s, level, out);
+    int rc = CKPT_OK;
+    if (step == CKPT_NEWEST)
+        rc = reader_newest_step(s, &step);
+    else if (step < 0)
+        rc = ckpt_seterr(CKPT_EINVAL, "step %lld is neither a step nor CKPT_LATEST or "
+                         "CKPT_NEWEST", (long long)step);
+    if (!rc)
+        rc = reader_open_step(s, step, out);
+    if (!rc && level == CKPT_VERIFY_FULL && (rc = reader_verify_all(*out, NULL))) {
+        reader_close(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 long reader_find(const ckpt_checkpoint *ck, const char *name)
@@ -226,7 +260,7 @@ static int chunk_job(void *arg, int worker)
     int rc = worker_reserve_in(w, (size_t)meta->stored_len);
     if (rc)
         return rc;
-    int64_t got = fsio_pread(&s->fs, t->ck->fds[t->shard], w->in, (size_t)meta->stored_len,
+    int64_t got = fsio_pread(&s->lay.fs, t->ck->fds[t->shard], w->in, (size_t)meta->stored_len,
                              t->e->file_offset);
     if (got < 0)
         return chunk_fail(t, ckpt_seterr_errno((int)-got, "read failed"));
@@ -272,7 +306,7 @@ static int chunk_job(void *arg, int worker)
 static int drain_copies(ckpt_store *s)
 {
     int rc = CKPT_OK;
-    for (int i = 0; i < pool_threads(s->pool); i++) {
+    for (int i = 0; i < s->nworkers; i++) {
         worker_ctx *w = &s->workers[i];
         if (!w->out_busy)
             continue;

@@ -1,0 +1,160 @@
+/* checkpoint: the public face of ckpt_checkpoint (one committed step
+ * opened for reading) and ckpt_load; the work is pipeline/reader.c. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+#include "reader.h"
+#include "save.h"
+
+
+CKPT_API int ckpt_checkpoint_open(ckpt_checkpoint **out, ckpt_store *s, int64_t step,
+                                  ckpt_verify_level level)
+{
+    if (!out || !s)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_open: NULL argument");
+    *out = NULL;
+    if (level != CKPT_VERIFY_QUICK && level != CKPT_VERIFY_FULL)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_open: level must be "
+                           "CKPT_VERIFY_QUICK or CKPT_VERIFY_FULL");
+    pthread_mutex_lock(&s->api_lock);
+    save_drain(s);
+    int rc = reader_open_select(s, step, level, out);
+    pthread_mutex_unlock(&s->api_lock);
+    return rc;
+}
+
+CKPT_API void ckpt_checkpoint_free(ckpt_checkpoint *ck)
+{
+    reader_close(ck);
+}
+
+CKPT_API int64_t ckpt_checkpoint_step(const ckpt_checkpoint *ck)
+{
+    return ck ? ck->m.step : -1;
+}
+
+CKPT_API const char *ckpt_checkpoint_path(const ckpt_checkpoint *ck)
+{
+    return ck ? ck->dir : NULL;
+}
+
+CKPT_API size_t ckpt_checkpoint_tensor_count(const ckpt_checkpoint *ck)
+{
+    return ck ? ck->m.ntensors : 0;
+}
+
+CKPT_API int ckpt_checkpoint_tensor(const ckpt_checkpoint *ck, size_t i, ckpt_tensor_info *info)
+{
+    if (!ck || !info || i >= ck->m.ntensors)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_tensor: index %zu out of range", i);
+    const manifest_tensor *t = &ck->m.tensors[i];
+    memset(info, 0, sizeof *info);
+    info->name = t->name;
+    info->dtype = t->dtype;
+    info->ndim = t->ndim;
+    memcpy(info->shape, t->shape, sizeof t->shape);
+    info->bytes = t->bytes;
+    info->stored_bytes = t->stored_bytes;
+    info->chunks = t->chunks;
+    return CKPT_OK;
+}
+
+CKPT_API int ckpt_checkpoint_find(const ckpt_checkpoint *ck, const char *name, size_t *index)
+{
+    if (!ck || !name || !index)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_find: NULL argument");
+    long i = reader_find(ck, name);
+    if (i < 0)
+        return ckpt_seterr(CKPT_ENOTFOUND, "tensor '%s' is not in %s", name, ck->label);
+    *index = (size_t)i;
+    return CKPT_OK;
+}
+
+CKPT_API const char *ckpt_checkpoint_metadata(const ckpt_checkpoint *ck)
+{
+    return ck ? ck->meta_text : NULL;
+}
+
+CKPT_API const char *ckpt_checkpoint_env(const ckpt_checkpoint *ck)
+{
+    return ck ? ck->env_text : NULL;
+}
+
+CKPT_API const char *ckpt_checkpoint_manifest(const ckpt_checkpoint *ck)
+{
+    return ck ? ck->text : NULL;
+}
+
+CKPT_API double ckpt_checkpoint_time(const ckpt_checkpoint *ck)
+{
+    return ck ? ck->m.time : 0.0;
+}
+
+CKPT_API int ckpt_checkpoint_stats(const ckpt_checkpoint *ck, ckpt_save_stats *stats)
+{
+    if (!ck || !stats)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_stats: NULL argument");
+    *stats = ck->m.stats;
+    return CKPT_OK;
+}
+
+CKPT_API int ckpt_checkpoint_read(ckpt_checkpoint *ck, const char *name, void *dst,
+                                  uint64_t bytes)
+{
+    if (!ck || !name || (!dst && bytes))
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_read: NULL argument");
+    long i = reader_find(ck, name);
+    if (i < 0)
+        return ckpt_seterr(CKPT_ENOTFOUND, "tensor '%s' is not in %s", name, ck->label);
+    if (ck->m.tensors[i].bytes != bytes)
+        return ckpt_seterr(CKPT_EMISMATCH, "tensor '%s' has %llu bytes, buffer %llu", name,
+                           (unsigned long long)ck->m.tensors[i].bytes,
+                           (unsigned long long)bytes);
+    reader_target t = {(uint32_t)i, dst, CKPT_MEM_HOST, NULL};
+    pthread_mutex_lock(&ck->store->api_lock);
+    int rc = reader_read(ck, &t, 1);
+    pthread_mutex_unlock(&ck->store->api_lock);
+    return rc;
+}
+
+CKPT_API int ckpt_load(ckpt_store *s, int64_t step, const char *name, void **data,
+                       uint64_t *bytes, ckpt_tensor_info *info)
+{
+    if (!s || !name || !data)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_load: NULL argument");
+    *data = NULL;
+    ckpt_checkpoint *ck;
+    pthread_mutex_lock(&s->api_lock);
+    save_drain(s);
+    /* CKPT_LATEST: the newest step whose every chunk verifies, so that
+     * tensors loaded one by one all come from the same valid step. */
+    int rc = step == CKPT_LATEST ? reader_open_newest(s, CKPT_VERIFY_FULL, &ck)
+                                 : reader_open_select(s, step, CKPT_VERIFY_QUICK, &ck);
+    pthread_mutex_unlock(&s->api_lock);
+    if (rc)
+        return rc;
+    size_t i;
+    void *buf = NULL;
+    if (!(rc = ckpt_checkpoint_find(ck, name, &i))) {
+        uint64_t n = ck->m.tensors[i].bytes;
+        if (!(buf = malloc(n ? (size_t)n : 1)))
+            rc = ckpt_seterr(CKPT_ENOMEM, "out of memory for %llu bytes of '%s'",
+                             (unsigned long long)n, name);
+        else if (!(rc = ckpt_checkpoint_read(ck, name, buf, n))) {
+            if (bytes)
+                *bytes = n;
+            if (info) {
+                ckpt_checkpoint_tensor(ck, i, info);
+                info->name = NULL; /* owned by the checkpoint, which goes now */
+            }
+        }
+    }
+    ckpt_checkpoint_free(ck);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    *data = buf;
+    return CKPT_OK;
+}

@@ -1,0 +1,314 @@
+/* layout: root namespace, lock, commit protocol, retention, cleanup. */
+#include "layout.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "report.h"
+#include "util.h"
+
+int layout_open(layout *l, const char *path, int create)
+{
+    l->lock_fd = -1;
+    int kind = FSIO_KIND_NONE;
+    int rc = fsio_kind(&l->fs, path, 1, &kind);
+    if (rc == -ENOENT && create) {
+        rc = fsio_mkdir(&l->fs, path, 0755);
+        if (rc == -EEXIST)
+            rc = 0;
+        if (rc)
+            return ckpt_seterr_errno(-rc, "cannot create the checkpoint root %s", path);
+        kind = FSIO_KIND_DIR;
+    } else if (rc == -ENOENT) {
+        return ckpt_seterr(CKPT_ENOTFOUND, "checkpoint root %s does not exist", path);
+    } else if (rc) {
+        return ckpt_seterr_errno(-rc, "cannot stat the checkpoint root %s", path);
+    }
+    if (kind != FSIO_KIND_DIR)
+        return ckpt_seterr(CKPT_EINVAL, "%s is not a directory", path);
+    /* Absolute, so paths handed out stay valid if the caller changes
+     * directory. */
+    if (!(l->root = realpath(path, NULL)))
+        return ckpt_seterr_errno(errno, "cannot resolve the checkpoint root %s", path);
+    return CKPT_OK;
+}
+
+void layout_close(layout *l)
+{
+    if (l->lock_fd >= 0)
+        fsio_close(&l->fs, l->lock_fd); /* releases the flock */
+    l->lock_fd = -1;
+    free(l->root);
+    l->root = NULL;
+}
+
+void layout_step_name(int64_t step, char buf[LAYOUT_NAME_SIZE])
+{
+    snprintf(buf, LAYOUT_NAME_SIZE, LAYOUT_STEP_PREFIX "%0*lld", LAYOUT_STEP_DIGITS,
+             (long long)step);
+}
+
+int layout_parse_step_name(const char *name, int64_t *step)
+{
+    size_t plen = strlen(LAYOUT_STEP_PREFIX);
+    if (strncmp(name, LAYOUT_STEP_PREFIX, plen) != 0)
+        return 0;
+    const char *d = name + plen;
+    size_t n = strlen(d);
+    if (n < LAYOUT_STEP_DIGITS || n > 19)
+        return 0;
+    int64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (d[i] < '0' || d[i] > '9' || v > (INT64_MAX - (d[i] - '0')) / 10)
+            return 0;
+        v = v * 10 + (d[i] - '0');
+    }
+    char canon[LAYOUT_NAME_SIZE];
+    layout_step_name(v, canon);
+    if (strcmp(canon, name) != 0)
+        return 0; /* not the name a writer gives: leading zeros beyond 12 digits */
+    *step = v;
+    return 1;
+}
+
+char *layout_step_path(const layout *l, int64_t step)
+{
+    char name[LAYOUT_NAME_SIZE];
+    layout_step_name(step, name);
+    return util_join(l->root, name);
+}
+
+int layout_lock(layout *l)
+{
+    char *path = util_join(l->root, LAYOUT_LOCK_NAME);
+    if (!path)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    int fd = fsio_open(&l->fs, path, O_RDWR | O_CREAT | O_NOFOLLOW, 0644);
+    int rc = fd < 0 ? ckpt_seterr_errno(-fd, "cannot open the lock file %s", path) : 0;
+    if (!rc && (rc = fsio_lock(&l->fs, fd))) {
+        fsio_close(&l->fs, fd);
+        if (rc == -EWOULDBLOCK)
+            rc = ckpt_seterr(CKPT_EBUSY, "%s is locked by another writer (lock file %s); "
+                             "open it with CKPT_OPEN_READONLY to read", l->root, path);
+        else
+            rc = ckpt_seterr_errno(-rc, "cannot lock %s", path);
+    }
+    free(path);
+    if (!rc)
+        l->lock_fd = fd;
+    return rc;
+}
+
+static int has_prefix(const char *s, const char *prefix)
+{
+    return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The kind of ROOT/name, not following a link; FSIO_KIND_NONE on error. */
+static int entry_kind(layout *l, const char *name)
+{
+    char *p = util_join(l->root, name);
+    int kind = FSIO_KIND_NONE;
+    if (p && fsio_kind(&l->fs, p, 0, &kind))
+        kind = FSIO_KIND_NONE;
+    free(p);
+    return kind;
+}
+
+int layout_scan(layout *l, int64_t **steps, size_t *count)
+{
+    *steps = NULL;
+    *count = 0;
+    char **names;
+    size_t n;
+    int rc = fsio_list(&l->fs, l->root, &names, &n);
+    if (rc)
+        return ckpt_seterr_errno(-rc, "cannot list the checkpoint root %s", l->root);
+    int64_t *v = malloc((n ? n : 1) * sizeof *v);
+    if (!v) {
+        fsio_list_free(names, n);
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory listing %s", l->root);
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) /* a file or link named like a step is none */
+        if (layout_parse_step_name(names[i], &v[k]) &&
+            entry_kind(l, names[i]) == FSIO_KIND_DIR)
+            k++;
+    fsio_list_free(names, n);
+    qsort(v, k, sizeof *v, cmp_i64);
+    *steps = v;
+    *count = k;
+    return CKPT_OK;
+}
+
+static char *unique_name(layout *l, const char *prefix, int64_t step)
+{
+    char name[128];
+    snprintf(name, sizeof name, "%sstep-%012lld-%ld-%u", prefix, (long long)step,
+             (long)getpid(), ++l->seq);
+    return util_join(l->root, name);
+}
+
+int layout_make_temp(layout *l, int64_t step, char **path)
+{
+    char *p = unique_name(l, LAYOUT_TMP_PREFIX, step);
+    if (!p)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    int rc = fsio_mkdir(&l->fs, p, 0755);
+    if (rc) {
+        rc = ckpt_seterr_errno(-rc, "cannot create the temporary directory %s", p);
+        free(p);
+        return rc;
+    }
+    *path = p;
+    return CKPT_OK;
+}
+
+void layout_remove_temp(layout *l, const char *path)
+{
+    fsio_remove_tree(&l->fs, path);
+}
+
+int layout_commit(layout *l, const char *tmp, int64_t step)
+{
+    char *final = layout_step_path(l, step);
+    if (!final)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    int rc = fsio_rename(&l->fs, tmp, final);
+    if (rc == -ENOTEMPTY || rc == -EEXIST) {
+        /* Replace an existing step atomically: swap, then delete the old
+         * one, which now sits under the temporary name. */
+        rc = fsio_exchange(&l->fs, tmp, final);
+        if (rc == 0) {
+            fsio_remove_tree(&l->fs, tmp);
+        } else if (rc == -EINVAL || rc == -ENOSYS || rc == -ENOTSUP) {
+            /* No atomic swap on this file system: move the old one aside
+             * under a name the next open puts back if we die in between,
+             * and put it back ourselves if the second rename fails. */
+            char *aside = unique_name(l, LAYOUT_REPLACED_PREFIX, step);
+            rc = aside ? fsio_rename(&l->fs, final, aside) : -ENOMEM;
+            if (rc == 0) {
+                rc = fsio_rename(&l->fs, tmp, final);
+                if (rc == 0)
+                    fsio_remove_tree(&l->fs, aside);
+                else
+                    fsio_rename(&l->fs, aside, final);
+            }
+            free(aside);
+        }
+    }
+    if (rc) {
+        rc = ckpt_seterr_errno(-rc, "cannot commit %s as %s", tmp, final);
+        free(final);
+        return rc;
+    }
+    free(final);
+    if (l->fsync && (rc = fsio_fsync_path(&l->fs, l->root)))
+        return ckpt_seterr_errno(-rc, "cannot fsync the checkpoint root %s", l->root);
+    return CKPT_OK;
+}
+
+int layout_retire(layout *l, int64_t step)
+{
+    char *path = layout_step_path(l, step), *trash = unique_name(l, LAYOUT_TRASH_PREFIX, step);
+    int rc = path && trash ? fsio_rename(&l->fs, path, trash) : -ENOMEM;
+    if (rc == 0) {
+        if (l->fsync)
+            fsio_fsync_path(&l->fs, l->root);
+        fsio_remove_tree(&l->fs, trash); /* leftovers are cleaned next open */
+    }
+    if (rc)
+        rc = ckpt_seterr_errno(-rc, "cannot retire step %lld", (long long)step);
+    free(path);
+    free(trash);
+    return rc;
+}
+
+int layout_retain(layout *l, const int64_t *steps, size_t n, size_t keep_last,
+                  int64_t protect1, int64_t protect2, int dry_run, ckpt_report *report)
+{
+    for (size_t i = 0; i + keep_last < n; i++) {
+        if (steps[i] == protect1 || steps[i] == protect2)
+            continue;
+        int rc = dry_run ? CKPT_OK : layout_retire(l, steps[i]);
+        if (rc)
+            return rc;
+        char name[LAYOUT_NAME_SIZE];
+        layout_step_name(steps[i], name);
+        report_add(report, steps[i], CKPT_OK, dry_run ? "would retire" : "retired", name,
+                   "", -1);
+    }
+    return CKPT_OK;
+}
+
+/* `.replaced-step-N-...`: the committed step N, moved aside by a writer
+ * that died before its replacement was renamed in.  It is still the
+ * checkpoint, unless the replacement made it. */
+static void recover_replaced(layout *l, const char *name)
+{
+    int64_t step;
+    char stepname[LAYOUT_NAME_SIZE];
+    const char *rest = name + strlen(LAYOUT_REPLACED_PREFIX);
+    const char *dash = strlen(rest) > strlen(LAYOUT_STEP_PREFIX)
+                           ? strchr(rest + strlen(LAYOUT_STEP_PREFIX), '-') : NULL;
+    if (!dash || (size_t)(dash - rest) >= sizeof stepname)
+        return;
+    memcpy(stepname, rest, (size_t)(dash - rest));
+    stepname[dash - rest] = '\0';
+    if (!layout_parse_step_name(stepname, &step))
+        return;
+    char *from = util_join(l->root, name), *to = layout_step_path(l, step);
+    if (from && to) {
+        int kind;
+        if (fsio_kind(&l->fs, to, 0, &kind) == -ENOENT) {
+            if (fsio_rename(&l->fs, from, to) == 0 && l->fsync)
+                fsio_fsync_path(&l->fs, l->root);
+        } else {
+            fsio_remove_tree(&l->fs, from);
+        }
+    }
+    free(from);
+    free(to);
+}
+
+int layout_clean_stale(layout *l, int dry_run, ckpt_report *report)
+{
+    char **names;
+    size_t n;
+    int rc = fsio_list(&l->fs, l->root, &names, &n);
+    if (rc)
+        return ckpt_seterr_errno(-rc, "cannot list %s", l->root);
+    for (size_t i = 0; i < n; i++) {
+        if (has_prefix(names[i], LAYOUT_REPLACED_PREFIX)) {
+            if (!dry_run)
+                recover_replaced(l, names[i]);
+            continue;
+        }
+        if (!has_prefix(names[i], LAYOUT_TMP_PREFIX) &&
+            !has_prefix(names[i], LAYOUT_TRASH_PREFIX))
+            continue;
+        char *p = util_join(l->root, names[i]);
+        int e = p ? (dry_run ? 0 : fsio_remove_tree(&l->fs, p)) : -ENOMEM;
+        free(p);
+        if (e) {
+            if (!rc)
+                rc = ckpt_seterr_errno(-e, "cannot remove %s/%s", l->root, names[i]);
+            continue;
+        }
+        report_add(report, -1, CKPT_OK, dry_run ? "would remove stale temporary directory"
+                   : "removed stale temporary directory", names[i], "", -1);
+    }
+    fsio_list_free(names, n);
+    return rc;
+}

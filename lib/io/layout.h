@@ -1,0 +1,83 @@
+/* layout: the checkpoint root's namespace.  Everything that names, creates,
+ * renames or deletes an entry of the root lives here: step and temporary
+ * names, the writer lock, the scan, the commit rename, retirement,
+ * retention, stale-temporary cleanup and the listing gc prints.  Callers
+ * decide policy (which steps to keep); this module carries it out. */
+#ifndef CKPT_LAYOUT_H
+#define CKPT_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt.h"
+#include "fsio.h"
+
+#define LAYOUT_LOCK_NAME ".lock"
+#define LAYOUT_TMP_PREFIX ".tmp-"
+#define LAYOUT_TRASH_PREFIX ".trash-"
+/* A committed step moved aside while its replacement is renamed in (only on
+ * file systems without RENAME_EXCHANGE); put back at open if left alone. */
+#define LAYOUT_REPLACED_PREFIX ".replaced-"
+/* "step-" and at least 12 digits: the step zero-padded to 12 digits, more
+ * digits only when the step needs them (docs/FORMAT.md). */
+#define LAYOUT_STEP_PREFIX "step-"
+#define LAYOUT_STEP_DIGITS 12
+#define LAYOUT_NAME_SIZE 32u
+
+typedef struct layout {
+    char *root;       /* absolute path, malloc'd */
+    fsio fs;          /* every call goes through it */
+    int fsync;        /* fsync the root and directories after changes */
+    int lock_fd;      /* the writer's lock, -1 for readers */
+    unsigned seq;     /* makes temporary names unique within the process */
+} layout;
+
+/* Resolve `path` into l->root (absolute), creating the directory when
+ * `create`.  CKPT_ENOTFOUND if it is missing and !create; CKPT_EINVAL if it
+ * is not a directory.  l->fs and l->fsync must be set before. */
+int layout_open(layout *l, const char *path, int create);
+/* Release the lock (if held) and free.  Safe on a zeroed layout. */
+void layout_close(layout *l);
+
+/* The canonical name of `step` (>= 0) into buf. */
+void layout_step_name(int64_t step, char buf[LAYOUT_NAME_SIZE]);
+/* 1 and *step when `name` is exactly the canonical name of a step, else 0
+ * (so "step-9" or "step-0000000000009" are not steps). */
+int layout_parse_step_name(const char *name, int64_t *step);
+/* malloc'd ROOT/<step name>; NULL when out of memory. */
+char *layout_step_path(const layout *l, int64_t step);
+
+/* Take the writer lock; CKPT_EBUSY if held elsewhere. */
+int layout_lock(layout *l);
+
+/* Committed steps, ascending: directories with canonical step names. */
+int layout_scan(layout *l, int64_t **steps, size_t *count);
+
+/* Create a fresh temporary directory for `step`; *path malloc'd. */
+int layout_make_temp(layout *l, int64_t step, char **path);
+/* Remove a temporary directory made by layout_make_temp (a failed save).
+ * Best effort: what is left is cleaned at the next writer's open. */
+void layout_remove_temp(layout *l, const char *path);
+/* Make `tmp` visible as the step atomically (replacing an existing one)
+ * and fsync the root. */
+int layout_commit(layout *l, const char *tmp, int64_t step);
+/* Retire a step: rename out of the step namespace, fsync, then delete. */
+int layout_retire(layout *l, int64_t step);
+
+/* Retire every step of `steps` (ascending, `n` of them) except the newest
+ * `keep_last` and the two protected ones (-1: none).  With `dry_run`
+ * nothing changes.  Each (would-be) retirement is added to `report` (may
+ * be NULL) with status CKPT_OK, its step and its directory name.  Stops at
+ * the first failure, returning it. */
+int layout_retain(layout *l, const int64_t *steps, size_t n, size_t keep_last,
+                  int64_t protect1, int64_t protect2, int dry_run, ckpt_report *report);
+
+/* Remove the temporary and trash directories of writers that died and put
+ * back a moved-aside step whose replacement never arrived (the caller holds
+ * the lock, so their writers are dead).  With `dry_run` only list them
+ * (the replaced ones are then left out: they are steps, not garbage).
+ * Each (would-be) removal goes to `report` (may be NULL) with step -1.
+ * Returns the first failure (best effort: the rest is still tried). */
+int layout_clean_stale(layout *l, int dry_run, ckpt_report *report);
+
+#endif

@@ -1,0 +1,38 @@
+/* shardfile: shard files on disk, through the fsio seam.  The writer
+ * appends frames from several workers at once and ends the file with the
+ * index and trailer; the reader checks a file against what the manifest
+ * says before anything trusts it.  The byte layout is format/shard.h. */
+#ifndef CKPT_SHARDFILE_H
+#define CKPT_SHARDFILE_H
+
+#include <stdint.h>
+
+#include "fsio.h"
+#include "shard.h"
+
+/* ---- writing (append is thread-safe) */
+typedef struct shard_writer shard_writer;
+
+int shard_writer_open(shard_writer **out, const fsio *fs, const char *path,
+                      int64_t step, const unsigned char id[SHARD_ID_SIZE],
+                      uint32_t rank);
+int shard_writer_append(shard_writer *w, uint32_t tensor, uint64_t offset,
+                        const chunk_meta *meta, const void *stored);
+/* Write index and trailer, fsync if asked, close.  Reports the file size and
+ * the index hash for the manifest. */
+int shard_writer_finish(shard_writer *w, int do_fsync, uint64_t *size,
+                        uint64_t *index_hash, uint64_t *chunks);
+/* After finish: the entries written, sorted by (tensor, offset). */
+const shard_entry *shard_writer_entries(const shard_writer *w);
+/* Close (if still open) and free; the file is left for the caller. */
+void shard_writer_free(shard_writer *w);
+
+/* ---- reading: never trusts the file */
+/* Open `path`, check header, trailer, sizes, the index checksum and every
+ * entry (shard_check_index).  On failure the message names the file
+ * (`name`) and the byte offset; on success *fd_out is open for reading
+ * chunks. */
+int shard_read_index(const fsio *fs, const char *path, const char *name,
+                     const shard_expect *expect, int *fd_out, shard_index *index);
+
+#endif

@@ -1,0 +1,77 @@
+/* workers: the store's per-worker codecs and buffers, its pool and device. */
+#include "context.h"
+
+#include <stdlib.h>
+
+#include "error.h"
+
+int context_start(ckpt_store *s)
+{
+    device_options dopts = {s->opts.snapshot_mode, s->opts.pinned_limit};
+    int rc = device_open(&s->dev, &dopts);
+    int threads = s->opts.threads;
+    if (!rc && !(s->workers = calloc((size_t)threads, sizeof *s->workers)))
+        rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    for (int i = 0; !rc && i < threads; i++) {
+        rc = codec_create(&s->workers[i].codec, s->opts.level);
+        s->nworkers++; /* counts workers set up, for context_stop */
+    }
+    if (!rc)
+        rc = pool_create(&s->pool, threads);
+    return rc;
+}
+
+void context_stop(ckpt_store *s)
+{
+    save_drain(s);
+    if (s->dev)
+        device_quiesce(s->dev); /* no copy may land in memory freed below */
+    pool_free(s->pool);
+    s->pool = NULL;
+    for (int i = 0; s->workers && i < s->nworkers; i++) {
+        codec_free(s->workers[i].codec);
+        free(s->workers[i].in);
+        device_host_free(s->dev, s->workers[i].out, s->workers[i].out_cap,
+                         s->workers[i].out_pinned);
+    }
+    free(s->workers);
+    s->workers = NULL;
+    s->nworkers = 0;
+    if (s->arena)
+        device_host_free(s->dev, s->arena, s->arena_cap, s->arena_pinned);
+    s->arena = NULL;
+    device_free(s->dev);
+    s->dev = NULL;
+}
+
+int worker_reserve_in(worker_ctx *w, size_t n)
+{
+    if (w->in_cap >= n)
+        return CKPT_OK;
+    unsigned char *p = realloc(w->in, n ? n : 1);
+    if (!p)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory for a %zu-byte read buffer", n);
+    w->in = p;
+    w->in_cap = n;
+    return CKPT_OK;
+}
+
+int worker_reserve_out(ckpt_store *s, worker_ctx *w, size_t n, int pinned)
+{
+    if (w->out_cap >= n && (w->out_pinned || !pinned))
+        return CKPT_OK;
+    device_host_free(s->dev, w->out, w->out_cap, w->out_pinned);
+    w->out = NULL;
+    w->out_cap = 0;
+    /* Never less than a chunk, so the buffer is allocated once per worker. */
+    size_t want = n > s->opts.chunk_bytes ? n : (size_t)s->opts.chunk_bytes;
+    void *p;
+    int got;
+    int rc = device_host_alloc(s->dev, want, pinned, &p, &got);
+    if (rc)
+        return rc;
+    w->out = p;
+    w->out_cap = want;
+    w->out_pinned = got;
+    return CKPT_OK;
+}

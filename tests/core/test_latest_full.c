@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ckpt.h"
+#include "helpers.h"
 
 #define N 20000
 static char root[64];
@@ -16,13 +17,7 @@ static void flip_frame_byte(int64_t step)
 {
     char path[256];
     snprintf(path, sizeof path, "%s/step-%012lld/rank-00000.shard", root, (long long)step);
-    FILE *f = fopen(path, "r+b");
-    cr_assert_not_null(f);
-    fseek(f, 200, SEEK_SET); /* inside the first frame */
-    int c = fgetc(f);
-    fseek(f, 200, SEEK_SET);
-    fputc(c ^ 0x20, f);
-    fclose(f);
+    tc_flip_byte(path, 200); /* inside the first frame */
 }
 
 static ckpt_store *setup_steps(void)

@@ -7,17 +7,8 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+#include "helpers.h"
 
-static void flip(const char *path, long off)
-{
-    FILE *f = fopen(path, "r+b");
-    cr_assert_not_null(f);
-    fseek(f, off, SEEK_SET);
-    int c = fgetc(f);
-    fseek(f, off, SEEK_SET);
-    fputc(c ^ 0x01, f);
-    fclose(f);
-}
 
 static long file_size(const char *path)
 {
@@ -59,11 +50,11 @@ Test(flip, every_byte_of_every_file_is_covered, .timeout = 600)
         long n = file_size(path);
         cr_assert_gt(n, 100);
         for (long off = 0; off < n; off++) {
-            flip(path, off);
+            tc_flip_byte(path, off);
             int rc = ckpt_verify(s, 5, CKPT_VERIFY_FULL, NULL);
             cr_assert(rc == CKPT_ECORRUPT || rc == CKPT_EINCOMPLETE || rc == CKPT_EVERSION,
                       "%s: a flipped bit at offset %ld went unnoticed (rc %d)", names[f], off, rc);
-            flip(path, off);
+            tc_flip_byte(path, off);
         }
     }
     cr_assert_eq(ckpt_verify(s, 5, CKPT_VERIFY_FULL, NULL), CKPT_OK);

@@ -111,11 +111,6 @@ void pool_free(pool *p)
     free(p);
 }
 
-int pool_threads(const pool *p)
-{
-    return p->nthreads;
-}
-
 void pool_group_init(pool_group *g)
 {
     pthread_mutex_init(&g->lock, NULL);

@@ -23,7 +23,6 @@ typedef struct pool_group {
 int pool_create(pool **out, int threads);
 /* Waits for queued jobs to finish, then joins the workers. */
 void pool_free(pool *p);
-int pool_threads(const pool *p);
 
 void pool_group_init(pool_group *g);
 void pool_group_destroy(pool_group *g);

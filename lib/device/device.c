@@ -278,12 +278,6 @@ int device_record_stream(device *dev, void *stream, device_event **ev)
     return cu ? dcuda_record(cu, 1, stream, ev) : CKPT_OK;
 }
 
-int device_stream_sync(device *dev, void *stream)
-{
-    dcuda *cu = cuda_of(dev);
-    return cu ? dcuda_stream_sync(cu, stream) : CKPT_OK;
-}
-
 void device_describe(device *dev, struct json_t *env)
 {
     dcuda *cu = cuda_of(dev);

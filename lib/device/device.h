@@ -5,7 +5,7 @@
  * (classify, reserve, snapshot_start, copy_d2h, record, fence, quiesce) come
  * from the store's API thread; device_event_wait/snapshot_wait/event_free,
  * the host allocation calls and the restore-side calls (copy_h2d,
- * record_stream, stream_sync) are thread-safe and may come from workers. */
+ * record_stream) are thread-safe and may come from workers. */
 #ifndef CKPT_DEVICE_H
 #define CKPT_DEVICE_H
 
@@ -98,7 +98,6 @@ int device_copy_h2d(device *dev, void *dst, const void *src, size_t n,
  * work enqueued there so far has: wait for it (device_event_wait) before
  * reusing one staging buffer while others are in flight. */
 int device_record_stream(device *dev, void *stream, device_event **ev);
-int device_stream_sync(device *dev, void *stream);
 
 /* Environment facts for the manifest: adds an object "cuda" (driver and
  * runtime versions, GPU name, device, library, snapshot mode, pinned bytes,

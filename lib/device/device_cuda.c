@@ -677,6 +677,8 @@ int dcuda_record(dcuda *cu, int on_stream, void *stream, device_event **out)
     if (rc == CKPT_OK && err != CU_SUCCESS)
         rc = ckpt_seterr(CKPT_EDEVICE, "tensor '%s': CUDA error while queueing the copy "
                          "to the host: %s", ev->tensor, errstr(cu, err, buf, sizeof buf));
+    else if (rc != CKPT_OK && ev->tensor[0]) /* name what the marker was for */
+        rc = ckpt_seterr(rc, "tensor '%s': %s", ev->tensor, ckpt_error_last());
     if (rc != CKPT_OK) {
         dcuda_event_free(cu, ev);
         return rc;
@@ -734,20 +736,6 @@ int dcuda_copy_h2d(dcuda *cu, void *dst, const void *src, size_t n, void *stream
         return ckpt_seterr(CKPT_EDEVICE, "tensor '%s': CUDA error while copying %zu "
                            "bytes to the device: %s", tensor ? tensor : "", n,
                            errstr(cu, err, buf, sizeof buf));
-    }
-    return CKPT_OK;
-}
-
-int dcuda_stream_sync(dcuda *cu, void *stream)
-{
-    cu_err err = cu->api->StreamSynchronize(stream);
-    if (err != CU_SUCCESS) {
-        char buf[256], name[TENSOR_NAME_MAX];
-        pthread_mutex_lock(&cu->mu);
-        snprintf(name, sizeof name, "%s", cu->last_h2d);
-        pthread_mutex_unlock(&cu->mu);
-        return ckpt_seterr(CKPT_EDEVICE, "tensor '%s': CUDA error while copying to the "
-                           "device: %s", name, errstr(cu, err, buf, sizeof buf));
     }
     return CKPT_OK;
 }

@@ -41,7 +41,6 @@ void dcuda_quiesce(dcuda *cu);
 
 int dcuda_copy_h2d(dcuda *cu, void *dst, const void *src, size_t n, void *stream,
                    const char *tensor);
-int dcuda_stream_sync(dcuda *cu, void *stream);
 
 /* Keep a note for the manifest's environment record (a fallback taken). */
 void dcuda_note(dcuda *cu, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -21,11 +21,6 @@ static const codec_info codecs[] = {
 };
 #define NCODECS (sizeof codecs / sizeof codecs[0])
 
-const char *codec_name(unsigned id)
-{
-    return id < NCODECS ? codecs[id].name : NULL;
-}
-
 /* ZSTD_compressBound's formula (zstd.h, ZSTD_COMPRESSBOUND), written out
  * so that it is the same for every zstd version and docs/FORMAT.md can
  * state it: n + n/256 + (n < 128 KiB ? (128 KiB - n) / 2048 : 0). */

@@ -30,8 +30,6 @@ typedef struct chunk_meta {
 
 typedef struct codec codec;
 
-/* Name of codec `id` ("raw", "zstd+shuffle"), NULL when unknown. */
-const char *codec_name(unsigned id);
 /* The largest stored size a chunk of `raw_len` raw bytes may have under
  * codec `id` (what a reader bounds its buffers by); 0 when unknown. */
 uint64_t codec_stored_bound(unsigned id, uint64_t raw_len);

@@ -9,7 +9,6 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "util.h"
@@ -22,15 +21,6 @@
                 return -e_;                                  \
         }                                                    \
     } while (0)
-
-const char *fsio_op_name(fsio_op op)
-{
-    static const char *const names[FSIO_OP_COUNT] = {
-        "open", "close", "pread", "pwrite", "fsync", "rename", "unlink",
-        "mkdir", "rmdir", "readdir", "stat", "lock", "statvfs",
-    };
-    return (unsigned)op < FSIO_OP_COUNT ? names[op] : "?";
-}
 
 int fsio_open(const fsio *fs, const char *path, int flags, int mode)
 {
@@ -216,16 +206,6 @@ int fsio_lock(const fsio *fs, int fd)
 {
     FAULT(fs, FSIO_LOCK, NULL);
     return flock(fd, LOCK_EX | LOCK_NB) == 0 ? 0 : -errno;
-}
-
-int fsio_free_bytes(const fsio *fs, const char *path, uint64_t *bytes)
-{
-    FAULT(fs, FSIO_STATVFS, path);
-    struct statvfs sv;
-    if (statvfs(path, &sv) != 0)
-        return -errno;
-    *bytes = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
-    return 0;
 }
 
 int fsio_read_file(const fsio *fs, const char *path, uint64_t max_bytes,

@@ -12,7 +12,7 @@
 typedef enum fsio_op {
     FSIO_OPEN, FSIO_CLOSE, FSIO_PREAD, FSIO_PWRITE, FSIO_FSYNC, FSIO_RENAME,
     FSIO_UNLINK, FSIO_MKDIR, FSIO_RMDIR, FSIO_READDIR, FSIO_STAT, FSIO_LOCK,
-    FSIO_STATVFS, FSIO_OP_COUNT
+    FSIO_OP_COUNT
 } fsio_op;
 
 /* Called before each operation; returning a positive errno makes the
@@ -24,8 +24,6 @@ typedef struct fsio {
     fsio_fault_fn fault; /* NULL in production */
     void *ctx;
 } fsio;
-
-const char *fsio_op_name(fsio_op op);
 
 int fsio_open(const fsio *fs, const char *path, int flags, int mode);
 int fsio_close(const fsio *fs, int fd);
@@ -53,7 +51,6 @@ int fsio_kind(const fsio *fs, const char *path, int follow, int *kind);
 int fsio_fstat(const fsio *fs, int fd, uint64_t *size);
 /* flock(LOCK_EX | LOCK_NB); -EWOULDBLOCK when another holder has it. */
 int fsio_lock(const fsio *fs, int fd);
-int fsio_free_bytes(const fsio *fs, const char *path, uint64_t *bytes);
 /* Read a whole (small) file into a malloc'd, NUL-terminated buffer. */
 int fsio_read_file(const fsio *fs, const char *path, uint64_t max_bytes,
                    char **data, size_t *len);

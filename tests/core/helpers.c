@@ -1,4 +1,5 @@
 #include "helpers.h"
+#include "fsio.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -231,6 +232,15 @@ int64_t tc_file_size(const char *path)
     struct stat sb;
     cr_assert(stat(path, &sb) == 0, "stat(%s): %s", path, strerror(errno));
     return (int64_t)sb.st_size;
+}
+
+const char *tc_fsio_op_name(int op)
+{
+    static const char *const names[FSIO_OP_COUNT] = {
+        "open", "close", "pread", "pwrite", "fsync", "rename", "unlink",
+        "mkdir", "rmdir", "readdir", "stat", "lock",
+    };
+    return op >= 0 && op < FSIO_OP_COUNT ? names[op] : "?";
 }
 
 void tc_flip_byte(const char *path, int64_t offset)

@@ -44,6 +44,8 @@ int tc_exists(const char *path);
 int64_t tc_file_size(const char *path);
 /* XOR the byte at `offset` (from the end when negative) with 0x01. */
 void tc_flip_byte(const char *path, int64_t offset);
+/* "open", "pwrite", ... for messages about the fsio seam's operations. */
+const char *tc_fsio_op_name(int op);
 void tc_truncate(const char *path, int64_t size);
 void tc_write_file(const char *path, const void *data, size_t len);
 void tc_copy_file(const char *from, const char *to);

@@ -320,7 +320,7 @@ static void save_fault_matrix(enum matrix mode)
                 char what[160];
                 snprintf(what, sizeof what, "%s%s call %ld/%ld failing with %s",
                          replace ? "replacing step 2: " : "",
-                         fsio_op_name((fsio_op)op), nth, counts[op], strerror(err));
+                         tc_fsio_op_name(op), nth, counts[op], strerror(err));
                 fault_reset(&f, (fsio_op)op, nth, err);
                 f.no_exchange = mode == REPLACE_NO_EXCHANGE;
                 root = fresh_run_root();
@@ -340,7 +340,7 @@ static void save_fault_matrix(enum matrix mode)
             }
         }
         cr_log_info("%-8s %ld calls per save: %ld faulty saves failed, %ld still succeeded",
-                    fsio_op_name((fsio_op)op), counts[op], failed, ok);
+                    tc_fsio_op_name(op), counts[op], failed, ok);
     }
     pthread_mutex_destroy(&f.mu);
     free_pristine();
@@ -378,13 +378,13 @@ Test(faults, open_with_stale_temp_dir)
     cr_assert_gt(counts[FSIO_LOCK], 0, "a writer's open took no lock through fsio");
     for (int op = 0; op < FSIO_OP_COUNT; op++)
         if (counts[op])
-            cr_log_info("open: %-8s %ld calls", fsio_op_name((fsio_op)op), counts[op]);
+            cr_log_info("open: %-8s %ld calls", tc_fsio_op_name(op), counts[op]);
 
     for (int op = 0; op < FSIO_OP_COUNT; op++) {
         for (long nth = 1; nth <= counts[op]; nth++) {
             char what[128];
             snprintf(what, sizeof what, "open: %s call %ld/%ld failing with EIO",
-                     fsio_op_name((fsio_op)op), nth, counts[op]);
+                     tc_fsio_op_name(op), nth, counts[op]);
             fault_reset(&f, (fsio_op)op, nth, EIO);
             fault_arm(&f, 1);
             root = fresh_run_root();
@@ -442,13 +442,13 @@ Test(faults, restore_and_verify)
         for (int op = 0; op < FSIO_OP_COUNT; op++)
             if (counts[op])
                 cr_log_info("%s: %-8s %ld calls", mode ? "verify" : "restore",
-                            fsio_op_name((fsio_op)op), counts[op]);
+                            tc_fsio_op_name(op), counts[op]);
 
         for (int op = 0; op < FSIO_OP_COUNT; op++) {
             for (long nth = 1; nth <= counts[op]; nth++) {
                 char what[128];
                 snprintf(what, sizeof what, "%s: %s call %ld/%ld failing with EIO",
-                         mode ? "verify" : "restore", fsio_op_name((fsio_op)op), nth,
+                         mode ? "verify" : "restore", tc_fsio_op_name(op), nth,
                          counts[op]);
                 fault_reset(&f, (fsio_op)op, nth, EIO);
                 st = NULL;

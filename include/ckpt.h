@@ -5,34 +5,70 @@
  *
  * Model
  * -----
- * A *store* is a directory (the checkpoint root).  Each committed checkpoint
- * is a sub-directory `step-NNNNNNNNNNNN/` holding a JSON manifest and shard
- * files of independently compressed, checksummed chunks (docs/FORMAT.md).
- * A save copies the caller's tensors into a snapshot buffer and returns; the
- * chunks are compressed, hashed, written, fsynced and committed in the
- * background.  A restore walks the checkpoints from the newest down and
- * restores the first one whose every chunk verifies, reporting the ones it
- * skipped and why.
+ * A *store* (ckpt_store) is a directory, the checkpoint root.  Each committed
+ * checkpoint is a sub-directory `step-NNNNNNNNNNNN/` holding a JSON manifest
+ * and shard files of independently compressed, checksummed chunks
+ * (docs/FORMAT.md).  A save (ckpt_save) copies the caller's tensors into a
+ * snapshot buffer and returns; the chunks are compressed, hashed, written,
+ * fsynced, verified and committed in the background, after which the
+ * oldest steps beyond the store's keep_last are retired.  A restore walks
+ * the checkpoints from the newest down and restores the first one whose
+ * every chunk it reads verifies, reporting the ones it skipped and why (a
+ * ckpt_report).  A checkpoint handle (ckpt_checkpoint) reads one committed
+ * step tensor by tensor; ckpt_verify checks one; ckpt_store_gc retires old
+ * steps and removes what dead writers left behind.
  *
  * Errors
  * ------
  * Every function that can fail returns a `ckpt_status` (0 on success, a
  * negative CKPT_E* code otherwise) and leaves a message naming what was wrong
  * (file, tensor, byte offset) in a per-thread slot read by ckpt_error_last().
+ * A successful call need not clear that slot.  Each function's comment lists
+ * the statuses it returns.  A failed file-system call is mapped from errno:
+ * ENOSPC, EDQUOT -> CKPT_ENOSPC; EACCES, EPERM, EROFS -> CKPT_EACCES;
+ * ENOMEM -> CKPT_ENOMEM; ENOENT -> CKPT_ENOTFOUND (a file missing from a
+ * step is CKPT_EINCOMPLETE instead); any other -> CKPT_EIO.
  *
  * Threads
  * -------
  * A store handle may be used from several threads; calls on one store are
- * serialised internally.  At most one save per store is in flight: a new
- * save waits until the previous one is committed (or failed), so memory
- * stays bounded.  Only one process may open a root for writing; a second
- * gets CKPT_EBUSY.  Readers (CKPT_OPEN_READONLY) take no lock.
+ * serialised by an internal mutex, so a long call (a restore, a full verify,
+ * a gc) delays the others on that store.  The calls that read committed
+ * steps (ckpt_store_latest, ckpt_store_gc, ckpt_restore, ckpt_verify,
+ * ckpt_checkpoint_open, ckpt_load) first wait for the save in flight;
+ * ckpt_store_steps and ckpt_checkpoint_read do not.  At most one save per
+ * store is in flight: a new save waits until the previous one is committed
+ * (or failed), so memory stays bounded.  Only one store handle at a time, in
+ * this or any other process, may open a root for writing; a second gets
+ * CKPT_EBUSY.  Readers (CKPT_OPEN_READONLY) take no lock.
+ *
+ * Safe from any thread at any time: the version, status, dtype and
+ * preemption functions, ckpt_free() and ckpt_cuda_available(); the error
+ * functions act on the calling thread's own slot.  The functions of one
+ * save handle, of one checkpoint and of one report may be called from
+ * several threads at once.  A `_free` function must not run concurrently
+ * with any other call on the object it frees.
  *
  * Ownership
  * ---------
  * Whatever a function returns through a `**` out-parameter belongs to the
- * caller and is released with that type's `_free` function, which accepts
- * NULL.  `const char *` results are owned by the object they came from.
+ * caller and is released with that type's `_free` function (ckpt_free() for
+ * the step list of ckpt_store_steps and the buffer of ckpt_load), which
+ * accepts NULL.  On failure the caller owns nothing, except the report that
+ * ckpt_restore, ckpt_verify and ckpt_store_gc hand out also when they fail.
+ * A call that rejects its arguments with CKPT_EINVAL may leave its
+ * out-parameters unchanged: initialise them to NULL.  `const char *` results
+ * are owned by the object they came from and live as long as it; those of
+ * the version, status and dtype functions are static; ckpt_error_last()'s
+ * lives until the next libckpt call on the thread.
+ *
+ * Lifetimes: a checkpoint handle borrows its store and must be freed before
+ * the store.  A save handle may outlive its store: ckpt_store_free() waits
+ * for the save in flight, after which the handle's functions (wait, done,
+ * wait_snapshot, fence, stats_get, free) still work without the store.  A
+ * report refers to nothing else.  The tensor descriptors, names, options
+ * and metadata passed to a call need only live during that call; the
+ * tensors' buffers, see ckpt_save_begin().
  */
 #ifndef CKPT_H
 #define CKPT_H
@@ -44,6 +80,7 @@
 extern "C" {
 #endif
 
+/* Marks the functions libckpt exports. */
 #if defined(__GNUC__) && defined(CKPT_BUILDING)
 #define CKPT_API __attribute__((visibility("default")))
 #else
@@ -52,6 +89,7 @@ extern "C" {
 
 /* ---------------------------------------------------------------- version */
 
+/* Version of this header. */
 #define CKPT_VERSION_MAJOR 0
 #define CKPT_VERSION_MINOR 1
 #define CKPT_VERSION_PATCH 0
@@ -59,13 +97,15 @@ extern "C" {
     (CKPT_VERSION_MAJOR * 10000 + CKPT_VERSION_MINOR * 100 + CKPT_VERSION_PATCH)
 #define CKPT_VERSION_STRING "0.1.0"
 
-/** Version of the library actually loaded (compare with CKPT_VERSION_NUMBER). */
+/** Version of the library actually loaded (compare with CKPT_VERSION_NUMBER).
+ *  Thread-safe. */
 CKPT_API int ckpt_version_number(void);
-/** "MAJOR.MINOR.PATCH" of the loaded library. */
+/** "MAJOR.MINOR.PATCH" of the loaded library.  Static storage; thread-safe. */
 CKPT_API const char *ckpt_version_string(void);
 
 /* ----------------------------------------------------------------- errors */
 
+/** What a call returns: CKPT_OK, or why it failed (see "Errors" above). */
 typedef enum ckpt_status {
     CKPT_OK = 0,
     CKPT_EINVAL = -1,     /* bad argument or option                      */
@@ -86,7 +126,7 @@ typedef enum ckpt_status {
 } ckpt_status;
 
 /** Short, static description of a status code ("checkpoint is corrupt");
- *  "unknown status" for a value not in ckpt_status. */
+ *  "unknown status" for a value not in ckpt_status.  Thread-safe. */
 CKPT_API const char *ckpt_strerror(int status);
 /**
  * Stable machine name of a status code, the word the `ckpt` command and the
@@ -99,19 +139,23 @@ CKPT_API const char *ckpt_status_name(int status);
 
 /**
  * The message left by the last failing call on this thread.  Never NULL:
- * returns "" when there was none.  Valid until the next libckpt call on the
- * same thread.
+ * returns "" when there was none or after ckpt_error_clear().  Valid until
+ * the next libckpt call on the same thread.  Read it right after a call
+ * failed: a successful call may leave an older message in place or clear it.
  */
 CKPT_API const char *ckpt_error_last(void);
-/** The status of the last failing call on this thread (CKPT_OK if none). */
+/** The status of the last failing call on this thread (CKPT_OK if none);
+ *  the same caveat as for ckpt_error_last() applies. */
 CKPT_API int ckpt_error_last_status(void);
-/** Forget the last error of this thread. */
+/** Forget the last error of this thread (status CKPT_OK, message ""). */
 CKPT_API void ckpt_error_clear(void);
 
 /* ----------------------------------------------------------------- dtypes */
 
+/** Element type of a tensor.  The values are stored in manifests by name
+ *  (ckpt_dtype_name), not by number. */
 typedef enum ckpt_dtype {
-    CKPT_DTYPE_INVALID = 0,
+    CKPT_DTYPE_INVALID = 0, /* no dtype: rejected wherever one is needed */
     CKPT_BOOL = 1,
     CKPT_U8, CKPT_I8, CKPT_U16, CKPT_I16, CKPT_U32, CKPT_I32, CKPT_U64, CKPT_I64,
     CKPT_F16, CKPT_BF16, CKPT_F32, CKPT_F64,
@@ -120,18 +164,31 @@ typedef enum ckpt_dtype {
     CKPT_F8_E4M3,
     CKPT_F8_E5M2,
     CKPT_BYTES,        /* opaque bytes; shape counts bytes */
-    CKPT_DTYPE_COUNT_
+    CKPT_DTYPE_COUNT_  /* number of values above; not a dtype */
 } ckpt_dtype;
 
-/** Bytes per element (0 for CKPT_DTYPE_INVALID or unknown values). */
+/** Bytes per element (0 for CKPT_DTYPE_INVALID or unknown values).
+ *  Thread-safe, as are the two functions below. */
 CKPT_API size_t ckpt_dtype_size(ckpt_dtype dtype);
-/** NumPy-style name ("float32", "bfloat16", "bool"), or NULL if unknown. */
+/**
+ * NumPy-style name, or NULL if unknown: "bool", "uint8", "int8", "uint16",
+ * "int16", "uint32", "int32", "uint64", "int64", "float16", "bfloat16",
+ * "float32", "float64", "complex64", "complex128", "float8_e4m3fn",
+ * "float8_e5m2", "bytes".  Static storage.
+ */
 CKPT_API const char *ckpt_dtype_name(ckpt_dtype dtype);
-/** Inverse of ckpt_dtype_name; CKPT_DTYPE_INVALID if unknown. */
+/** Inverse of ckpt_dtype_name (exact, case-sensitive match);
+ *  CKPT_DTYPE_INVALID if unknown or NULL. */
 CKPT_API ckpt_dtype ckpt_dtype_from_name(const char *name);
 
 /* ----------------------------------------------------------------- limits */
 
+/*
+ * Named limits.  Tensor descriptors are checked against them by
+ * ckpt_save_begin and ckpt_restore, store options by ckpt_store_open
+ * (CKPT_EINVAL when out of range).  A _DEFAULT is what 0 stands for in
+ * ckpt_store_options (-1 for keep_last).
+ */
 #define CKPT_MAX_DIMS 16                 /* dimensions of a tensor            */
 #define CKPT_NAME_MAX 255                /* bytes of a tensor name (no NUL)   */
 #define CKPT_STEP_MAX INT64_MAX          /* largest step number               */
@@ -147,7 +204,14 @@ CKPT_API ckpt_dtype ckpt_dtype_from_name(const char *name);
 
 /* ---------------------------------------------------------------- tensors */
 
-/** Where a tensor's memory lives. */
+/**
+ * Where a tensor's memory lives.  CKPT_MEM_DEVICE needs a CUDA runtime
+ * (CKPT_ENODEVICE without one); a pointer the runtime reports as pinned host
+ * memory is then handled as host memory, one it reports as ordinary host
+ * memory is CKPT_EINVAL.  CKPT_MEM_AUTO asks the runtime only when one is
+ * already in the process or named by $CKPT_CUDART_LIBRARY; otherwise it
+ * means CKPT_MEM_HOST.  A tensor of 0 bytes is always host memory.
+ */
 typedef enum ckpt_memory {
     CKPT_MEM_HOST = 0,   /* ordinary (or pinned) host memory              */
     CKPT_MEM_DEVICE = 1, /* CUDA device memory                            */
@@ -157,41 +221,54 @@ typedef enum ckpt_memory {
 /**
  * One named tensor handed to a save or a restore.  `bytes` must equal the
  * product of `shape` times the dtype size (ndim == 0 is a scalar: one
- * element).  For a save `data` is read; for a restore it is written.
+ * element).  For a save `data` is read; for a restore it is written.  Every
+ * rule in the field comments is checked (CKPT_EINVAL), and names must be
+ * unique among the tensors of one call.  libckpt sees the data as `bytes`
+ * contiguous bytes and stores them as they are.
  */
 typedef struct ckpt_tensor {
     const char *name;      /* unique in the checkpoint, 1..255 bytes, UTF-8 */
-    void *data;
-    uint64_t bytes;
-    ckpt_dtype dtype;
+    void *data;            /* the bytes; may be NULL only if `bytes` is 0   */
+    uint64_t bytes;        /* size of `data` in bytes                       */
+    ckpt_dtype dtype;      /* element type; not CKPT_DTYPE_INVALID          */
     int ndim;              /* 0..CKPT_MAX_DIMS                              */
     const int64_t *shape;  /* ndim entries, each >= 0; may be NULL if ndim 0 */
-    ckpt_memory memory;
+    ckpt_memory memory;    /* where `data` lives                            */
 } ckpt_tensor;
 
 /* ------------------------------------------------------------------ store */
 
+/** An open checkpoint root (see "Model" above). */
 typedef struct ckpt_store ckpt_store;
 
 /*
  * Steps: a step is a number in 0..CKPT_STEP_MAX.  Where a call takes a
  * step it also accepts one of these, each with one meaning everywhere:
  *   CKPT_LATEST  the newest committed step that passes the verification
- *                the call performs (ckpt_restore, ckpt_load: full; others
- *                take the level as an argument);
+ *                the call performs (ckpt_load: full; ckpt_restore: quick,
+ *                plus every chunk it restores; others take the level as
+ *                an argument);
  *   CKPT_NEWEST  the newest committed step, whatever its state (to verify
  *                or inspect it, e.g. `ckpt verify` in CI).
+ * ckpt_verify, ckpt_checkpoint_open and ckpt_load accept both, ckpt_restore
+ * only CKPT_LATEST, ckpt_save_begin neither.
  */
 #define CKPT_LATEST ((int64_t)-1)
 #define CKPT_NEWEST ((int64_t)-2)
 typedef struct ckpt_report ckpt_report; /* see "reports" below */
 
-/** Open flags. */
+/** Open flags.  A read-only store never writes to the root: ckpt_save_begin
+ *  and ckpt_store_gc without dry_run fail with CKPT_EACCES. */
 #define CKPT_OPEN_READONLY 0x1u  /* no lock, no writes, root must exist     */
 
-/** What to check after a save is committed, before retention runs. */
+/**
+ * How much of a checkpoint is checked (ckpt_verify, ckpt_store_latest,
+ * ckpt_checkpoint_open).  As the store option verify_after_save: what a save
+ * checks in its temporary directory once written, before the commit (a
+ * failure aborts the save, committing nothing) and so before retention.
+ */
 typedef enum ckpt_verify_level {
-    CKPT_VERIFY_NONE = 0,
+    CKPT_VERIFY_NONE = 0,   /* nothing (verify_after_save only)               */
     CKPT_VERIFY_QUICK = 1,  /* structure, sizes, index and manifest checksums */
     CKPT_VERIFY_FULL = 2    /* plus every chunk's stored and raw hashes       */
 } ckpt_verify_level;
@@ -208,11 +285,15 @@ typedef enum ckpt_snapshot_mode {
 } ckpt_snapshot_mode;
 
 #define CKPT_STORE_OPTIONS_VERSION 1
+/** Options of ckpt_store_open(); start from CKPT_STORE_OPTIONS_INIT or
+ *  ckpt_store_options_init().  A value out of range is CKPT_EINVAL. */
 typedef struct ckpt_store_options {
     unsigned int version;       /* CKPT_STORE_OPTIONS_VERSION                  */
-    unsigned int flags;         /* CKPT_OPEN_*                                 */
-    int level;                  /* zstd level; 0 means the default (1)         */
-    int threads;                /* worker threads; 0 means online CPUs         */
+    unsigned int flags;         /* CKPT_OPEN_*; no other bits                  */
+    int level;                  /* zstd level in CKPT_LEVEL_MIN..CKPT_LEVEL_MAX;
+                                   0 means the default (1)                     */
+    int threads;                /* worker threads, 1..CKPT_THREADS_MAX; 0 means
+                                   online CPUs (at most CKPT_THREADS_MAX)      */
     uint64_t chunk_bytes;       /* raw bytes per chunk; 0 means 4 MiB; else a
                                    multiple of 16 in 4 KiB..1 GiB (lowered to
                                    host_memory_limit when that is smaller)    */
@@ -221,9 +302,11 @@ typedef struct ckpt_store_options {
                                    this is saved in passes: the save call
                                    then waits for earlier chunks to drain.   */
     int keep_last;              /* committed steps to keep; 0 keeps all;
-                                   default (-1) means 3.  The step just
-                                   committed is never retired, so saves out
-                                   of step order may leave keep_last + 1.     */
+                                   default (-1) means 3; < -1 is invalid.
+                                   Applied after each commit, best effort.
+                                   The step just committed is never retired,
+                                   so saves out of step order may leave
+                                   keep_last + 1.                             */
     int fsync;                  /* 1 (default) or 0: skip fsync (tests, tmpfs) */
     ckpt_verify_level verify_after_save; /* default CKPT_VERIFY_FULL           */
     ckpt_snapshot_mode snapshot_mode;    /* device tensors; default HOST       */
@@ -235,90 +318,163 @@ typedef struct ckpt_store_options {
     { CKPT_STORE_OPTIONS_VERSION, 0u, 0, 0, 0u, 0u, -1, 1, CKPT_VERIFY_FULL, \
       CKPT_SNAPSHOT_HOST, 0u }
 
-/** Fill `opts` with defaults for `version`; CKPT_EVERSION if unknown. */
+/**
+ * Fill `opts` with the defaults of CKPT_STORE_OPTIONS_INIT for `version`
+ * (pass CKPT_STORE_OPTIONS_VERSION).  Returns CKPT_OK; CKPT_EINVAL if
+ * `opts` is NULL; CKPT_EVERSION if `version` is unknown (`opts` is left
+ * unchanged).  Thread-safe.
+ */
 CKPT_API int ckpt_store_options_init(ckpt_store_options *opts, unsigned int version);
 
 /**
- * Open (and, unless read-only, create and lock) the checkpoint root `path`.
- * `opts` may be NULL for the defaults.  A writer removes the stale
- * temporary directories of writers that died.
- * Errors: CKPT_EBUSY (another writer), CKPT_EACCES, CKPT_EIO, CKPT_EVERSION.
+ * Open the checkpoint root `path` (a directory, or a symbolic link to one).
+ * Unless CKPT_OPEN_READONLY is set, create it if it is missing (not its
+ * parents), take the writer lock (the file `.lock` in it), remove the
+ * temporary directories of writers that died and put back a step one of
+ * them had moved aside while replacing it.  `opts` may be NULL for the
+ * defaults.  On success `*out` is a store released with ckpt_store_free().
+ *
+ * Returns CKPT_OK; CKPT_EINVAL (NULL `out` or `path`, empty `path`, a bad
+ * option, or `path` is not a directory); CKPT_EVERSION (unknown
+ * `opts->version`); CKPT_ENOTFOUND (a read-only root, or the parent of a
+ * new root, does not exist); CKPT_EBUSY (another store handle holds the
+ * writer lock); CKPT_EACCES, CKPT_ENOSPC, CKPT_EIO (creating, resolving or
+ * locking the root); CKPT_ENOMEM.  Thread-safe.
  */
 CKPT_API int ckpt_store_open(ckpt_store **out, const char *path,
                              const ckpt_store_options *opts);
 
-/** Wait for any save in flight, release the lock and free.  NULL is fine. */
+/**
+ * Wait for any save in flight (its outcome stays with its handle and is not
+ * reported here), wait for the store's device copies, release the lock and
+ * free.  NULL is fine.  Every checkpoint opened on the store must have been
+ * freed before; save handles may be freed before or after.  Must not run
+ * concurrently with any other call on the store.
+ */
 CKPT_API void ckpt_store_free(ckpt_store *store);
 
-/** The root path the store was opened on. */
+/** The absolute path of the root, resolved when the store was opened (NULL
+ *  for a NULL store).  Owned by the store: valid until ckpt_store_free().
+ *  Thread-safe. */
 CKPT_API const char *ckpt_store_path(const ckpt_store *store);
 
 /**
- * Committed steps, ascending, whether or not they verify.  `*steps` is
- * allocated with malloc-compatible ckpt_free(); `*count` may be 0.
+ * Committed steps, ascending, whether or not they verify: the directories
+ * of the root named as docs/FORMAT.md says.  `*steps` is allocated with
+ * malloc-compatible ckpt_free(); `*count` may be 0.  Does not wait for a
+ * save in flight.  Returns CKPT_OK; CKPT_EINVAL (a NULL argument);
+ * CKPT_EACCES, CKPT_ENOTFOUND (the root is gone), CKPT_EIO, CKPT_ENOMEM
+ * (listing the root).  Thread-safe.
  */
 CKPT_API int ckpt_store_steps(const ckpt_store *store, int64_t **steps,
                               size_t *count);
 
 /**
- * The newest step that verifies at `level` (QUICK or FULL).
- * CKPT_ENOCKPT if none does.
+ * The newest step that verifies at `level` (QUICK or FULL), in `*step`.
+ * Newer steps that do not, or cannot be read for any reason, are skipped
+ * silently; FULL reads each step it tries in full.  Waits for a save in
+ * flight first.  Returns CKPT_OK; CKPT_ENOCKPT if none verifies (or there
+ * is no step); CKPT_EINVAL (NULL `store` or `step`, another level);
+ * CKPT_EACCES, CKPT_ENOTFOUND, CKPT_EIO, CKPT_ENOMEM (listing the root).
+ * Thread-safe.
  */
 CKPT_API int ckpt_store_latest(ckpt_store *store, ckpt_verify_level level,
                                int64_t *step);
 
-/** Pinned host bytes the store holds now (0 without CUDA). */
+/** Pinned host bytes the store holds now for snapshot and staging buffers
+ *  (0 without CUDA, and for a NULL store).  Thread-safe. */
 CKPT_API uint64_t ckpt_store_pinned_bytes(const ckpt_store *store);
 
 /**
  * CKPT_OK when a CUDA runtime could be loaded and reports a device, else
  * CKPT_ENODEVICE with a message saying what was missing.  The runtime is
  * taken from the process if already loaded, else from $CKPT_CUDART_LIBRARY,
- * else libcudart.so.13, then libcudart.so.12.
+ * else libcudart.so.13, then libcudart.so.12.  The answer is decided once
+ * per process, on the first call that needs it.  Thread-safe.
  */
 CKPT_API int ckpt_cuda_available(void);
 
 /**
- * Garbage-collect the root (writer only): retire committed steps beyond the
- * newest `keep_last` (never the newest one that passes full verification)
- * and remove stale temporary directories.  With `dry_run` nothing is
- * removed, and a read-only store may be used (its temporary directories
- * are listed although a live writer may still own them).  Each (would-be) removal is listed in `*report` (may be NULL) as
+ * Garbage-collect the root: retire the committed steps older than the newest
+ * `keep_last` (never the newest one that passes full verification, so
+ * keep_last + 1 may remain) and remove the temporary and trash directories
+ * of writers that died.  Independent of the store's keep_last option.
+ * Waits for a save in flight first; finding the newest valid step reads
+ * steps in full, newest first.  Without `dry_run` a step that a dead writer
+ * had moved aside is put back, as ckpt_store_open does (not listed).
+ *
+ * With `dry_run` nothing is removed, and a read-only store may be used (its
+ * temporary directories are listed although a live writer may still own
+ * them).  Each (would-be) removal is listed in `*report` (may be NULL) as
  * an entry with status CKPT_OK, its step (-1 for a temporary directory) and
- * its directory name in `file`.
+ * its directory name in `file`.  The report is handed out also on failure,
+ * listing what was removed before it.
+ *
+ * Returns CKPT_OK; CKPT_EINVAL (NULL `store`, or `keep_last` < 1);
+ * CKPT_EACCES (a read-only store without `dry_run`, or permission denied);
+ * CKPT_EBUSY (without `dry_run`: the lock file was removed or replaced
+ * while this store held it; nothing is removed); CKPT_ENOTFOUND,
+ * CKPT_ENOSPC, CKPT_EIO, CKPT_ENOMEM (listing, renaming or removing).
+ * Thread-safe.
  */
-/* keep_last must be >= 1 here (CKPT_EINVAL otherwise). */
 CKPT_API int ckpt_store_gc(ckpt_store *store, int keep_last, int dry_run,
                            ckpt_report **report);
 
-/** Free memory returned by libckpt (buffers from ckpt_load, step lists). */
+/** Free memory returned by libckpt (buffers from ckpt_load, step lists).
+ *  NULL is fine.  Thread-safe. */
 CKPT_API void ckpt_free(void *ptr);
 
 /* ------------------------------------------------------------------- save */
 
+/** One save: from ckpt_save_begin() to its commit or failure. */
 typedef struct ckpt_save ckpt_save;
 
 #define CKPT_SAVE_OPTIONS_VERSION 1
+/** Options of one save; start from CKPT_SAVE_OPTIONS_INIT or
+ *  ckpt_save_options_init(). */
 typedef struct ckpt_save_options {
     unsigned int version;       /* CKPT_SAVE_OPTIONS_VERSION                   */
     const char *metadata_json;  /* caller's JSON value stored in the manifest;
-                                   NULL for none                               */
+                                   NULL for none; parsed during the call      */
     void *cuda_stream;          /* cudaStream_t the device tensors were
                                    written on (NULL: legacy default stream)    */
 } ckpt_save_options;
 
 #define CKPT_SAVE_OPTIONS_INIT { CKPT_SAVE_OPTIONS_VERSION, NULL, NULL }
 
+/**
+ * Fill `opts` with the defaults of CKPT_SAVE_OPTIONS_INIT for `version`
+ * (pass CKPT_SAVE_OPTIONS_VERSION).  Returns CKPT_OK; CKPT_EINVAL if `opts`
+ * is NULL; CKPT_EVERSION if `version` is unknown (`opts` is left
+ * unchanged).  Thread-safe.
+ */
 CKPT_API int ckpt_save_options_init(ckpt_save_options *opts, unsigned int version);
 
 /**
- * Begin saving `count` tensors as checkpoint `step` (>= 0).  Returns once
- * every tensor has been copied into the snapshot buffer: from then on the
- * caller may change its buffers.  Compression, hashing, writing and the
- * commit run in the background; collect the result with ckpt_save_wait().
- * If a previous save is still in flight this first waits for it.
- * A step that already exists is replaced atomically when this one commits.
- * `opts` may be NULL.
+ * Begin saving `count` tensors (`tensors` may be NULL if `count` is 0) as
+ * checkpoint `step` (0..CKPT_STEP_MAX).  If a previous save is still in
+ * flight this first waits for it (its outcome stays with its handle).
+ * Returns once every host tensor has been copied into the snapshot buffer
+ * and every device copy is queued: from then on the caller may change its
+ * host buffers; for device buffers use ckpt_save_fence() or
+ * ckpt_save_wait_snapshot().  Exception: a CKPT_SNAPSHOT_STREAM save with
+ * device tensors and a state larger than the pinned pool copies on a
+ * background thread, and all its buffers, host ones too, must stay
+ * untouched until ckpt_save_wait_snapshot() returns.  Compression, hashing,
+ * writing, verify_after_save, the commit and retention run in the
+ * background; collect the result with ckpt_save_wait().  A step that
+ * already exists is replaced atomically when this one commits (see
+ * docs/FORMAT.md for file systems without an atomic swap).  `opts` may
+ * be NULL.  On success `*out` is a handle released with ckpt_save_free();
+ * a failed call leaves nothing in the root.
+ *
+ * Returns CKPT_OK; CKPT_EINVAL (NULL `out` or `store`, a negative step, a
+ * tensor breaking a rule of ckpt_tensor, a name given twice, metadata that
+ * is not JSON, a device pointer the runtime calls host memory);
+ * CKPT_EACCES (a read-only store, or permission denied); CKPT_EVERSION
+ * (unknown `opts->version`); CKPT_ENODEVICE (device tensors and no CUDA
+ * runtime); CKPT_EDEVICE; CKPT_ENOSPC, CKPT_ENOTFOUND, CKPT_EIO (creating
+ * the temporary directory or shard file); CKPT_ENOMEM.  Thread-safe.
  */
 CKPT_API int ckpt_save_begin(ckpt_save **out, ckpt_store *store, int64_t step,
                              const ckpt_tensor *tensors, size_t count,
@@ -326,46 +482,81 @@ CKPT_API int ckpt_save_begin(ckpt_save **out, ckpt_store *store, int64_t step,
 
 /**
  * Wait until the save is durable and committed (CKPT_OK) or has failed (its
- * status and message).  May be called more than once and from any thread.
+ * status, and its message as this thread's last error).  A failed save
+ * committed nothing and left the earlier checkpoints as they were.  May be
+ * called more than once (same result) and from any thread.  Retention after
+ * the commit is best effort: its failures are not reported.
+ *
+ * Returns CKPT_OK; CKPT_EINVAL (NULL `save`); or the save's failure:
+ * CKPT_ENOSPC, CKPT_EACCES, CKPT_ENOTFOUND, CKPT_EIO (writing, fsync or
+ * commit); CKPT_EBUSY (the lock file was removed or replaced while this
+ * store held it); CKPT_EINVAL (the manifest would not be readable, e.g.
+ * metadata too large); CKPT_ECORRUPT, CKPT_EINCOMPLETE (verify_after_save
+ * failed); CKPT_EDEVICE (a device copy failed); CKPT_ENOMEM;
+ * CKPT_EINTERNAL.
  */
 CKPT_API int ckpt_save_wait(ckpt_save *save);
 
 /**
  * Block the CPU until the snapshot copy is complete: from then on the
  * caller may overwrite its tensors (host ones are already free when
- * ckpt_save_begin returns; device ones are copied asynchronously).
+ * ckpt_save_begin returns, but for the STREAM exception there; device ones
+ * are copied asynchronously; in CKPT_SNAPSHOT_DEVICE mode this waits for
+ * the device-to-device copy only).  Returns at once after the save has
+ * finished.  Returns CKPT_OK; CKPT_EINVAL (NULL `save`); CKPT_EDEVICE (a
+ * copy failed; ckpt_save_wait reports it too, and may be the only one to).
+ * Thread-safe.
  */
 CKPT_API int ckpt_save_wait_snapshot(ckpt_save *save);
 
 /**
  * Make the CUDA stream `stream` wait, on the GPU, until the snapshot copy is
  * complete, without blocking the CPU: enqueue work that overwrites the saved
- * device tensors after this.  A no-op for saves of host tensors only.
+ * device tensors after this.  A no-op for saves of host tensors only, and
+ * once the save has finished.  NULL is the legacy default stream.
  * Exception: a CKPT_SNAPSHOT_STREAM save of a state larger than the pinned
  * pool copies in passes on a background thread, and this blocks the CPU
- * until the last pass is queued.
+ * until the last pass is queued.  Returns CKPT_OK; CKPT_EINVAL (NULL
+ * `save`); CKPT_EDEVICE (the stream cannot be made to wait).  Thread-safe.
  */
 CKPT_API int ckpt_save_fence(ckpt_save *save, void *cuda_stream);
 
-/** Non-blocking: 1 when the save has finished (either way), else 0. */
+/** Non-blocking: 1 when the save has finished (either way; ckpt_save_wait
+ *  then returns at once), else 0.  1 for NULL.  Thread-safe. */
 CKPT_API int ckpt_save_done(ckpt_save *save);
 
+/** Statistics of a save (ckpt_save_stats_get) or, as recorded in its
+ *  manifest, of a committed checkpoint (ckpt_checkpoint_stats). */
 typedef struct ckpt_save_stats {
-    int64_t step;
+    int64_t step;           /* the step saved                                 */
     uint64_t raw_bytes;     /* bytes handed in                                */
-    uint64_t stored_bytes;  /* bytes in shard files (frames + index)          */
-    uint64_t chunks;
-    double stall_s;         /* time the caller spent in ckpt_save_begin       */
-    double persist_s;       /* from begin returning to commit (incl. verify)  */
+    uint64_t stored_bytes;  /* size of the shard files (header, frames, index,
+                               trailer)                                       */
+    uint64_t chunks;        /* chunks written                                 */
+    double stall_s;         /* time the caller spent in ckpt_save_begin, after
+                               waiting for any previous save                  */
+    double persist_s;       /* from begin returning until the save finished
+                               (verify, commit and retention included)        */
 } ckpt_save_stats;
 
-/** Statistics; final once ckpt_save_wait() has returned. */
+/**
+ * Copy the save's statistics into `*stats`: step, raw_bytes and stall_s
+ * are set when ckpt_save_begin returns, the rest is final once
+ * ckpt_save_wait() has returned.  Returns CKPT_OK; CKPT_EINVAL (a NULL
+ * argument).  Thread-safe.
+ */
 CKPT_API int ckpt_save_stats_get(const ckpt_save *save, ckpt_save_stats *stats);
 
-/** Wait for the save (if still running) and free the handle.  NULL is fine. */
+/**
+ * Wait for the save (if still running) and free the handle.  NULL is fine.
+ * The save's status is not returned (call ckpt_save_wait() for it), but a
+ * failure does become this thread's last error.  May be called after
+ * ckpt_store_free() of its store.
+ */
 CKPT_API void ckpt_save_free(ckpt_save *save);
 
-/** ckpt_save_begin + ckpt_save_wait + ckpt_save_free. */
+/** ckpt_save_begin + ckpt_save_wait + ckpt_save_free: returns a status of
+ *  ckpt_save_begin or of ckpt_save_wait.  Thread-safe. */
 CKPT_API int ckpt_save_sync(ckpt_store *store, int64_t step, const ckpt_tensor *tensors,
                        size_t count, const ckpt_save_options *opts);
 
@@ -373,49 +564,82 @@ CKPT_API int ckpt_save_sync(ckpt_store *store, int64_t step, const ckpt_tensor *
 
 /**
  * A report lists problems: for a restore, the newer checkpoints that were
- * skipped and why; for a verify, every problem found.
+ * skipped and why; for a verify, every problem found; for a gc, each
+ * (would-be) removal, with status CKPT_OK.  A report is read-only once
+ * handed out (its functions are thread-safe) and does not refer to the
+ * store: it may outlive it.
  */
 typedef struct ckpt_problem {
-    int64_t step;        /* checkpoint the problem is in                   */
-    int status;          /* CKPT_E* classifying it                          */
+    int64_t step;        /* checkpoint the problem is in (-1: none)         */
+    int status;          /* CKPT_E* classifying it (CKPT_OK in a gc report) */
     const char *message; /* full sentence naming what was wrong             */
-    const char *file;    /* file name inside the step directory, or ""      */
+    const char *file;    /* file name inside the step directory (gc: entry
+                            name in the root), or ""                        */
     const char *tensor;  /* tensor name, or ""                              */
     int64_t offset;      /* byte offset in `file`, or -1                    */
 } ckpt_problem;
 
-/** Step restored or verified (-1 if none). */
+/** Step restored or verified (ckpt_verify: also when it failed; with
+ *  CKPT_LATEST, the step chosen); -1 if none, for a gc report and for NULL. */
 CKPT_API int64_t ckpt_report_step(const ckpt_report *report);
+/** Number of problems (0 for NULL). */
 CKPT_API size_t ckpt_report_count(const ckpt_report *report);
-/** Problem `i` (< count), owned by the report. */
+/** Problem `i` (< count), owned by the report: it and its strings are valid
+ *  until ckpt_report_free().  NULL if `i` is out of range or for NULL. */
 CKPT_API const ckpt_problem *ckpt_report_get(const ckpt_report *report, size_t i);
+/** Free the report and its problems.  NULL is fine. */
 CKPT_API void ckpt_report_free(ckpt_report *report);
 
 /* ---------------------------------------------------------------- restore */
 
 
 #define CKPT_RESTORE_OPTIONS_VERSION 1
+/** Options of ckpt_restore(); start from CKPT_RESTORE_OPTIONS_INIT or
+ *  ckpt_restore_options_init(). */
 typedef struct ckpt_restore_options {
     unsigned int version;     /* CKPT_RESTORE_OPTIONS_VERSION                  */
-    int allow_missing;        /* 1: tensors absent from the checkpoint are
-                                 left untouched instead of CKPT_ENOTFOUND      */
-    void *cuda_stream;        /* stream for H2D copies into device tensors    */
+    int allow_missing;        /* non-zero: tensors absent from the checkpoint
+                                 are left untouched instead of CKPT_ENOTFOUND  */
+    void *cuda_stream;        /* stream for H2D copies into device tensors
+                                 (NULL: legacy default stream); they are
+                                 complete when ckpt_restore returns           */
 } ckpt_restore_options;
 
 #define CKPT_RESTORE_OPTIONS_INIT { CKPT_RESTORE_OPTIONS_VERSION, 0, NULL }
 
+/**
+ * Fill `opts` with the defaults of CKPT_RESTORE_OPTIONS_INIT for `version`
+ * (pass CKPT_RESTORE_OPTIONS_VERSION).  Returns CKPT_OK; CKPT_EINVAL if
+ * `opts` is NULL; CKPT_EVERSION if `version` is unknown (`opts` is left
+ * unchanged).  Thread-safe.
+ */
 CKPT_API int ckpt_restore_options_init(ckpt_restore_options *opts,
                                        unsigned int version);
 
 /**
- * Restore `count` caller buffers, matched by name, from checkpoint `step`, or
- * with CKPT_LATEST from the newest one that fully verifies.  Every chunk is
- * verified.  With CKPT_LATEST a corrupt or incomplete checkpoint is skipped
- * for the next older one and recorded in `*report` (may be NULL).  A dtype,
- * shape or size that differs from the checkpoint is CKPT_EMISMATCH and an
- * unknown name CKPT_ENOTFOUND: those are the caller's errors, not reasons to
- * fall back.  On failure the buffers' contents are unspecified.
- * Returns CKPT_ENOCKPT when no checkpoint could be restored.
+ * Restore `count` caller buffers (`tensors` may be NULL if `count` is 0),
+ * matched by name, from checkpoint `step`, or with CKPT_LATEST from the
+ * newest one that can be restored.  The checkpoint is opened with quick
+ * verification and every chunk restored is verified; chunks of tensors not
+ * asked for are not read.  With CKPT_LATEST a checkpoint that fails this
+ * (corrupt, incomplete, unreadable, of a newer format, or gone) is skipped
+ * for the next older one and recorded in `*report` (may be NULL; handed
+ * out also on failure; its step is the one restored).  A dtype, shape or
+ * size that differs from the checkpoint is CKPT_EMISMATCH and a name not in
+ * it CKPT_ENOTFOUND (unless allow_missing): those are the caller's errors,
+ * not reasons to fall back.  On failure the buffers' contents are
+ * unspecified.  Waits for a save in flight first.  `opts` may be NULL.
+ *
+ * Returns CKPT_OK; CKPT_ENOCKPT (CKPT_LATEST and no checkpoint could be
+ * restored); CKPT_EMISMATCH; CKPT_ENOTFOUND (no such step or tensor);
+ * CKPT_ECORRUPT, CKPT_EINCOMPLETE, CKPT_EVERSION (the `step` given failed
+ * verification or is of a newer format); CKPT_EVERSION also for an unknown
+ * `opts->version`; CKPT_EIO, CKPT_EACCES (reading; with CKPT_LATEST a step
+ * giving CKPT_EIO is skipped, one giving CKPT_EACCES is not); CKPT_EINVAL
+ * (NULL `store`, a step that is neither >= 0 nor CKPT_LATEST, a tensor
+ * breaking a rule of ckpt_tensor, a name given twice, a device pointer the
+ * runtime calls host memory); CKPT_ENODEVICE, CKPT_EDEVICE (device
+ * buffers); CKPT_ENOMEM.  Thread-safe.
  */
 CKPT_API int ckpt_restore(ckpt_store *store, int64_t step, const ckpt_tensor *tensors,
                           size_t count, const ckpt_restore_options *opts,
@@ -424,18 +648,33 @@ CKPT_API int ckpt_restore(ckpt_store *store, int64_t step, const ckpt_tensor *te
 /* ----------------------------------------------------------------- verify */
 
 /**
- * Verify checkpoint `step` (CKPT_LATEST: the newest committed one) at
- * `level`.  CKPT_OK if it is good; CKPT_ECORRUPT if a byte is wrong,
+ * Verify checkpoint `step` at `level` (CKPT_VERIFY_QUICK or
+ * CKPT_VERIFY_FULL).  `step` is a step number, CKPT_NEWEST (the newest
+ * committed step, e.g. to check the last save) or CKPT_LATEST (find the
+ * newest step that passes `level`; the newer ones skipped are not listed).
+ * Every problem found goes to `*report` (may be NULL; handed out also on
+ * failure, with the step checked): with FULL each bad chunk, naming its
+ * file, tensor and offset; a step that fails quick verification gives one
+ * problem.  Waits for a save in flight first.
+ *
+ * Returns CKPT_OK if it is good; CKPT_ECORRUPT if a byte is wrong,
  * CKPT_EINCOMPLETE if a file is missing or truncated, CKPT_EVERSION if it
- * was written by a newer format, CKPT_ENOTFOUND if there is no such step.
- * Every problem found goes to `*report` (may be NULL).
+ * was written by a newer format (with several problems, the status of the
+ * first found); CKPT_ENOTFOUND if there is no such step; CKPT_ENOCKPT
+ * (CKPT_NEWEST: the root has no step; CKPT_LATEST: no step passes);
+ * CKPT_EIO, CKPT_EACCES, CKPT_ENOMEM (reading); CKPT_EINVAL (NULL `store`,
+ * another level, another negative step).  Thread-safe.
  */
 CKPT_API int ckpt_verify(ckpt_store *store, int64_t step, ckpt_verify_level level,
                          ckpt_report **report);
 
 /* ------------------------------------------------------------- checkpoint */
 
-/** One committed checkpoint opened for reading. */
+/**
+ * One committed checkpoint opened for reading.  It borrows its store: free
+ * it before the store.  It keeps its shard files open, so it stays readable
+ * when a later save or gc retires its step.
+ */
 typedef struct ckpt_checkpoint ckpt_checkpoint;
 
 /**
@@ -450,64 +689,91 @@ typedef struct ckpt_checkpoint ckpt_checkpoint;
  *
  * Returns CKPT_OK and `*out` (free with ckpt_checkpoint_free() before the
  * store is freed); CKPT_EINVAL (NULL argument, bad level or step),
- * CKPT_ENOTFOUND (no such step), CKPT_ENOCKPT (no step, or none passes,
- * for CKPT_LATEST / CKPT_NEWEST), CKPT_ECORRUPT, CKPT_EINCOMPLETE,
- * CKPT_EVERSION (the step failed `level`), CKPT_EIO, CKPT_EACCES,
- * CKPT_ENOMEM.  Waits for a save in flight first.  Thread-safe.
+ * CKPT_ENOTFOUND (no such step), CKPT_ENOCKPT (CKPT_LATEST: no step passes
+ * `level`; CKPT_NEWEST: the root has no step), CKPT_ECORRUPT,
+ * CKPT_EINCOMPLETE, CKPT_EVERSION (the step failed `level`), CKPT_EIO,
+ * CKPT_EACCES, CKPT_ENOMEM.  Waits for a save in flight first.  Thread-safe.
  */
 CKPT_API int ckpt_checkpoint_open(ckpt_checkpoint **out, ckpt_store *store,
                                   int64_t step, ckpt_verify_level level);
+/** Close the checkpoint and free it.  NULL is fine.  Call it before
+ *  ckpt_store_free() of its store. */
 CKPT_API void ckpt_checkpoint_free(ckpt_checkpoint *ckpt);
 
+/** Its step (-1 for NULL). */
 CKPT_API int64_t ckpt_checkpoint_step(const ckpt_checkpoint *ckpt);
-/** Absolute path of the step directory. */
+/** Absolute path of the step directory (NULL for NULL), owned by the
+ *  checkpoint. */
 CKPT_API const char *ckpt_checkpoint_path(const ckpt_checkpoint *ckpt);
+/** Number of tensors (0 for NULL); they are numbered 0..count-1 in the order
+ *  the save was given them. */
 CKPT_API size_t ckpt_checkpoint_tensor_count(const ckpt_checkpoint *ckpt);
 
+/** Description of one tensor of a checkpoint. */
 typedef struct ckpt_tensor_info {
-    const char *name;
-    ckpt_dtype dtype;
-    int ndim;
-    int64_t shape[CKPT_MAX_DIMS];
+    const char *name;       /* owned by the checkpoint                     */
+    ckpt_dtype dtype;       /* as saved                                    */
+    int ndim;               /* 0..CKPT_MAX_DIMS                            */
+    int64_t shape[CKPT_MAX_DIMS]; /* the first ndim are used, the rest 0  */
     uint64_t bytes;         /* raw bytes                                   */
     uint64_t stored_bytes;  /* bytes of its frames in the shard            */
-    uint64_t chunks;
+    uint64_t chunks;        /* frames it is stored in                      */
 } ckpt_tensor_info;
 
-/** Describe tensor `i` (< count).  Strings are owned by the checkpoint. */
+/** Describe tensor `i` (< count).  Strings are owned by the checkpoint.
+ *  Returns CKPT_OK; CKPT_EINVAL (a NULL argument, or `i` out of range). */
 CKPT_API int ckpt_checkpoint_tensor(const ckpt_checkpoint *ckpt, size_t i,
                                     ckpt_tensor_info *info);
-/** Find a tensor by name; CKPT_ENOTFOUND if absent. */
+/** Find a tensor by name and put its number in `*index`.  Returns CKPT_OK;
+ *  CKPT_ENOTFOUND if absent; CKPT_EINVAL (a NULL argument). */
 CKPT_API int ckpt_checkpoint_find(const ckpt_checkpoint *ckpt, const char *name,
                                   size_t *index);
 
-/** The caller's metadata as JSON text ("null" when none was given). */
+/* The strings below are owned by the checkpoint (NULL for NULL). */
+/** The caller's metadata as compact JSON text ("null" when none was given). */
 CKPT_API const char *ckpt_checkpoint_metadata(const ckpt_checkpoint *ckpt);
-/** The environment record as JSON text. */
+/** The environment record as compact JSON text. */
 CKPT_API const char *ckpt_checkpoint_env(const ckpt_checkpoint *ckpt);
 /** The whole manifest as JSON text, as stored. */
 CKPT_API const char *ckpt_checkpoint_manifest(const ckpt_checkpoint *ckpt);
-/** Unix time (seconds) at which the save began. */
+/** Unix time (seconds) at which the save began (0.0 for NULL). */
 CKPT_API double ckpt_checkpoint_time(const ckpt_checkpoint *ckpt);
 /**
  * Statistics recorded by the save: raw, stored bytes, chunks, stall_s, and
- * persist_s measured up to writing the manifest (fsync and rename follow).
+ * persist_s measured up to writing the manifest (fsync, verify_after_save
+ * and rename follow).  Returns CKPT_OK; CKPT_EINVAL (a NULL argument).
  */
 CKPT_API int ckpt_checkpoint_stats(const ckpt_checkpoint *ckpt, ckpt_save_stats *stats);
 
 /**
  * Read tensor `name` into `dst` (exactly `bytes` bytes of host memory),
- * verifying every chunk.
+ * verifying every chunk whatever level the checkpoint was opened at.  Does
+ * not wait for a save in flight.  On failure `dst`'s contents are
+ * unspecified.  Returns CKPT_OK; CKPT_EINVAL (NULL `ckpt` or `name`, NULL
+ * `dst` with `bytes` > 0); CKPT_ENOTFOUND (no such tensor); CKPT_EMISMATCH
+ * (`bytes` is not its size); CKPT_ECORRUPT, CKPT_EINCOMPLETE (a chunk is
+ * damaged or cut short); CKPT_EIO, CKPT_ENOMEM.  Thread-safe: serialised
+ * with the other calls on its store.
  */
 CKPT_API int ckpt_checkpoint_read(ckpt_checkpoint *ckpt, const char *name, void *dst,
                                   uint64_t bytes);
 
 /**
  * Load tensor `name` of checkpoint `step` into a new host buffer released
- * with ckpt_free().  CKPT_LATEST means the newest step that passes full
- * verification (so that tensors loaded one at a time come from one valid
- * step; this reads the whole step once).  `info` (may be NULL) receives its
- * description; its name points into nothing after return, so it is set NULL.
+ * with ckpt_free() (not NULL, also for 0 bytes).  `step` is a step number
+ * or CKPT_NEWEST, opened with quick verification, or CKPT_LATEST: the
+ * newest step that passes full verification (so that tensors loaded one at
+ * a time come from one valid step; this reads the whole step once per
+ * call).  Every chunk of the tensor is verified.  `bytes` (may be NULL)
+ * receives its size and `info` (may be NULL) its description; the name
+ * would point into nothing after return, so it is set NULL.  Waits for a
+ * save in flight first.
+ *
+ * Returns CKPT_OK; CKPT_ENOTFOUND (no such step or tensor); CKPT_ENOCKPT
+ * (CKPT_LATEST: no step passes; CKPT_NEWEST: the root has no step);
+ * CKPT_ECORRUPT, CKPT_EINCOMPLETE, CKPT_EVERSION; CKPT_EIO, CKPT_EACCES,
+ * CKPT_ENOMEM; CKPT_EINVAL (NULL `store`, `name` or `data`, another
+ * negative step).  On failure `*data` is NULL.  Thread-safe.
  */
 CKPT_API int ckpt_load(ckpt_store *store, int64_t step, const char *name,
                        void **data, uint64_t *bytes, ckpt_tensor_info *info);
@@ -526,14 +792,22 @@ CKPT_API int ckpt_load(ckpt_store *store, int64_t step, const char *name,
  * arrival sets a flag, in an async-signal-safe way, that the training loop
  * polls with ckpt_preempt_requested(), then saves, waits and exits with
  * CKPT_EXIT_PREEMPTED.  Process-wide: the one piece of global state besides
- * the CUDA runtime loader, since signals are.
+ * the CUDA runtime loader, since signals are.  The handler replaces the
+ * signals' dispositions (earlier handlers are not called; SA_RESTART is
+ * set); a second call replaces the first watch.
+ *
+ * Returns CKPT_OK; CKPT_EINVAL (NULL `signals` with `count` > 0, or a signal
+ * that cannot be caught: nothing changed; or sigaction() failed: then no
+ * signal is watched).  Thread-safe.
  */
 CKPT_API int ckpt_preempt_watch(const int *signals, size_t count);
-/** The number of the first watched signal received since the last reset, or 0. */
+/** The number of the first watched signal received since the last reset, or 0.
+ *  Async-signal-safe. */
 CKPT_API int ckpt_preempt_requested(void);
-/** Clear the flag. */
+/** Clear the flag.  Async-signal-safe. */
 CKPT_API void ckpt_preempt_reset(void);
-/** Restore the signal dispositions in force before ckpt_preempt_watch(). */
+/** Restore the signal dispositions in force before ckpt_preempt_watch(); a
+ *  no-op when nothing is watched.  The flag is kept.  Thread-safe. */
 CKPT_API void ckpt_preempt_unwatch(void);
 
 #ifdef __cplusplus

@@ -6,13 +6,14 @@ import fcntl
 import os
 import pty
 import select
-import shutil
 import subprocess
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from clitest import (CKPT, Skip, check, ckpt, ckpt_json, data_files, expect_rc,  # noqa: E402
-                     flip_byte, main, make_step, names, run, step_dir, test, validate)
+import jsonschema
+import pytest
+
+from byteflip import flip_byte
+from clitest import (CKPT, check, ckpt, ckpt_json, data_files, expect_rc, full_schema,
+                     make_step, names, run, schema_errors, schemas, step_dir, validate)
 
 STEPS = (10, 20, 30)
 
@@ -28,10 +29,43 @@ def statuses(doc):
     return {s["step"]: s["status"] for s in doc["steps"]}
 
 
+# ---------------------------------------------------------------- schemas
+
+def test_docs_schemas_are_draft_2020_12(tmp):
+    """docs/CLI.md has a valid draft 2020-12 schema for every command and the
+    error document, and the validator the tests use rejects what they must."""
+    check(set(schemas()) == {"$defs", "error", "list", "verify", "latest", "inspect", "gc",
+                             "doctor", "export", "import"}, "schema blocks %s" % sorted(schemas()))
+    for name in schemas():
+        if name != "$defs":
+            jsonschema.Draft202012Validator.check_schema(full_schema(name))
+    # a real document passes; an unknown field, a missing one, a wrong type,
+    # a value out of an enum or under a minimum, a float for an integer and
+    # a bad item behind a $ref do not
+    root = valid_root(tmp, (10,))
+    _, doc = ckpt_json("list", "list", root, rc=0)
+    check(schema_errors(doc, "list") == [], "list document rejected")
+    step = doc["steps"][0]
+    problem = {"step": 10, "status": "corrupt", "code": -1, "message": "m", "file": None,
+               "tensor": None, "offset": "5"}
+    for bad, where in (({**doc, "extra": 1}, "$"),
+                       ({k: v for k, v in doc.items() if k != "root"}, "$"),
+                       ({**doc, "latest_valid": "10"}, "$.latest_valid"),
+                       ({**doc, "verify": "fast"}, "$.verify"),
+                       ({**doc, "latest_valid": 10.0}, "$.latest_valid"),
+                       ({**doc, "steps": [{**step, "step": -1}]}, "$.steps[0].step"),
+                       ({**doc, "steps": [{**step, "problems": [problem]}]},
+                        "$.steps[0].problems[0].offset")):
+        errors = schema_errors(bad, "list")
+        check(len(errors) == 1 and errors[0].startswith(where + ": "),
+              "expected one error at %s, got %s" % (where, errors))
+    check(schema_errors({"error": {"message": "m", "status": None, "exit_code": 4}}, "error"),
+          "exit_code 4 accepted")
+
+
 # ------------------------------------------------------------------ usage
 
-@test
-def help_and_usage_errors(tmp):
+def test_help_and_usage_errors(tmp):
     root = valid_root(tmp, (10,))
     r = expect_rc(ckpt("--help"), 0)
     for cmd in ("list", "verify", "latest", "inspect", "gc", "doctor", "export", "import"):
@@ -55,8 +89,7 @@ def help_and_usage_errors(tmp):
         ckpt_json(None, *argv, rc=2)
 
 
-@test
-def json_after_a_bad_argument(tmp):
+def test_json_after_a_bad_argument(tmp):
     """--json anywhere on the line makes a usage error a JSON document, also
     when the bad argument comes first."""
     root = valid_root(tmp, (10,))
@@ -75,8 +108,7 @@ def json_after_a_bad_argument(tmp):
     check(r.out == "" and "--json" in r.err, "--step's value taken as --json", r)
 
 
-@test
-def usage_error_prefix(tmp):
+def test_usage_error_prefix(tmp):
     """main()'s own errors say "ckpt: ...", a command's "ckpt CMD: ..."."""
     for argv, want in ((["bogus"], "ckpt: unknown command 'bogus'"),
                        (["-x"], "ckpt: unknown option '-x'"),
@@ -88,8 +120,7 @@ def usage_error_prefix(tmp):
         check("ckpt ckpt" not in r.err, "doubled prefix", r)
 
 
-@test
-def gc_help_says_full_verification(tmp):
+def test_gc_help_says_full_verification(tmp):
     h = expect_rc(ckpt("gc", "--help"), 0)
     text = " ".join(h.out.split())
     check("newest step that passes full verification" in text and
@@ -98,8 +129,7 @@ def gc_help_says_full_verification(tmp):
 
 # ------------------------------------------------------------------- list
 
-@test
-def list_valid(tmp):
+def test_list_valid(tmp):
     root = valid_root(tmp)
     r = expect_rc(ckpt("list", root), 0)
     lines = r.out.strip().splitlines()
@@ -129,8 +159,7 @@ def list_valid(tmp):
     check(doc["verify"] == "full" and statuses(doc) == {s: "valid" for s in STEPS}, "full")
 
 
-@test
-def list_corrupt_incomplete(tmp):
+def test_list_corrupt_incomplete(tmp):
     root = valid_root(tmp)
     # a byte flipped inside chunk data: only full verification sees it
     flip_byte(data_files(root, 30)[0])
@@ -164,8 +193,7 @@ def list_corrupt_incomplete(tmp):
     check("no valid checkpoint" in r.err, "message for no valid checkpoint", r)
 
 
-@test
-def list_empty_and_missing(tmp):
+def test_list_empty_and_missing(tmp):
     empty = os.path.join(tmp, "empty")
     os.mkdir(empty)
     _, doc = ckpt_json("list", "list", empty, rc=1)
@@ -185,8 +213,7 @@ def list_empty_and_missing(tmp):
 
 # ----------------------------------------------------------------- verify
 
-@test
-def verify_valid(tmp):
+def test_verify_valid(tmp):
     root = valid_root(tmp)
     r = expect_rc(ckpt("verify", root), 0)
     check(r.out.strip() == "step 30: valid", "default verifies the newest step", r)
@@ -199,8 +226,7 @@ def verify_valid(tmp):
     check(doc["error"]["status"] == "not_found", "missing step %s" % doc)
 
 
-@test
-def verify_corrupt(tmp):
+def test_verify_corrupt(tmp):
     root = valid_root(tmp)
     shard = data_files(root, 30)[0]
     off = flip_byte(shard)
@@ -224,8 +250,7 @@ def verify_corrupt(tmp):
     ckpt_json("verify", "verify", root, "--step", "20", rc=0)
 
 
-@test
-def verify_incomplete_and_empty(tmp):
+def test_verify_incomplete_and_empty(tmp):
     root = valid_root(tmp)
     os.unlink(data_files(root, 30)[0])
     _, doc = ckpt_json("verify", "verify", root, rc=1)
@@ -242,8 +267,7 @@ def verify_incomplete_and_empty(tmp):
 
 # ----------------------------------------------------------------- latest
 
-@test
-def latest(tmp):
+def test_latest(tmp):
     root = valid_root(tmp)
     r = expect_rc(ckpt("latest", root), 0)
     check(os.path.realpath(r.out.strip()) == os.path.realpath(step_dir(root, 30)),
@@ -274,8 +298,7 @@ def latest(tmp):
 
 # ---------------------------------------------------------------- inspect
 
-@test
-def inspect(tmp):
+def test_inspect(tmp):
     root = valid_root(tmp)
     _, doc = ckpt_json("inspect", "inspect", root, rc=0)
     check(doc["step"] == 30, "default step")
@@ -316,8 +339,7 @@ def tree(root):
     return sorted(os.listdir(root))
 
 
-@test
-def gc(tmp):
+def test_gc(tmp):
     root = valid_root(tmp, (10, 20, 30, 40, 50))
     tmpdir = os.path.join(root, ".tmp-step-000000000060-99999-1")
     os.mkdir(tmpdir)
@@ -339,8 +361,7 @@ def gc(tmp):
     check("nothing to remove" in r.out, "second gc", r)
 
 
-@test
-def gc_keeps_newest_valid(tmp):
+def test_gc_keeps_newest_valid(tmp):
     root = valid_root(tmp)
     flip_byte(os.path.join(step_dir(root, 30), "manifest.json"), 40)
     _, doc = ckpt_json("gc", "gc", root, "--keep-last", "1", "--dry-run", rc=0)
@@ -350,8 +371,7 @@ def gc_keeps_newest_valid(tmp):
     check(os.path.isdir(step_dir(root, 20)) and os.path.isdir(step_dir(root, 30)), "kept")
 
 
-@test
-def gc_busy_and_missing(tmp):
+def test_gc_busy_and_missing(tmp):
     root = valid_root(tmp, (10, 20))
     lock = os.path.join(root, ".lock")
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
@@ -375,8 +395,7 @@ def findings(doc):
     return {f["check"]: f["severity"] for f in doc["findings"]}
 
 
-@test
-def doctor_healthy_and_problems(tmp):
+def test_doctor_healthy_and_problems(tmp):
     root = valid_root(tmp)
     _, doc = ckpt_json("doctor", "doctor", root, rc=0)
     check(doc["ok"] and findings(doc) == {"disk": "ok", "temp": "ok", "verify": "ok",
@@ -406,8 +425,7 @@ def doctor_healthy_and_problems(tmp):
     check("[error]" in r.out and "step 30: incomplete" in r.out, "doctor text", r)
 
 
-@test
-def doctor_empty_missing(tmp):
+def test_doctor_empty_missing(tmp):
     empty = os.path.join(tmp, "empty")
     os.mkdir(empty)
     _, doc = ckpt_json("doctor", "doctor", empty, rc=1)
@@ -415,15 +433,14 @@ def doctor_empty_missing(tmp):
     ckpt_json(None, "doctor", os.path.join(tmp, "missing"), rc=3)
 
 
-@test
-def doctor_drift(tmp):
+def test_doctor_drift(tmp):
     root = valid_root(tmp, (10, 20))
     # step 30 saved on "another host": a UTS namespace with its own hostname
     r = run("unshare", "-u", "sh", "-c",
             'hostname ckpt-drift-host && exec "$0" make "$1" 30 30 4096',
             os.environ.get("CKPT_TESTTOOL", "ckpt_testtool"), root)
     if r.rc != 0:
-        raise Skip("cannot change the hostname in a UTS namespace: " + r.err.strip())
+        pytest.skip("cannot change the hostname in a UTS namespace: " + r.err.strip())
     _, doc = ckpt_json("doctor", "doctor", root, rc=0)
     check(findings(doc)["drift"] == "warning", "drift finding %s" % doc["findings"])
     d = [x for x in doc["drift"] if x["field"] == "host"]
@@ -449,12 +466,11 @@ def run_readonly(root, *args):
     r = run("setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", CKPT, *args)
     subprocess.run(["chmod", "-R", "u+w", root], check=True)
     if r.rc in (126, 127):
-        raise Skip("neither a read-only mount nor setpriv works here")
+        pytest.skip("neither a read-only mount nor setpriv works here")
     return r
 
 
-@test
-def readonly_root(tmp):
+def test_readonly_root(tmp):
     os.chmod(tmp, 0o755)
     root = valid_root(tmp)
     os.chmod(root, 0o755)
@@ -498,8 +514,7 @@ def run_with_pty_stderr(*args):
     return p.returncode, out.decode(), err.decode(errors="replace")
 
 
-@test
-def progress_bar_only_on_a_terminal(tmp):
+def test_progress_bar_only_on_a_terminal(tmp):
     root = valid_root(tmp)
     rc, out, err = run_with_pty_stderr("verify", root, "--all")
     check(rc == 0, "verify under a pty: rc %d" % rc)
@@ -510,6 +525,3 @@ def progress_bar_only_on_a_terminal(tmp):
     rc, out, err = run_with_pty_stderr("--json", "list", root, "--full")
     check(rc == 0 and out.startswith("{"), "json stdout with a terminal stderr")
 
-
-if __name__ == "__main__":
-    sys.exit(main("cli"))

@@ -7,11 +7,12 @@ import json
 import os
 import re
 import shutil
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from clitest import (H5ZSTD_DIR, Skip, check, ckpt, ckpt_json, expect_rc,  # noqa: E402
-                     expected_bytes, main, make_step, names, restored_bytes, run, test)
+import pytest
+
+from byteflip import flip_byte
+from clitest import (H5ZSTD_DIR, check, ckpt, ckpt_json, expect_rc, expected_bytes,
+                     make_step, names, restored_bytes, run)
 
 # The plugin must be on the path before libhdf5 initialises (h5py import).
 if H5ZSTD_DIR:
@@ -37,14 +38,14 @@ NP_DTYPE = {
 def need_hdf5():
     r = ckpt("export", "--help")
     if "needs HDF5" in r.out or r.rc != 0:
-        raise Skip("ckpt was built without HDF5")
+        pytest.skip("ckpt was built without HDF5")
     if not H5ZSTD_DIR:
-        raise Skip("CKPT_H5ZSTD_DIR not set (h5zstd plugin not built)")
+        pytest.skip("CKPT_H5ZSTD_DIR not set (h5zstd plugin not built)")
 
 
 def need_h5py():
     if h5py is None:
-        raise Skip("python3-h5py / numpy not installed")
+        pytest.skip("python3-h5py / numpy not installed")
 
 
 def source_root(tmp):
@@ -75,12 +76,11 @@ def h5dump_bytes(path, name, dtype, env=None):
     return np.array(vals, dtype=NP_DTYPE[dtype]).tobytes()
 
 
-@test
-def export_every_codec_reads_back(tmp):
+def test_export_every_codec_reads_back(tmp):
     need_hdf5()
     need_h5py()
     if not shutil.which("h5dump"):
-        raise Skip("h5dump not installed (Debian hdf5-tools)")
+        pytest.skip("h5dump not installed (Debian hdf5-tools)")
     root = source_root(tmp)
     tensors = names()
     expect = {n: expected_bytes(SEED, n, tmp) for n, _, _ in tensors}
@@ -122,11 +122,10 @@ def export_every_codec_reads_back(tmp):
                       "%s (%s): h5dump values differ" % (n, codec))
 
 
-@test
-def zstd_needs_the_plugin(tmp):
+def test_zstd_needs_the_plugin(tmp):
     need_hdf5()
     if not shutil.which("h5dump"):
-        raise Skip("h5dump not installed")
+        pytest.skip("h5dump not installed")
     root = source_root(tmp)
     out = os.path.join(tmp, "z.h5")
     export(root, out, "zstd")
@@ -141,8 +140,7 @@ def zstd_needs_the_plugin(tmp):
     check(doc["step"] == SEED, "import takes the step attribute")
 
 
-@test
-def export_import_round_trip(tmp):
+def test_export_import_round_trip(tmp):
     need_hdf5()
     root = source_root(tmp)
     tensors = names()
@@ -197,8 +195,7 @@ def h5py_file(path):
     return arrays
 
 
-@test
-def import_h5py_file(tmp):
+def test_import_h5py_file(tmp):
     need_hdf5()
     need_h5py()
     src = os.path.join(tmp, "h5py.h5")
@@ -235,8 +232,7 @@ def import_h5py_file(tmp):
             check(np.array_equal(f[name][()], a), "%s differs after re-export" % name)
 
 
-@test
-def import_step_and_errors(tmp):
+def test_import_step_and_errors(tmp):
     need_hdf5()
     need_h5py()
     dest = os.path.join(tmp, "dest")
@@ -265,8 +261,7 @@ def import_step_and_errors(tmp):
         os.close(fd)
 
 
-@test
-def malformed_inputs(tmp):
+def test_malformed_inputs(tmp):
     need_hdf5()
     need_h5py()
     dest = os.path.join(tmp, "dest")
@@ -320,8 +315,7 @@ def malformed_inputs(tmp):
         refused(path, words)
 
 
-@test
-def export_errors(tmp):
+def test_export_errors(tmp):
     need_hdf5()
     root = source_root(tmp)
     out = os.path.join(tmp, "x.h5")
@@ -341,16 +335,9 @@ def export_errors(tmp):
     shard = sorted(f for f in os.listdir(os.path.join(root, "step-%012d" % SEED))
                    if f != "manifest.json")[0]
     path = os.path.join(root, "step-%012d" % SEED, shard)
-    with open(path, "r+b") as f:
-        f.seek(os.path.getsize(path) // 3)
-        b = f.read(1)
-        f.seek(-1, 1)
-        f.write(bytes([b[0] ^ 0xFF]))
+    flip_byte(path)
     bad = os.path.join(tmp, "bad.h5")
     r = expect_rc(ckpt("export", root, bad, "--step", SEED), 1)
     check(shard in r.err and not os.path.exists(bad), "corrupt export", r)
     check(not [f for f in os.listdir(tmp) if ".tmp-" in f], "temporary file left")
 
-
-if __name__ == "__main__":
-    sys.exit(main("hdf5"))

@@ -9,12 +9,10 @@ import re
 import select
 import signal
 import subprocess
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from clitest import (CKPT, SOURCE_ROOT, TOY_TRAIN, check, ckpt, expect_rc,  # noqa: E402
-                     main, restored_bytes, run, test)
+from clitest import (CKPT, SOURCE_ROOT, TOY_TRAIN, check, ckpt, expect_rc, restored_bytes,
+                     run)
 
 STEPS = 300
 EVERY = 25
@@ -97,8 +95,7 @@ def latest_step(root):
     return int(r.out)
 
 
-@test
-def preempt_api_contract(tmp):
+def test_preempt_api_contract(tmp):
     r = run(PREEMPT_API)
     check(r.rc == 0, "preempt_api checks", r)
 
@@ -129,18 +126,15 @@ def preempt_and_resume(tmp, sig):
     check(read_file(out) == ref, "state after resume differs from an uninterrupted run")
 
 
-@test
-def sigusr1_saves_and_resumes_exactly(tmp):
+def test_sigusr1_saves_and_resumes_exactly(tmp):
     preempt_and_resume(tmp, signal.SIGUSR1)
 
 
-@test
-def sigterm_saves_and_resumes_exactly(tmp):
+def test_sigterm_saves_and_resumes_exactly(tmp):
     preempt_and_resume(tmp, signal.SIGTERM)
 
 
-@test
-def resume_sh_restarts_after_a_crash(tmp):
+def test_resume_sh_restarts_after_a_crash(tmp):
     ref = reference(tmp)
     root = os.path.join(tmp, "root")
     out = os.path.join(tmp, "out.bin")
@@ -156,8 +150,7 @@ def resume_sh_restarts_after_a_crash(tmp):
     check(read_file(out) == ref, "state after crash and resume differs")
 
 
-@test
-def resume_sh_gives_up(tmp):
+def test_resume_sh_gives_up(tmp):
     root = os.path.join(tmp, "root")
     r = run("sh", RESUME_SH, "-n", "2", "-w", "0", "-d", root, "--",
             *toy_args(root, os.path.join(tmp, "out.bin"), "--crash-at", "30"),
@@ -168,8 +161,7 @@ def resume_sh_gives_up(tmp):
     check(r.rc == 2, "bad -n", r)
 
 
-@test
-def resume_sh_restarts_a_preempted_job(tmp):
+def test_resume_sh_restarts_a_preempted_job(tmp):
     ref = reference(tmp)
     root = os.path.join(tmp, "root")
     out = os.path.join(tmp, "out.bin")
@@ -186,8 +178,7 @@ def resume_sh_restarts_a_preempted_job(tmp):
     check(read_file(out) == ref, "state differs")
 
 
-@test
-def resume_sh_passes_signals_on(tmp):
+def test_resume_sh_passes_signals_on(tmp):
     ref = reference(tmp)
     root = os.path.join(tmp, "root")
     out = os.path.join(tmp, "out.bin")
@@ -206,8 +197,7 @@ def resume_sh_passes_signals_on(tmp):
     check(read_file(out) == ref, "state differs")
 
 
-@test
-def slurm_script_requeues_and_resumes(tmp):
+def test_slurm_script_requeues_and_resumes(tmp):
     ref = reference(tmp)
     bindir = os.path.join(tmp, "bin")
     os.mkdir(bindir)
@@ -238,6 +228,3 @@ def slurm_script_requeues_and_resumes(tmp):
           "resumed at step %d" % stopped in r.out, "requeued run resumes", r)
     check(read_file(out) == ref, "state differs")
 
-
-if __name__ == "__main__":
-    sys.exit(main("preempt"))

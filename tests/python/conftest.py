@@ -11,6 +11,9 @@ import pytest
 TOP = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BINDING = os.path.join(TOP, "bindings", "python")
 sys.path.insert(0, BINDING)
+# tests/pyhelpers (byteflip.flip_byte ...): shared with tests/cli; meson
+# puts it on PYTHONPATH too.
+sys.path.insert(0, os.path.join(TOP, "tests", "pyhelpers"))
 
 np = pytest.importorskip("numpy")
 import libckpt  # noqa: E402  (a library that fails to load is an error)
@@ -49,18 +52,6 @@ def shard_files(root, step):
     files = sorted(glob.glob(os.path.join(step_dir(root, step), "*.shard")))
     assert files, "step %d has no shard file" % step
     return files
-
-
-def flip_byte(path, offset=None):
-    """Flip every bit of one byte (the middle one by default)."""
-    size = os.path.getsize(path)
-    offset = size // 2 if offset is None else offset
-    with open(path, "r+b") as f:
-        f.seek(offset)
-        b = f.read(1)
-        f.seek(offset)
-        f.write(bytes([b[0] ^ 0xFF]))
-    return offset
 
 
 def sub_env():

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import libckpt
-from conftest import flip_byte, open_store, shard_files, step_dir
+from byteflip import flip_byte
+from conftest import open_store, shard_files, step_dir
 
 OLD = np.arange(300000, dtype=np.float64)       # step 1
 NEW = np.arange(300000, dtype=np.float64) * -1  # step 2

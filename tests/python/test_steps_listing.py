@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 import libckpt
-from conftest import flip_byte, open_store, shard_files
+from byteflip import flip_byte
+from conftest import open_store, shard_files
 
 # The step object of docs/CLI.md ($defs/step).
 KEYS = {"step", "status", "path", "time", "time_iso", "tensors", "raw_bytes",

@@ -11,9 +11,10 @@
 CKPT_API int ckpt_checkpoint_open(ckpt_checkpoint **out, ckpt_store *s, int64_t step,
                                   ckpt_verify_level level)
 {
+    if (out)
+        *out = NULL;
     if (!out || !s)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_open: NULL argument");
-    *out = NULL;
     if (level != CKPT_VERIFY_QUICK && level != CKPT_VERIFY_FULL)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_open: level must be "
                            "CKPT_VERIFY_QUICK or CKPT_VERIFY_FULL");
@@ -121,9 +122,10 @@ CKPT_API int ckpt_checkpoint_read(ckpt_checkpoint *ck, const char *name, void *d
 CKPT_API int ckpt_load(ckpt_store *s, int64_t step, const char *name, void **data,
                        uint64_t *bytes, ckpt_tensor_info *info)
 {
+    if (data)
+        *data = NULL;
     if (!s || !name || !data)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_load: NULL argument");
-    *data = NULL;
     ckpt_checkpoint *ck;
     pthread_mutex_lock(&s->api_lock);
     save_drain(s);

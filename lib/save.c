@@ -20,9 +20,10 @@ CKPT_API int ckpt_save_begin(ckpt_save **out, ckpt_store *st, int64_t step,
                              const ckpt_tensor *tensors, size_t count,
                              const ckpt_save_options *opts)
 {
+    if (out)
+        *out = NULL;
     if (!out || !st)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_save_begin: out and store must not be NULL");
-    *out = NULL;
     if (st->readonly)
         return ckpt_seterr(CKPT_EACCES, "%s was opened read-only: it cannot be saved to",
                            st->lay.root);

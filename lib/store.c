@@ -88,9 +88,10 @@ static void store_destroy(ckpt_store *s)
 int ckpt_store_open_with_fsio(ckpt_store **out, const char *path,
                               const ckpt_store_options *opts, const fsio *fs)
 {
+    if (out)
+        *out = NULL;
     if (!out || !path || !*path)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_store_open: out and path must be given");
-    *out = NULL;
     ckpt_store *s = calloc(1, sizeof *s);
     if (!s)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");

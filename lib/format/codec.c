@@ -42,7 +42,8 @@ int codec_check_meta(const chunk_meta *m)
         return ckpt_seterr(CKPT_ECORRUPT, "invalid shuffle width %u for codec %s", m->elem,
                            codecs[m->codec].name);
     if (m->codec == CODEC_RAW ? m->stored_len != m->raw_len
-                              : m->stored_len > codec_stored_bound(m->codec, m->raw_len))
+                              : m->stored_len == 0 ||
+                                m->stored_len > codec_stored_bound(m->codec, m->raw_len))
         return ckpt_seterr(CKPT_ECORRUPT, "%llu stored bytes are impossible for %llu raw "
                            "bytes under codec %s", (unsigned long long)m->stored_len,
                            (unsigned long long)m->raw_len, codecs[m->codec].name);

@@ -155,6 +155,22 @@ static int cmp_names(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+static int unique_shard_files(const manifest *m, const char *where)
+{
+    char **names = malloc(m->nshards * sizeof *names);
+    if (!names)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory reading %s", where);
+    for (size_t i = 0; i < m->nshards; i++)
+        names[i] = m->shards[i].file;
+    qsort(names, m->nshards, sizeof *names, cmp_names);
+    int rc = CKPT_OK;
+    for (size_t i = 1; i < m->nshards && !rc; i++)
+        if (strcmp(names[i - 1], names[i]) == 0)
+            rc = BAD("%s: shard file '%s' is listed twice", where, names[i]);
+    free(names);
+    return rc;
+}
+
 static int decode_tensor(json_t *jt, size_t i, const char *where, manifest_tensor *t,
                          size_t nshards)
 {
@@ -255,8 +271,11 @@ static int decode_root(json_t *root, const char *where, manifest *m)
         if (!(s->file = util_strdup(json_string_value(file))))
             return ckpt_seterr(CKPT_ENOMEM, "out of memory reading %s", where);
     }
+    int rc = unique_shard_files(m, where); /* two entries for one file would alias it */
+    if (rc)
+        return rc;
     for (size_t i = 0; i < nt; i++) {
-        int rc = decode_tensor(json_array_get(tensors, i), i, where, &m->tensors[i], ns);
+        rc = decode_tensor(json_array_get(tensors, i), i, where, &m->tensors[i], ns);
         m->ntensors++;
         if (rc)
             return rc;
@@ -270,7 +289,7 @@ static int decode_root(json_t *root, const char *where, manifest *m)
     qsort(names, nt, sizeof *names, cmp_names);
     for (size_t i = 1; i < nt; i++)
         if (strcmp(names[i - 1], names[i]) == 0) {
-            int rc = BAD("%s: tensor name '%s' appears twice", where, names[i]);
+            rc = BAD("%s: tensor name '%s' appears twice", where, names[i]);
             free(names);
             return rc;
         }

@@ -29,6 +29,21 @@ int fsio_open(const fsio *fs, const char *path, int flags, int mode)
     return fd >= 0 ? fd : -errno;
 }
 
+int fsio_open_regular(const fsio *fs, const char *path)
+{
+    FAULT(fs, FSIO_OPEN, path);
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ELOOP ? -FSIO_ENOTREG : -errno;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        int e = errno;
+        close(fd);
+        return S_ISREG(st.st_mode) ? -e : -FSIO_ENOTREG;
+    }
+    return fd;
+}
+
 int fsio_close(const fsio *fs, int fd)
 {
     if (fs && fs->fault) {
@@ -192,6 +207,16 @@ int fsio_kind(const fsio *fs, const char *path, int follow, int *kind)
     return 0;
 }
 
+int fsio_same_file(const fsio *fs, int fd, const char *path, int *same)
+{
+    FAULT(fs, FSIO_STAT, path);
+    struct stat a, b;
+    if (fstat(fd, &a) != 0 || lstat(path, &b) != 0)
+        return -errno;
+    *same = a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+    return 0;
+}
+
 int fsio_fstat(const fsio *fs, int fd, uint64_t *size)
 {
     FAULT(fs, FSIO_STAT, NULL);
@@ -213,7 +238,7 @@ int fsio_read_file(const fsio *fs, const char *path, uint64_t max_bytes,
 {
     *data = NULL;
     *len = 0;
-    int fd = fsio_open(fs, path, O_RDONLY, 0);
+    int fd = fsio_open_regular(fs, path);
     if (fd < 0)
         return fd;
     uint64_t size;

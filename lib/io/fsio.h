@@ -26,6 +26,11 @@ typedef struct fsio {
 } fsio;
 
 int fsio_open(const fsio *fs, const char *path, int flags, int mode);
+/* Open an existing regular file for reading, never blocking and never
+ * following a link: a FIFO, device, directory or symbolic link at `path`
+ * is FSIO_ENOTREG (negated) instead of a hang or a read of its target. */
+#define FSIO_ENOTREG 4096 /* not an errno: above their range */
+int fsio_open_regular(const fsio *fs, const char *path);
 int fsio_close(const fsio *fs, int fd);
 /* Full reads and writes: loop over short counts.  fsio_pread returns the
  * number of bytes read (less than n only at end of file). */
@@ -47,6 +52,8 @@ void fsio_list_free(char **names, size_t count);
  * FSIO_KIND_LINK, never its target. */
 enum { FSIO_KIND_NONE, FSIO_KIND_FILE, FSIO_KIND_DIR, FSIO_KIND_LINK, FSIO_KIND_OTHER };
 int fsio_kind(const fsio *fs, const char *path, int follow, int *kind);
+/* *same = 1 when `path` (not followed) is the file open as `fd`. */
+int fsio_same_file(const fsio *fs, int fd, const char *path, int *same);
 /* st_size of a descriptor. */
 int fsio_fstat(const fsio *fs, int fd, uint64_t *size);
 /* flock(LOCK_EX | LOCK_NB); -EWOULDBLOCK when another holder has it. */

@@ -83,24 +83,74 @@ char *layout_step_path(const layout *l, int64_t step)
     return util_join(l->root, name);
 }
 
+/* The lock file holds "pid host" of its holder, padded to a fixed size so
+ * that rewriting it never needs a truncate. */
+#define LOCK_NOTE_SIZE 128
+
+static void read_holder(layout *l, const char *path, char *who, size_t size)
+{
+    char buf[LOCK_NOTE_SIZE + 1] = "";
+    snprintf(who, size, "unknown");
+    int fd = fsio_open_regular(&l->fs, path);
+    if (fd < 0)
+        return;
+    int64_t n = fsio_pread(&l->fs, fd, buf, LOCK_NOTE_SIZE, 0);
+    fsio_close(&l->fs, fd);
+    long pid;
+    char host[LOCK_NOTE_SIZE];
+    if (n > 0 && sscanf(buf, "%ld %127s", &pid, host) == 2)
+        snprintf(who, size, "pid %ld on %s", pid, host);
+}
+
 int layout_lock(layout *l)
 {
     char *path = util_join(l->root, LAYOUT_LOCK_NAME);
     if (!path)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
-    int fd = fsio_open(&l->fs, path, O_RDWR | O_CREAT | O_NOFOLLOW, 0644);
+    /* Private (0600): no other user can open it, so none can hold the flock
+     * to block this writer; never through a planted link. */
+    int fd = fsio_open(&l->fs, path, O_RDWR | O_CREAT | O_NOFOLLOW, 0600);
     int rc = fd < 0 ? ckpt_seterr_errno(-fd, "cannot open the lock file %s", path) : 0;
     if (!rc && (rc = fsio_lock(&l->fs, fd))) {
         fsio_close(&l->fs, fd);
-        if (rc == -EWOULDBLOCK)
-            rc = ckpt_seterr(CKPT_EBUSY, "%s is locked by another writer (lock file %s); "
-                             "open it with CKPT_OPEN_READONLY to read", l->root, path);
-        else
+        if (rc == -EWOULDBLOCK) {
+            char who[LOCK_NOTE_SIZE + 32];
+            read_holder(l, path, who, sizeof who);
+            rc = ckpt_seterr(CKPT_EBUSY, "%s is locked by another writer (%s; lock file %s); "
+                             "open it with CKPT_OPEN_READONLY to read", l->root, who, path);
+        } else {
             rc = ckpt_seterr_errno(-rc, "cannot lock %s", path);
+        }
+    }
+    if (!rc) {
+        char note[LOCK_NOTE_SIZE], host[64] = "?";
+        gethostname(host, sizeof host - 1);
+        int n = snprintf(note, sizeof note, "%ld %s", (long)getpid(), host);
+        memset(note + n, ' ', sizeof note - (size_t)n);
+        note[sizeof note - 1] = '\n';
+        fsio_pwrite(&l->fs, fd, note, sizeof note, 0); /* informative only */
+        l->lock_fd = fd;
     }
     free(path);
-    if (!rc)
-        l->lock_fd = fd;
+    return rc;
+}
+
+int layout_check_lock(layout *l)
+{
+    if (l->lock_fd < 0)
+        return ckpt_seterr(CKPT_EACCES, "%s is not open for writing", l->root);
+    char *path = util_join(l->root, LAYOUT_LOCK_NAME);
+    if (!path)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    int same = 0;
+    int rc = fsio_same_file(&l->fs, l->lock_fd, path, &same);
+    if (rc && rc != -ENOENT)
+        rc = ckpt_seterr_errno(-rc, "cannot check the lock file %s", path);
+    else if (rc || !same)
+        rc = ckpt_seterr(CKPT_EBUSY, "the lock file %s was removed or replaced while this "
+                         "writer held it: another writer may be using %s, so nothing is "
+                         "committed or removed", path, l->root);
+    free(path);
     return rc;
 }
 
@@ -182,6 +232,9 @@ void layout_remove_temp(layout *l, const char *path)
 
 int layout_commit(layout *l, const char *tmp, int64_t step)
 {
+    int lrc = layout_check_lock(l);
+    if (lrc)
+        return lrc;
     char *final = layout_step_path(l, step);
     if (!final)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
@@ -238,11 +291,13 @@ int layout_retire(layout *l, int64_t step)
 int layout_retain(layout *l, const int64_t *steps, size_t n, size_t keep_last,
                   int64_t protect1, int64_t protect2, int dry_run, ckpt_report *report)
 {
+    int rc = dry_run ? CKPT_OK : layout_check_lock(l);
+    if (rc)
+        return rc;
     for (size_t i = 0; i + keep_last < n; i++) {
         if (steps[i] == protect1 || steps[i] == protect2)
             continue;
-        int rc = dry_run ? CKPT_OK : layout_retire(l, steps[i]);
-        if (rc)
+        if (!dry_run && (rc = layout_retire(l, steps[i])))
             return rc;
         char name[LAYOUT_NAME_SIZE];
         layout_step_name(steps[i], name);
@@ -286,7 +341,10 @@ int layout_clean_stale(layout *l, int dry_run, ckpt_report *report)
 {
     char **names;
     size_t n;
-    int rc = fsio_list(&l->fs, l->root, &names, &n);
+    int rc = dry_run ? CKPT_OK : layout_check_lock(l);
+    if (rc)
+        return rc;
+    rc = fsio_list(&l->fs, l->root, &names, &n);
     if (rc)
         return ckpt_seterr_errno(-rc, "cannot list %s", l->root);
     for (size_t i = 0; i < n; i++) {

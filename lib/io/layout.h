@@ -47,8 +47,14 @@ int layout_parse_step_name(const char *name, int64_t *step);
 /* malloc'd ROOT/<step name>; NULL when out of memory. */
 char *layout_step_path(const layout *l, int64_t step);
 
-/* Take the writer lock; CKPT_EBUSY if held elsewhere. */
+/* Take the writer lock (ROOT/.lock, private to the owner, holding the
+ * holder's pid and host); CKPT_EBUSY naming the holder if held elsewhere. */
 int layout_lock(layout *l);
+/* CKPT_OK when ROOT/.lock is still the file this writer locked; CKPT_EBUSY
+ * when it was removed or replaced (a second writer could then hold a lock
+ * of its own).  Commit, retention and cleanup check it first, so at most
+ * one writer changes the root. */
+int layout_check_lock(layout *l);
 
 /* Committed steps, ascending: directories with canonical step names. */
 int layout_scan(layout *l, int64_t **steps, size_t *count);

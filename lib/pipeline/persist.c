@@ -26,6 +26,27 @@ static void finish(ckpt_save *s, int status)
     pthread_mutex_unlock(&s->lock);
 }
 
+/* The writer enforces every limit the reader does (size, nesting depth of
+ * the caller's metadata, ...) by reading its own manifest back: a step that
+ * is acknowledged must be readable, whatever verify_after_save says. */
+static int check_readable(ckpt_save *s, const char *text, size_t len)
+{
+    manifest back;
+    char where[64];
+    snprintf(where, sizeof where, "the manifest of step %lld", (long long)s->m.step);
+    int rc = len > MANIFEST_MAX_BYTES
+                 ? ckpt_seterr(CKPT_EINVAL, "%s would be %zu bytes, more than readers accept "
+                               "(%u): make the metadata smaller", where, len,
+                               MANIFEST_MAX_BYTES)
+                 : manifest_decode(text, len, where, &back);
+    if (rc == CKPT_OK) {
+        manifest_clear(&back);
+        return CKPT_OK;
+    }
+    return ckpt_seterr(CKPT_EINVAL, "step %lld not saved: a reader could not read it back "
+                       "(%s)", (long long)s->m.step, ckpt_error_last());
+}
+
 static int write_manifest(ckpt_save *s)
 {
     ckpt_store *st = s->store;
@@ -33,6 +54,8 @@ static int write_manifest(ckpt_save *s)
     size_t len;
     int rc = path ? manifest_encode(&s->m, &text, &len)
                   : ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    if (!rc)
+        rc = check_readable(s, text, len);
     if (rc)
         goto done;
     int fd = fsio_open(&st->lay.fs, path, O_WRONLY | O_CREAT | O_EXCL, 0644);

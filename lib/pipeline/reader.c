@@ -115,6 +115,9 @@ int reader_open_dir(ckpt_store *s, const char *dir, int64_t step, ckpt_checkpoin
                             : -ENOMEM;
     if (rc == -ENOENT)
         rc = ckpt_seterr(CKPT_EINCOMPLETE, "%s is missing", where ? where : "manifest");
+    else if (rc == -FSIO_ENOTREG)
+        rc = ckpt_seterr(CKPT_ECORRUPT, "%s is not a regular file (a link, FIFO or device "
+                         "is never read as a manifest)", where);
     else if (rc == -EFBIG)
         rc = ckpt_seterr(CKPT_ECORRUPT, "%s is larger than %u bytes", where,
                          MANIFEST_MAX_BYTES);
@@ -167,11 +170,14 @@ int reader_open_newest(ckpt_store *s, ckpt_verify_level level, ckpt_checkpoint *
         return rc;
     for (size_t i = n; i-- > 0;) {
         ckpt_checkpoint *ck;
-        if (reader_open_step(s, steps[i], &ck) != CKPT_OK)
-            continue;
-        if (level == CKPT_VERIFY_FULL && reader_verify_all(ck, NULL) != CKPT_OK) {
+        if ((rc = reader_open_step(s, steps[i], &ck)) == CKPT_OK &&
+            level == CKPT_VERIFY_FULL && (rc = reader_verify_all(ck, NULL)) != CKPT_OK)
             reader_close(ck);
+        if (rc != CKPT_OK && reader_is_damage(rc))
             continue;
+        if (rc != CKPT_OK) {
+            free(steps);
+            return rc;
         }
         *out = ck;
         free(steps);
@@ -179,6 +185,12 @@ int reader_open_newest(ckpt_store *s, ckpt_verify_level level, ckpt_checkpoint *
     }
     free(steps);
     return ckpt_seterr(CKPT_ENOCKPT, "no valid checkpoint in %s (%zu checked)", s->lay.root, n);
+}
+
+int reader_is_damage(int rc)
+{
+    return rc == CKPT_ECORRUPT || rc == CKPT_EINCOMPLETE || rc == CKPT_EIO ||
+           rc == CKPT_EVERSION || rc == CKPT_ENOTFOUND || rc == CKPT_EACCES;
 }
 
 int reader_newest_step(ckpt_store *s, int64_t *step)

@@ -28,6 +28,11 @@ struct ckpt_checkpoint {
 int reader_open_dir(ckpt_store *s, const char *dir, int64_t step, ckpt_checkpoint **out);
 int reader_open_step(ckpt_store *s, int64_t step, ckpt_checkpoint **out);
 void reader_close(ckpt_checkpoint *ck);
+/* 1 when `status` from opening or reading a step says the step cannot be
+ * used (damaged, incomplete, newer format, unreadable, gone): a search for
+ * the newest valid step skips it.  Anything else (out of memory, a device
+ * error, a bug) ends the search. */
+int reader_is_damage(int status);
 /* The newest committed step that verifies at `level` (QUICK: opening it;
  * FULL: every chunk too), opened.  CKPT_ENOCKPT when none does. */
 int reader_open_newest(ckpt_store *s, ckpt_verify_level level, ckpt_checkpoint **out);

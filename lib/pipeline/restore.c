@@ -9,12 +9,6 @@
 #include "layout.h"
 #include "reader.h"
 
-static int is_damage(int rc)
-{
-    return rc == CKPT_ECORRUPT || rc == CKPT_EINCOMPLETE || rc == CKPT_EIO ||
-           rc == CKPT_EVERSION || rc == CKPT_ENOTFOUND;
-}
-
 /* Match caller tensors to the checkpoint: caller errors, never damage. */
 static int match(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count, int allow_missing,
                  reader_target *targets, size_t *ntargets)
@@ -107,7 +101,7 @@ int restore_run(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
             restored = 1;
             break;
         }
-        if (caller_error || !is_damage(r1) || step != CKPT_LATEST) {
+        if (caller_error || !reader_is_damage(r1) || step != CKPT_LATEST) {
             rc = r1;
             break;
         }

@@ -156,10 +156,13 @@ int shard_read_index(const fsio *fs, const char *path, const char *name,
     *fd_out = -1;
     unsigned char *ibuf = NULL;
     int rc = CKPT_OK;
-    int fd = fsio_open(fs, path, O_RDONLY, 0);
+    int fd = fsio_open_regular(fs, path);
     if (fd < 0) {
         if (fd == -ENOENT)
             return ckpt_seterr(CKPT_EINCOMPLETE, "%s: shard file is missing", name);
+        if (fd == -FSIO_ENOTREG)
+            return ckpt_seterr(CKPT_ECORRUPT, "%s is not a regular file (a link, FIFO or "
+                               "device is never read as a shard)", name);
         return ckpt_seterr_errno(-fd, "cannot open shard %s", path);
     }
     uint64_t size;

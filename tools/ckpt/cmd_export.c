@@ -286,6 +286,7 @@ int cmd_export(cli_ctx *ctx, int argc, char **argv)
     ckpt_store *store = NULL;
     ckpt_checkpoint *ckpt = NULL;
     hid_t file = -1, lcpl = -1, root = -1;
+    int created = 0; /* tmp is ours to remove */
     char *tmp = NULL, why[512], err[1024] = "";
     cli_progress prog = {0};
     int st;
@@ -316,8 +317,17 @@ int cmd_export(cli_ctx *ctx, int argc, char **argv)
         ret = cli_fail(ctx, CLI_EXIT_ERROR, CKPT_ENOMEM, "out of memory");
         goto done;
     }
-    snprintf(tmp, tlen, "%s.tmp-%ld", out, (long)getpid());
-    file = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    /* Created exclusively (O_EXCL: a planted file or link at the name is
+     * never opened, truncated or followed); a few names are tried. */
+    file = -1;
+    for (unsigned attempt = 0; file < 0 && attempt < 16; attempt++) {
+        snprintf(tmp, tlen, "%s.tmp-%ld-%u", out, (long)getpid(), attempt);
+        H5E_BEGIN_TRY { file = H5Fcreate(tmp, H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT); }
+        H5E_END_TRY;
+    }
+    if (file < 0) /* once more, for HDF5's reason in the message */
+        file = H5Fcreate(tmp, H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
+    created = file >= 0;
     if (file < 0) {
         ret = cli_fail(ctx, CLI_EXIT_ERROR, 0, "cannot create %s: %s", tmp,
                        h5_reason(why, sizeof why));
@@ -398,8 +408,8 @@ done:
         H5Pclose(lcpl);
     if (file >= 0)
         H5Fclose(file);
-    if (ret != CLI_EXIT_OK && tmp)
-        unlink(tmp);
+    if (created && ret != CLI_EXIT_OK)
+        unlink(tmp); /* ours: created exclusively above */
     free(tmp);
     ckpt_checkpoint_free(ckpt);
     ckpt_store_free(store);

@@ -184,3 +184,25 @@ def test_closed_store_and_handle(root):
     h.wait()
     with pytest.raises(ValueError, match="closed"):
         s.latest()
+
+
+def test_steps_beyond_int64_are_refused_not_wrapped(tmp_path):
+    """ctypes would turn 2**64 + 5 into step 5 silently."""
+    with libckpt.Store(tmp_path / "r", fsync=False) as st:
+        a = np.arange(4, dtype=np.float32)
+        for bad in (2**64 + 5, 2**63, -1):
+            with pytest.raises(libckpt.InvalidArgumentError, match="out of range"):
+                st.save(bad, {"a": a})
+        st.save(2**63 - 1, {"a": a}).wait()
+        st.save(1_700_000_000_123_456_789, {"a": a}).wait()
+        assert [e["step"] for e in st.steps()] == [1_700_000_000_123_456_789, 2**63 - 1]
+        assert st.load()[0] == 2**63 - 1
+        with pytest.raises(libckpt.InvalidArgumentError):
+            st.load(2**64 + 5)
+
+
+def test_a_nul_in_a_tensor_name_is_refused(tmp_path):
+    with libckpt.Store(tmp_path / "r", fsync=False) as st:
+        with pytest.raises(libckpt.InvalidArgumentError, match="NUL"):
+            st.save(1, {"a\0b": np.zeros(2, np.float32)})
+        assert st.steps() == []

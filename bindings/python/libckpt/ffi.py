@@ -29,6 +29,7 @@ CKPT_OK = 0
 CKPT_LATEST = -1  # newest step passing the call's verification
 CKPT_NEWEST = -2  # newest committed step, whatever its state
 CKPT_MAX_DIMS = 16
+CKPT_STEP_MAX = 2**63 - 1
 CKPT_OPEN_READONLY = 0x1
 
 # ckpt_dtype

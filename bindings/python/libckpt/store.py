@@ -17,6 +17,7 @@ import numpy as np
 from . import ffi
 from . import tensors as _tensors
 from .errors import (CorruptError, Error, IncompleteError, InternalError,
+                     InvalidArgumentError,
                      NoCheckpointError, NotFoundError, SkippedCheckpointWarning,
                      code_name)
 
@@ -96,8 +97,19 @@ def _warn_skipped(problems):
                       SkippedCheckpointWarning, stacklevel=3)
 
 
+def _step_number(step, function):
+    """`step` as the int64 the library takes: ctypes would wrap 2**64 + 5
+    to 5 silently."""
+    step = operator.index(step)
+    if not 0 <= step <= ffi.CKPT_STEP_MAX:
+        raise InvalidArgumentError(
+            "step %d is out of range (0..%d)" % (step, ffi.CKPT_STEP_MAX),
+            function=function)
+    return step
+
+
 def _step_arg(step):
-    return ffi.CKPT_LATEST if step is None else operator.index(step)
+    return ffi.CKPT_LATEST if step is None else _step_number(step, "step")
 
 
 class SaveHandle:
@@ -389,7 +401,7 @@ class Store:
         'stream'), and that stream is fenced so later work enqueued on it
         cannot overwrite them before the snapshot copy is done.
         """
-        step = operator.index(step)
+        step = _step_number(step, "Store.save")
         self._reap(block=False)
         described = _tensors.describe_all(tensors)
         stream = _tensors.one_stream(described)
@@ -533,7 +545,7 @@ class Store:
         if step is None:
             opened = self._checkpoint(ffi.CKPT_LATEST, ffi.CKPT_VERIFY_FULL)
         else:
-            opened = self._checkpoint(operator.index(step))
+            opened = self._checkpoint(_step_number(step, "Store.metadata"))
         with opened as ck:
             return json.loads(C.ckpt_checkpoint_metadata(ck).decode("utf-8"))
 
@@ -550,7 +562,7 @@ class Store:
         turns them into torch tensors); float8 likewise (uint8), and bool as bool.
         """
         if step is not None:
-            step = operator.index(step)
+            step = _step_number(step, "Store.load")
             with self._checkpoint(step) as ck:
                 return step, self._read_all(ck)
         # The library's newest-valid search (every chunk verified); then
@@ -655,7 +667,8 @@ class Store:
         try:
             with self._h.use() as s:
                 C.ckpt_verify(s, ffi.CKPT_NEWEST if step is None
-                              else operator.index(step), level, _byref(report))
+                              else _step_number(step, "Store.verify"),
+                              level, _byref(report))
         except CorruptError as e:
             error = e
         try:

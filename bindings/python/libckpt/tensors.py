@@ -183,6 +183,9 @@ def describe(name, obj, writable=False):
     if not isinstance(name, str):
         raise TypeError("tensor names must be str, not %s"
                         % type(name).__name__)
+    if "\0" in name:  # C would cut the name there
+        raise InvalidArgumentError("tensor name %r contains a NUL character"
+                                   % name)
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(obj, torch.Tensor):
         return _from_torch(name, obj, torch, writable)

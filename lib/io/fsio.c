@@ -22,11 +22,26 @@
         }                                                    \
     } while (0)
 
+/* Report a completed operation to the tracer, if any. */
+static void trace(const fsio *fs, fsio_op op, const char *path, const char *path2, int fd,
+                  int flags, const void *buf, size_t len, uint64_t off)
+{
+    if (fs && fs->trace) {
+        fsio_event ev = {op, path, path2, fd, flags, buf, len, off};
+        fs->trace(fs->ctx, &ev);
+    }
+}
+#define TRACE_PATH(fs, op, path, rc) \
+    ((rc) == 0 ? trace((fs), (op), (path), NULL, -1, 0, NULL, 0, 0) : (void)0)
+
 int fsio_open(const fsio *fs, const char *path, int flags, int mode)
 {
     FAULT(fs, FSIO_OPEN, path);
     int fd = open(path, flags | O_CLOEXEC, mode);
-    return fd >= 0 ? fd : -errno;
+    if (fd < 0)
+        return -errno;
+    trace(fs, FSIO_OPEN, path, NULL, fd, flags, NULL, 0, 0);
+    return fd;
 }
 
 int fsio_open_regular(const fsio *fs, const char *path)
@@ -41,6 +56,7 @@ int fsio_open_regular(const fsio *fs, const char *path)
         close(fd);
         return S_ISREG(st.st_mode) ? -e : -FSIO_ENOTREG;
     }
+    trace(fs, FSIO_OPEN, path, NULL, fd, O_RDONLY, NULL, 0, 0);
     return fd;
 }
 
@@ -53,6 +69,8 @@ int fsio_close(const fsio *fs, int fd)
             return -e;
         }
     }
+    /* Traced before: once closed, another thread may get the same number. */
+    trace(fs, FSIO_CLOSE, NULL, NULL, fd, 0, NULL, 0, 0);
     return close(fd) == 0 ? 0 : -errno;
 }
 
@@ -71,6 +89,7 @@ int64_t fsio_pread(const fsio *fs, int fd, void *buf, size_t n, uint64_t off)
             break;
         done += (size_t)r;
     }
+    trace(fs, FSIO_PREAD, NULL, NULL, fd, 0, buf, done, off);
     return (int64_t)done;
 }
 
@@ -79,7 +98,13 @@ int fsio_pwrite(const fsio *fs, int fd, const void *buf, size_t n, uint64_t off)
     FAULT(fs, FSIO_PWRITE, NULL);
     size_t done = 0;
     while (done < n) {
-        ssize_t r = pwrite(fd, (const char *)buf + done, n - done, (off_t)(off + done));
+        const void *p = (const char *)buf + done;
+        size_t want = n - done;
+        if (fs && fs->write) {
+            size_t w = fs->write(fs->ctx, fd, off + done, &p, want);
+            want = w >= 1 && w < want ? w : want;
+        }
+        ssize_t r = pwrite(fd, p, want, (off_t)(off + done));
         if (r < 0) {
             if (errno == EINTR)
                 continue;
@@ -87,6 +112,7 @@ int fsio_pwrite(const fsio *fs, int fd, const void *buf, size_t n, uint64_t off)
         }
         if (r == 0)
             return -EIO;
+        trace(fs, FSIO_PWRITE, NULL, NULL, fd, 0, p, (size_t)r, off + done);
         done += (size_t)r;
     }
     return 0;
@@ -95,7 +121,10 @@ int fsio_pwrite(const fsio *fs, int fd, const void *buf, size_t n, uint64_t off)
 int fsio_fsync(const fsio *fs, int fd)
 {
     FAULT(fs, FSIO_FSYNC, NULL);
-    return fsync(fd) == 0 ? 0 : -errno;
+    if (fsync(fd) != 0)
+        return -errno;
+    trace(fs, FSIO_FSYNC, NULL, NULL, fd, 0, NULL, 0, 0);
+    return 0;
 }
 
 int fsio_fsync_path(const fsio *fs, const char *dir)
@@ -111,14 +140,20 @@ int fsio_fsync_path(const fsio *fs, const char *dir)
 int fsio_rename(const fsio *fs, const char *from, const char *to)
 {
     FAULT(fs, FSIO_RENAME, from);
-    return rename(from, to) == 0 ? 0 : -errno;
+    if (rename(from, to) != 0)
+        return -errno;
+    trace(fs, FSIO_RENAME, from, to, -1, 0, NULL, 0, 0);
+    return 0;
 }
 
 int fsio_exchange(const fsio *fs, const char *a, const char *b)
 {
     FAULT(fs, FSIO_RENAME, a);
 #ifdef RENAME_EXCHANGE
-    return renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE) == 0 ? 0 : -errno;
+    if (renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE) != 0)
+        return -errno;
+    trace(fs, FSIO_RENAME, a, b, -1, 1, NULL, 0, 0);
+    return 0;
 #else
     return -ENOSYS;
 #endif
@@ -127,19 +162,25 @@ int fsio_exchange(const fsio *fs, const char *a, const char *b)
 int fsio_unlink(const fsio *fs, const char *path)
 {
     FAULT(fs, FSIO_UNLINK, path);
-    return unlink(path) == 0 ? 0 : -errno;
+    int rc = unlink(path) == 0 ? 0 : -errno;
+    TRACE_PATH(fs, FSIO_UNLINK, path, rc);
+    return rc;
 }
 
 int fsio_mkdir(const fsio *fs, const char *path, int mode)
 {
     FAULT(fs, FSIO_MKDIR, path);
-    return mkdir(path, (mode_t)mode) == 0 ? 0 : -errno;
+    int rc = mkdir(path, (mode_t)mode) == 0 ? 0 : -errno;
+    TRACE_PATH(fs, FSIO_MKDIR, path, rc);
+    return rc;
 }
 
 int fsio_rmdir(const fsio *fs, const char *path)
 {
     FAULT(fs, FSIO_RMDIR, path);
-    return rmdir(path) == 0 ? 0 : -errno;
+    int rc = rmdir(path) == 0 ? 0 : -errno;
+    TRACE_PATH(fs, FSIO_RMDIR, path, rc);
+    return rc;
 }
 
 void fsio_list_free(char **names, size_t count)

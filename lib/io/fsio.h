@@ -20,9 +20,33 @@ typedef enum fsio_op {
  * file's path, or NULL for calls on a descriptor. */
 typedef int (*fsio_fault_fn)(void *ctx, fsio_op op, const char *path);
 
+/* What one completed operation did, for a test's trace of the calls (the
+ * durability-order checks and the power-loss simulation replay it). */
+typedef struct fsio_event {
+    fsio_op op;
+    const char *path;   /* the path operated on, NULL for descriptor calls */
+    const char *path2;  /* rename/exchange: the destination; else NULL */
+    int fd;             /* open: the new descriptor; descriptor calls: it */
+    int flags;          /* open: the flags; exchange: 1, rename: 0 */
+    const void *buf;    /* pwrite: the bytes written (as written) */
+    size_t len;         /* pwrite, pread: the byte count */
+    uint64_t off;       /* pwrite, pread: the file offset */
+} fsio_event;
+/* Called after each operation that succeeded (one pwrite system call is one
+ * event: a write the hook shortened shows as several). */
+typedef void (*fsio_trace_fn)(void *ctx, const fsio_event *ev);
+/* Called before each pwrite system call with the `n` bytes at `*data` due
+ * at `off`.  May return fewer (>= 1) to make the call short, as a real
+ * write may be, and may point *data at other bytes of that length to write
+ * instead (a device garbling data).  Returns how many to write. */
+typedef size_t (*fsio_write_fn)(void *ctx, int fd, uint64_t off, const void **data,
+                                size_t n);
+
 typedef struct fsio {
-    fsio_fault_fn fault; /* NULL in production */
-    void *ctx;
+    fsio_fault_fn fault; /* all NULL in production */
+    fsio_trace_fn trace;
+    fsio_write_fn write;
+    void *ctx;           /* passed to each of them */
 } fsio;
 
 int fsio_open(const fsio *fs, const char *path, int flags, int mode);

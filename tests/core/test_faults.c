@@ -240,7 +240,7 @@ static int faulty_save(fault *f, const char *root, int keep_last, int64_t step,
 {
     ckpt_store_options o;
     durable_opts(&o, keep_last);
-    fsio fs = {hook, f};
+    fsio fs = {.fault = hook, .ctx = f};
     ckpt_store *st = NULL;
     int rc = ckpt_store_open_with_fsio(&st, root, &o, &fs);
     cr_assert_eq(rc, CKPT_OK, "%s: open: %s", what, ckpt_error_last());
@@ -364,7 +364,7 @@ Test(faults, open_with_stale_temp_dir)
     fault_reset(&f, FSIO_OP_COUNT, 0, 0);
     fault_arm(&f, 1);
     char *root = fresh_run_root();
-    fsio fs = {hook, &f};
+    fsio fs = {.fault = hook, .ctx = &f};
     ckpt_store *st = NULL;
     cr_assert_eq(ckpt_store_open_with_fsio(&st, root, &o, &fs), CKPT_OK, "%s",
                  ckpt_error_last());
@@ -423,7 +423,7 @@ Test(faults, restore_and_verify)
     ckpt_store_options o;
     durable_opts(&o, 0);
     o.flags = CKPT_OPEN_READONLY;
-    fsio fs = {hook, &f};
+    fsio fs = {.fault = hook, .ctx = &f};
 
     for (int mode = 0; mode < 2; mode++) { /* 0: restore(LATEST), 1: verify(2) */
         long counts[FSIO_OP_COUNT];
@@ -505,7 +505,7 @@ Test(faults, store_usable_after_failed_save)
     fault_reset(&f, FSIO_PWRITE, 1, ENOSPC);
     ckpt_store_options o;
     durable_opts(&o, 0);
-    fsio fs = {hook, &f};
+    fsio fs = {.fault = hook, .ctx = &f};
     char *root = fresh_run_root();
     ckpt_store *st = NULL;
     cr_assert_eq(ckpt_store_open_with_fsio(&st, root, &o, &fs), CKPT_OK);

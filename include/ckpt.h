@@ -260,6 +260,22 @@ typedef struct ckpt_report ckpt_report; /* see "reports" below */
 /** Open flags.  A read-only store never writes to the root: ckpt_save_begin
  *  and ckpt_store_gc without dry_run fail with CKPT_EACCES. */
 #define CKPT_OPEN_READONLY 0x1u  /* no lock, no writes, root must exist     */
+/* Accept a root shared by a group: owned by another member or writable by
+ * the group, and steps written by its members.  Without it, a writer
+ * refuses a root it does not own or that others may write, and every call
+ * refuses (restore: skips, reporting why) a step directory or file owned
+ * by anyone but the caller, the root's owner or root, or writable by
+ * others: CKPT_EACCES.  A world-writable root or step is never accepted. */
+#define CKPT_OPEN_TRUST_GROUP 0x2u
+/* Leave the process's command line out of each manifest's environment
+ * record (it is recorded by default; files are created 0640, directories
+ * 0750, never readable by other users). */
+#define CKPT_OPEN_NO_CMDLINE 0x4u
+/* Allow saving a step lower than the newest committed one (going back to
+ * an earlier point of the same run): once it commits, every committed step
+ * above it is retired.  Without it such a save fails with CKPT_EINVAL,
+ * because restore(LATEST) would go on choosing the higher, older steps. */
+#define CKPT_OPEN_REWIND 0x8u
 
 /**
  * How much of a checkpoint is checked (ckpt_verify, ckpt_store_latest,

@@ -9,6 +9,7 @@
 #include "error.h"
 #include "reader.h"
 #include "report.h"
+#include "retention.h"
 #include "testing.h"
 
 CKPT_API int ckpt_store_options_init(ckpt_store_options *opts, unsigned int version)
@@ -32,7 +33,8 @@ static int resolve_options(const ckpt_store_options *in, ckpt_store_options *o)
                                        CKPT_STORE_OPTIONS_VERSION)))
         return rc;
     *o = in ? *in : d;
-    if (o->flags & ~CKPT_OPEN_READONLY)
+    if (o->flags & ~(CKPT_OPEN_READONLY | CKPT_OPEN_TRUST_GROUP | CKPT_OPEN_NO_CMDLINE |
+                     CKPT_OPEN_REWIND))
         return ckpt_seterr(CKPT_EINVAL, "unknown open flags 0x%x", o->flags);
     if ((rc = codec_resolve_level(o->level, &o->level)))
         return rc;
@@ -103,7 +105,8 @@ int ckpt_store_open_with_fsio(ckpt_store **out, const char *path,
     if (!rc) {
         s->readonly = (s->opts.flags & CKPT_OPEN_READONLY) != 0;
         s->lay.fsync = s->opts.fsync;
-        rc = layout_open(&s->lay, path, !s->readonly);
+        rc = layout_open(&s->lay, path, !s->readonly,
+                         (s->opts.flags & CKPT_OPEN_TRUST_GROUP) != 0);
     }
     if (!rc && !s->readonly && !(rc = layout_lock(&s->lay)))
         layout_clean_stale(&s->lay, 0, NULL); /* best effort: retried next open */
@@ -185,24 +188,18 @@ CKPT_API int ckpt_store_gc(ckpt_store *s, int keep_last, int dry_run, ckpt_repor
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
     pthread_mutex_lock(&s->api_lock);
     save_drain(s);
-    int64_t *steps = NULL;
-    size_t n = 0;
-    int rc = layout_scan(&s->lay, &steps, &n);
-    if (!rc) {
-        /* The newest fully valid step is never removed: a step whose index
-         * is fine but whose chunks are not would be no checkpoint to keep. */
-        int64_t keep_valid = -1;
-        ckpt_checkpoint *ck;
-        if (reader_open_newest(s, CKPT_VERIFY_FULL, &ck) == CKPT_OK) {
-            keep_valid = ck->m.step;
-            reader_close(ck);
-        }
-        ckpt_error_clear();
-        rc = layout_retain(&s->lay, steps, n, (size_t)keep_last, keep_valid, -1, dry_run, r);
+    /* The newest fully valid step is never removed: a step whose index is
+     * fine but whose chunks are not would be no checkpoint to keep. */
+    int64_t keep_valid = -1;
+    ckpt_checkpoint *ck;
+    if (reader_open_newest(s, CKPT_VERIFY_FULL, &ck) == CKPT_OK) {
+        keep_valid = ck->m.step;
+        reader_close(ck);
     }
+    ckpt_error_clear();
+    int rc = retention_apply(s, (size_t)keep_last, -1, keep_valid, dry_run, r);
     if (!rc)
         rc = layout_clean_stale(&s->lay, dry_run, r);
-    free(steps);
     pthread_mutex_unlock(&s->api_lock);
     if (report)
         *report = r;

@@ -248,6 +248,22 @@ int fsio_kind(const fsio *fs, const char *path, int follow, int *kind)
     return 0;
 }
 
+int fsio_info_of(const fsio *fs, const char *path, int fd, fsio_info *info)
+{
+    FAULT(fs, FSIO_STAT, path);
+    struct stat st;
+    if ((fd >= 0 ? fstat(fd, &st) : lstat(path, &st)) != 0)
+        return -errno;
+    info->kind = S_ISREG(st.st_mode) ? FSIO_KIND_FILE : S_ISDIR(st.st_mode) ? FSIO_KIND_DIR
+               : S_ISLNK(st.st_mode) ? FSIO_KIND_LINK : FSIO_KIND_OTHER;
+    info->uid = (unsigned)st.st_uid;
+    info->gid = (unsigned)st.st_gid;
+    info->mode = (unsigned)st.st_mode & 07777;
+    info->dev = (uint64_t)st.st_dev;
+    info->ino = (uint64_t)st.st_ino;
+    return 0;
+}
+
 int fsio_same_file(const fsio *fs, int fd, const char *path, int *same)
 {
     FAULT(fs, FSIO_STAT, path);

@@ -76,6 +76,15 @@ void fsio_list_free(char **names, size_t count);
  * FSIO_KIND_LINK, never its target. */
 enum { FSIO_KIND_NONE, FSIO_KIND_FILE, FSIO_KIND_DIR, FSIO_KIND_LINK, FSIO_KIND_OTHER };
 int fsio_kind(const fsio *fs, const char *path, int follow, int *kind);
+/* Who owns a path or descriptor and who may write it (FSIO_STAT). */
+typedef struct fsio_info {
+    int kind;          /* FSIO_KIND_* */
+    unsigned uid, gid; /* owner */
+    unsigned mode;     /* permission bits (07777) */
+    uint64_t dev, ino; /* identity */
+} fsio_info;
+/* Of `path`, not following a link (fd < 0), or of the open `fd`. */
+int fsio_info_of(const fsio *fs, const char *path, int fd, fsio_info *info);
 /* *same = 1 when `path` (not followed) is the file open as `fd`. */
 int fsio_same_file(const fsio *fs, int fd, const char *path, int *same);
 /* st_size of a descriptor. */

@@ -12,13 +12,17 @@
 #include "report.h"
 #include "util.h"
 
-int layout_open(layout *l, const char *path, int create)
+int layout_open(layout *l, const char *path, int writing, int trust_group)
 {
     l->lock_fd = -1;
+    /* Private to the owner (and the group's readers) unless shared with a
+     * trusted group; the command line in each manifest is no one else's. */
+    l->dir_mode = trust_group ? 0770 : 0750;
+    l->file_mode = 0640;
     int kind = FSIO_KIND_NONE;
     int rc = fsio_kind(&l->fs, path, 1, &kind);
-    if (rc == -ENOENT && create) {
-        rc = fsio_mkdir(&l->fs, path, 0755);
+    if (rc == -ENOENT && writing) {
+        rc = fsio_mkdir(&l->fs, path, l->dir_mode);
         if (rc == -EEXIST)
             rc = 0;
         if (rc)
@@ -35,7 +39,16 @@ int layout_open(layout *l, const char *path, int create)
      * directory. */
     if (!(l->root = realpath(path, NULL)))
         return ckpt_seterr_errno(errno, "cannot resolve the checkpoint root %s", path);
-    return CKPT_OK;
+    fsio_info in;
+    if ((rc = fsio_info_of(&l->fs, l->root, -1, &in)))
+        return ckpt_seterr_errno(-rc, "cannot stat the checkpoint root %s", l->root);
+    trust_init(&l->tr, &in, trust_group);
+    return trust_check_root(&l->tr, l->root, &in, writing);
+}
+
+int layout_check_trusted(layout *l, const char *path)
+{
+    return trust_check_path(&l->tr, &l->fs, path);
 }
 
 void layout_close(layout *l)
@@ -215,7 +228,7 @@ int layout_make_temp(layout *l, int64_t step, char **path)
     char *p = unique_name(l, LAYOUT_TMP_PREFIX, step);
     if (!p)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
-    int rc = fsio_mkdir(&l->fs, p, 0755);
+    int rc = fsio_mkdir(&l->fs, p, l->dir_mode);
     if (rc) {
         rc = ckpt_seterr_errno(-rc, "cannot create the temporary directory %s", p);
         free(p);

@@ -11,6 +11,7 @@
 
 #include "ckpt.h"
 #include "fsio.h"
+#include "trust.h"
 
 #define LAYOUT_LOCK_NAME ".lock"
 #define LAYOUT_TMP_PREFIX ".tmp-"
@@ -30,12 +31,20 @@ typedef struct layout {
     int fsync;        /* fsync the root and directories after changes */
     int lock_fd;      /* the writer's lock, -1 for readers */
     unsigned seq;     /* makes temporary names unique within the process */
+    trust tr;         /* whose entries are accepted (trust.h) */
+    int dir_mode;     /* for the root and step directories it creates */
+    int file_mode;    /* for the files of a step */
 } layout;
 
 /* Resolve `path` into l->root (absolute), creating the directory when
- * `create`.  CKPT_ENOTFOUND if it is missing and !create; CKPT_EINVAL if it
- * is not a directory.  l->fs and l->fsync must be set before. */
-int layout_open(layout *l, const char *path, int create);
+ * `writing` (then also checked fit for writing, trust.h).  `trust_group`:
+ * accept a root and entries of the group's members, and create directories
+ * the group may write.  CKPT_ENOTFOUND if it is missing and !writing;
+ * CKPT_EINVAL if it is not a directory; CKPT_EACCES if it is not trusted.
+ * l->fs and l->fsync must be set before. */
+int layout_open(layout *l, const char *path, int writing, int trust_group);
+/* CKPT_OK when the step directory or file `path` may be used (trust.h). */
+int layout_check_trusted(layout *l, const char *path);
 /* Release the lock (if held) and free.  Safe on a zeroed layout. */
 void layout_close(layout *l);
 

@@ -32,7 +32,7 @@ static json_t *command_line(void)
     return s ? s : json_string("(not UTF-8)");
 }
 
-json_t *env_record(device *dev)
+json_t *env_record(device *dev, int with_command_line)
 {
     char host[256] = "", when[64] = "";
     gethostname(host, sizeof host - 1);
@@ -50,7 +50,8 @@ json_t *env_record(device *dev)
     json_t *env = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:o, s:s}",
         "libckpt", CKPT_VERSION_STRING, "zstd", ZSTD_versionString(),
         "xxhash", xxh, "jansson", JANSSON_VERSION, "host", host, "os", os,
-        "pid", (json_int_t)getpid(), "command_line", command_line(), "time", when);
+        "pid", (json_int_t)getpid(), "command_line",
+        with_command_line ? command_line() : json_string("(not recorded)"), "time", when);
     if (env && dev)
         device_describe(dev, env);
     return env;

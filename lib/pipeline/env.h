@@ -7,7 +7,9 @@
 
 #include "device.h"
 
-/* A new JSON object; NULL on out of memory. */
-json_t *env_record(device *dev);
+/* A new JSON object; NULL on out of memory.  The process's command line is
+ * recorded only when `with_command_line` (it may hold secrets: tokens and
+ * paths passed as arguments). */
+json_t *env_record(device *dev, int with_command_line);
 
 #endif

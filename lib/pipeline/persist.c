@@ -12,6 +12,7 @@
 #include "manifest.h"
 #include "layout.h"
 #include "reader.h"
+#include "retention.h"
 #include "save.h"
 #include "util.h"
 
@@ -58,7 +59,8 @@ static int write_manifest(ckpt_save *s)
         rc = check_readable(s, text, len);
     if (rc)
         goto done;
-    int fd = fsio_open(&st->lay.fs, path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    int fd = fsio_open(&st->lay.fs, path, O_WRONLY | O_CREAT | O_EXCL,
+                     st->lay.file_mode);
     if (fd < 0) {
         rc = ckpt_seterr_errno(-fd, "cannot create %s", path);
         goto done;
@@ -95,16 +97,17 @@ static int verify_temp(ckpt_save *s)
     return rc;
 }
 
-/* After a commit of `just`: keep the newest keep_last steps and `just`.
- * Best effort: a step left over is retired by a later save or gc. */
+/* After a commit of `just` (retention.h).  Best effort: a step left over
+ * is retired by a later save or gc. */
 static void apply_retention(ckpt_store *st, int64_t just)
 {
-    int64_t *steps;
-    size_t n;
-    if (st->opts.keep_last <= 0 || layout_scan(&st->lay, &steps, &n))
+    if (st->opts.keep_last <= 0 && !(st->opts.flags & CKPT_OPEN_REWIND))
         return;
-    layout_retain(&st->lay, steps, n, (size_t)st->opts.keep_last, just, -1, 0, NULL);
-    free(steps);
+    ckpt_error_state e; /* the save succeeded: keep its (empty) error */
+    ckpt_error_capture(&e, CKPT_OK);
+    retention_apply(st, st->opts.keep_last > 0 ? (size_t)st->opts.keep_last : SIZE_MAX,
+                    just, -1, 0, NULL);
+    ckpt_error_restore(&e);
 }
 
 static int persist(ckpt_save *s)

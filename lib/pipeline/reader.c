@@ -58,6 +58,12 @@ static int open_shards(ckpt_checkpoint *ck)
         if (!path || !name) {
             rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
         } else {
+            /* A missing shard is reported by the read below (incomplete). */
+            int kind;
+            if (fsio_kind(fs, path, 0, &kind) == 0)
+                rc = layout_check_trusted(&ck->store->lay, path);
+        }
+        if (!rc) {
             shard_expect x = {m->shards[sh].size, m->shards[sh].index_hash, m->step, m->id,
                               (uint32_t)nt, bytes, m->chunk_bytes};
             rc = shard_read_index(fs, path, name, &x, &ck->fds[sh], &ck->ix[sh]);
@@ -111,8 +117,13 @@ int reader_open_dir(ckpt_store *s, const char *dir, int64_t step, ckpt_checkpoin
     char *mpath = util_join(dir, MANIFEST_NAME);
     char *where = util_printf("%s/%s", ck->label, MANIFEST_NAME);
     size_t len = 0;
-    int rc = mpath && where ? fsio_read_file(&s->lay.fs, mpath, MANIFEST_MAX_BYTES, &ck->text, &len)
-                            : -ENOMEM;
+    int rc = mpath && where ? 0 : -ENOMEM;
+    int kind;
+    if (!rc && fsio_kind(&s->lay.fs, mpath, 0, &kind) == 0 &&
+        (rc = layout_check_trusted(&s->lay, mpath)))
+        goto done; /* a missing manifest is reported below, as incomplete */
+    if (!rc)
+        rc = fsio_read_file(&s->lay.fs, mpath, MANIFEST_MAX_BYTES, &ck->text, &len);
     if (rc == -ENOENT)
         rc = ckpt_seterr(CKPT_EINCOMPLETE, "%s is missing", where ? where : "manifest");
     else if (rc == -FSIO_ENOTREG)
@@ -133,6 +144,7 @@ int reader_open_dir(ckpt_store *s, const char *dir, int64_t step, ckpt_checkpoin
         rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
     if (!rc)
         rc = open_shards(ck);
+done:
     free(mpath);
     free(where);
     if (rc) {
@@ -143,19 +155,43 @@ int reader_open_dir(ckpt_store *s, const char *dir, int64_t step, ckpt_checkpoin
     return CKPT_OK;
 }
 
+/* A writer replacing the step (a re-save) swaps its directory while we
+ * read: the manifest then comes from one and a shard from the other.  So a
+ * failed open is retried when the directory changed under it. */
+#define REPLACED_RETRIES 3
+
 int reader_open_step(ckpt_store *s, int64_t step, ckpt_checkpoint **out)
 {
+    *out = NULL;
     char *dir = layout_step_path(&s->lay, step);
     if (!dir)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
-    int kind = FSIO_KIND_NONE;
-    int rc = fsio_kind(&s->lay.fs, dir, 0, &kind);
-    if (rc == -ENOENT || (!rc && kind != FSIO_KIND_DIR))
-        rc = ckpt_seterr(CKPT_ENOTFOUND, "no step %lld in %s", (long long)step, s->lay.root);
-    else if (rc)
-        rc = ckpt_seterr_errno(-rc, "cannot stat %s", dir);
-    else
+    int rc;
+    for (int attempt = 0;; attempt++) {
+        fsio_info before, after;
+        rc = fsio_info_of(&s->lay.fs, dir, -1, &before);
+        if (rc == -ENOENT || (!rc && before.kind != FSIO_KIND_DIR)) {
+            rc = ckpt_seterr(CKPT_ENOTFOUND, "no step %lld in %s", (long long)step,
+                             s->lay.root);
+            break;
+        }
+        if (rc) {
+            rc = ckpt_seterr_errno(-rc, "cannot stat %s", dir);
+            break;
+        }
+        if ((rc = trust_check_entry(&s->lay.tr, dir, &before)))
+            break;
         rc = reader_open_dir(s, dir, step, out);
+        if (!rc || !reader_is_damage(rc) || attempt == REPLACED_RETRIES)
+            break;
+        ckpt_error_state e;
+        ckpt_error_capture(&e, rc);
+        int same = fsio_info_of(&s->lay.fs, dir, -1, &after) == 0 &&
+                   after.dev == before.dev && after.ino == before.ino;
+        ckpt_error_restore(&e);
+        if (same)
+            break; /* damaged, not replaced */
+    }
     free(dir);
     return rc;
 }

@@ -16,6 +16,7 @@
 #include "error.h"
 #include "layout.h"
 #include "save.h"
+#include "retention.h"
 #include "util.h"
 #include "validate.h"
 
@@ -155,7 +156,7 @@ static int build_manifest(ckpt_save *s, const ckpt_tensor *t, size_t count,
             return ckpt_seterr(CKPT_EINVAL, "metadata is not valid JSON (line %d, "
                                "column %d: %s)", err.line, err.column, err.text);
     }
-    if (!(m->env = env_record(st->dev)))
+    if (!(m->env = env_record(st->dev, !(st->opts.flags & CKPT_OPEN_NO_CMDLINE))))
         return ckpt_seterr(CKPT_ENOMEM, "out of memory recording the environment");
     char shard_name[SHARD_NAME_SIZE];
     shard_file_name(0, shard_name); /* one process, one rank: rank 0 */
@@ -298,7 +299,8 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
         rc = layout_make_temp(&st->lay, s->m.step, &s->tmp);
     if (!rc) {
         char *path = util_join(s->tmp, s->m.shards[0].file);
-        rc = path ? shard_writer_open(&s->writer, &st->lay.fs, path, s->m.step, s->m.id, 0)
+        rc = path ? shard_writer_open(&s->writer, &st->lay.fs, path, st->lay.file_mode,
+                                     s->m.step, s->m.id, 0)
                   : ckpt_seterr(CKPT_ENOMEM, "out of memory");
         free(path);
     }
@@ -359,7 +361,9 @@ int save_begin(ckpt_save **out, ckpt_store *st, int64_t step, const ckpt_tensor 
     pthread_mutex_lock(&st->api_lock);
     save_drain(st); /* one save in flight at a time: memory stays bounded */
     s->t_begin = util_now();
-    int rc = begin_locked(s, tensors, count, opts);
+    int rc = retention_check_order(st, step);
+    if (!rc)
+        rc = begin_locked(s, tensors, count, opts);
     if (!rc) {
         s->t_return = util_now();
         s->stats.stall_s = s->t_return - s->t_begin;

@@ -22,7 +22,7 @@ struct shard_writer {
 };
 
 int shard_writer_open(shard_writer **out, const fsio *fs, const char *path,
-                      int64_t step, const unsigned char id[SHARD_ID_SIZE],
+                      int mode, int64_t step, const unsigned char id[SHARD_ID_SIZE],
                       uint32_t rank)
 {
     shard_writer *w = calloc(1, sizeof *w);
@@ -33,7 +33,7 @@ int shard_writer_open(shard_writer **out, const fsio *fs, const char *path,
     w->fs = fs;
     memcpy(w->id, id, SHARD_ID_SIZE);
     pthread_mutex_init(&w->lock, NULL);
-    w->fd = fsio_open(fs, path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    w->fd = fsio_open(fs, path, O_WRONLY | O_CREAT | O_EXCL, mode);
     if (w->fd < 0) {
         int e = -w->fd;
         w->fd = -1;

@@ -14,7 +14,7 @@
 typedef struct shard_writer shard_writer;
 
 int shard_writer_open(shard_writer **out, const fsio *fs, const char *path,
-                      int64_t step, const unsigned char id[SHARD_ID_SIZE],
+                      int mode, int64_t step, const unsigned char id[SHARD_ID_SIZE],
                       uint32_t rank);
 int shard_writer_append(shard_writer *w, uint32_t tensor, uint64_t offset,
                         const chunk_meta *meta, const void *stored);

@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from byteflip import flip_byte
-from clitest import (H5ZSTD_DIR, check, ckpt, ckpt_json, expect_rc, expected_bytes,
+from clitest import (CKPT, H5ZSTD_DIR, check, ckpt, ckpt_json, expect_rc, expected_bytes,
                      make_step, names, restored_bytes, run)
 
 # The plugin must be on the path before libhdf5 initialises (h5py import).
@@ -246,11 +246,18 @@ def test_import_step_and_errors(tmp):
     expect_rc(ckpt("import", nostep, dest, "--step", 3), 0)
     # importing again replaces the step; other steps stay
     expect_rc(ckpt("import", nostep, dest, "--step", 4), 0)
-    expect_rc(ckpt("import", nostep, dest, "--step", 3), 0)
+    expect_rc(ckpt("import", nostep, dest, "--step", 4), 0)
+    # below the newest step: refused (restore would never choose it) ...
+    r = expect_rc(ckpt("import", nostep, dest, "--step", 3), 3)
+    check("below step 4" in r.err and "rewind" in r.err, "lower step message", r)
     r = expect_rc(ckpt("latest", dest, "--step"), 0)
     check(r.out == "4\n", "steps after re-import", r)
     _, doc = ckpt_json("list", "list", dest, rc=0)
     check([s["step"] for s in doc["steps"]] == [3, 4], "steps %s" % doc["steps"])
+    # ... unless going back on purpose: the steps above it are retired
+    expect_rc(ckpt("import", nostep, dest, "--step", 3, "--rewind"), 0)
+    _, doc = ckpt_json("list", "list", dest, rc=0)
+    check([s["step"] for s in doc["steps"]] == [3], "steps after rewind %s" % doc["steps"])
     # a job holds the root: busy, exit 3
     fd = os.open(os.path.join(dest, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -259,6 +266,31 @@ def test_import_step_and_errors(tmp):
         check(doc["error"]["status"] == "busy", "busy %s" % doc)
     finally:
         os.close(fd)
+
+
+def test_import_bounds_allocation(tmp):
+    """A tiny file declaring a huge dataset is refused before any allocation:
+    one never written (sparse, fill values only), and one whose stored bytes
+    are far fewer than any codec could expand to its declared size."""
+    need_hdf5()
+    need_h5py()
+    dest = os.path.join(tmp, "dest")
+    sparse = os.path.join(tmp, "sparse.h5")
+    with h5py.File(sparse, "w") as f:
+        f.create_dataset("huge", shape=(1 << 31,), dtype="f4")  # 8 GiB, unwritten
+        f.attrs["step"] = 1
+    check(os.path.getsize(sparse) < 16384, "the file is small")
+    r = expect_rc(ckpt("import", sparse, dest), 3)
+    check("huge" in r.err and "stores none" in r.err, "sparse dataset message", r)
+    check(not os.path.exists(os.path.join(dest, "step-000000000001")), "nothing saved")
+    chunked = os.path.join(tmp, "chunked.h5")
+    with h5py.File(chunked, "w") as f:
+        d = f.create_dataset("big", shape=(1 << 30,), dtype="f4", chunks=(1 << 16,),
+                             compression="gzip")
+        d[0:4] = [1, 2, 3, 4]  # one chunk stored, the rest unallocated
+        f.attrs["step"] = 1
+    r = expect_rc(ckpt("import", chunked, dest), 3)
+    check("big" in r.err and "stores only" in r.err, "ratio message", r)
 
 
 def test_malformed_inputs(tmp):
@@ -341,3 +373,39 @@ def test_export_errors(tmp):
     check(shard in r.err and not os.path.exists(bad), "corrupt export", r)
     check(not [f for f in os.listdir(tmp) if ".tmp-" in f], "temporary file left")
 
+
+
+def test_export_never_writes_through_a_planted_link(tmp):
+    """The temporary file export writes (OUT.tmp-PID-N) is created
+    exclusively: a link planted at that name by another user, pointing at a
+    file of the victim's, is neither followed nor truncated.  The child's
+    pid is known before it runs `ckpt export`, so the link is planted at
+    exactly the name it will try first."""
+    need_hdf5()
+    root = source_root(tmp)
+    out = os.path.join(tmp, "x.h5")
+    victim = os.path.join(tmp, "victim.txt")
+    with open(victim, "w") as f:
+        f.write("precious\n")
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child waits until the link is in place, then runs export
+        os.close(go_w)
+        os.read(go_r, 1)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        os.execv(CKPT, [CKPT, "export", root, out])
+        os._exit(127)
+    os.close(go_r)
+    planted = "%s.tmp-%d-0" % (out, pid)
+    os.symlink(victim, planted)
+    os.write(go_w, b"x")
+    os.close(go_w)
+    _, status = os.waitpid(pid, 0)
+    check(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0,
+          "export with a planted link at its first temporary name: status %d" % status)
+    with open(victim) as f:
+        check(f.read() == "precious\n", "the link's target was written through")
+    check(os.path.islink(planted), "the planted link was replaced or removed")
+    check(os.path.isfile(out) and not os.path.islink(out), "no export written")

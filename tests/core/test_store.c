@@ -244,8 +244,57 @@ Test(store, keep_last_default_is_3)
     check_retention(-1, want, 3);
 }
 
-/* Steps saved out of order: retention keeps the highest step numbers. */
-Test(store, retention_by_step_number)
+/* A save below the newest committed step is refused (a new run restarted
+ * in a used directory would otherwise be hidden behind the old steps), and
+ * nothing changes. */
+Test(store, lower_step_is_refused)
+{
+    ckpt_store *st = tc_open(tc_root);
+    tc_state s;
+    tc_state_standard(&s, 1);
+    tc_save_ok(st, 10, &s);
+    tc_save_ok(st, 30, &s);
+    int rc = tc_save(st, 20, &s, NULL);
+    cr_assert_eq(rc, CKPT_EINVAL);
+    const char *msg = ckpt_error_last();
+    cr_assert(strstr(msg, "step 20") && strstr(msg, "step 30") &&
+              strstr(msg, "CKPT_OPEN_REWIND") && strstr(msg, "new directory"), "%s", msg);
+    int64_t want[] = {10, 30};
+    tc_assert_steps(st, want, 2);
+    cr_assert_eq(tc_count_prefix(tc_root, ".tmp"), 0);
+    tc_save_ok(st, 30, &s); /* the same step again replaces it */
+    tc_state_free(&s);
+    ckpt_store_free(st);
+}
+
+/* With CKPT_OPEN_REWIND, going back to step 20 retires the steps above it
+ * once 20 commits, so restore(LATEST) takes the new step. */
+Test(store, rewind_retires_steps_above)
+{
+    ckpt_store_options o;
+    tc_opts(&o);
+    o.flags = CKPT_OPEN_REWIND;
+    ckpt_store *st = NULL;
+    cr_assert_eq(ckpt_store_open(&st, tc_root, &o), CKPT_OK, "%s", ckpt_error_last());
+    tc_state a, b;
+    tc_state_standard(&a, 1);
+    tc_state_standard(&b, 2);
+    tc_save_ok(st, 10, &a);
+    tc_save_ok(st, 30, &a);
+    tc_save_ok(st, 40, &a);
+    tc_save_ok(st, 20, &b);
+    int64_t want[] = {10, 20};
+    tc_assert_steps(st, want, 2);
+    cr_assert_eq(tc_restore_check(st, CKPT_LATEST, &b), 20);
+    tc_state_free(&a);
+    tc_state_free(&b);
+    ckpt_store_free(st);
+}
+
+/* keep_last counts steps that open: a damaged step is not one of the kept,
+ * so the older good step stays.  (Counting by number kept the damaged
+ * step and the new one, retiring the last good one before it.) */
+Test(store, retention_counts_only_valid_steps)
 {
     ckpt_store_options o;
     tc_opts(&o);
@@ -254,11 +303,19 @@ Test(store, retention_by_step_number)
     cr_assert_eq(ckpt_store_open(&st, tc_root, &o), CKPT_OK);
     tc_state s;
     tc_state_standard(&s, 1);
-    const int64_t order[] = {10, 30, 20};
-    for (int i = 0; i < 3; i++)
-        tc_save_ok(st, order[i], &s);
-    int64_t want[] = {20, 30};
-    tc_assert_steps(st, want, 2);
+    for (int i = 1; i <= 3; i++)
+        tc_save_ok(st, i, &s);
+    char *dir = tc_step_dir(tc_root, 3), *man = tc_join(dir, "manifest.json");
+    tc_truncate(man, tc_file_size(man) / 2);
+    tc_save_ok(st, 4, &s);
+    int64_t want[] = {2, 3, 4};
+    tc_assert_steps(st, want, 3);
+    tc_restore_check(st, 2, &s);
+    tc_save_ok(st, 5, &s); /* 3 is now old enough to go */
+    int64_t want2[] = {4, 5};
+    tc_assert_steps(st, want2, 2);
+    free(man);
+    free(dir);
     tc_state_free(&s);
     ckpt_store_free(st);
 }
@@ -679,10 +736,14 @@ static void *reader_thread(void *p)
     return NULL;
 }
 
+/* Savers take the next step number and begin its save under one mutex,
+ * as a training loop's threads would: steps begin in order, and their
+ * waits run concurrently. */
 typedef struct saver_arg {
     ckpt_store *st;
     const tc_state *a, *b;
-    int first, last;
+    pthread_mutex_t *mu;
+    int *next, last;
     int rc;
     char why[256];
 } saver_arg;
@@ -690,15 +751,24 @@ typedef struct saver_arg {
 static void *saver_thread(void *p)
 {
     saver_arg *s = p;
-    for (int step = s->first; step <= s->last && s->rc == CKPT_OK; step++) {
+    for (;;) {
+        pthread_mutex_lock(s->mu);
+        int step = (*s->next)++;
+        if (step > s->last) {
+            pthread_mutex_unlock(s->mu);
+            break;
+        }
         const tc_state *src = step % 2 ? s->a : s->b;
         ckpt_save *sv = NULL;
         s->rc = ckpt_save_begin(&sv, s->st, step, src->t, src->count, NULL);
+        pthread_mutex_unlock(s->mu);
         if (s->rc == CKPT_OK)
             s->rc = ckpt_save_wait(sv);
         if (s->rc != CKPT_OK)
             snprintf(s->why, sizeof s->why, "step %d: %s", step, ckpt_error_last());
         ckpt_save_free(sv);
+        if (s->rc != CKPT_OK)
+            break;
     }
     return NULL;
 }
@@ -723,8 +793,10 @@ Test(store, threads_share_a_store)
         cr_assert_eq(pthread_create(&th[i], NULL, reader_thread, &rd[i]), 0);
     }
     /* two savers on one store: the steps interleave but every save commits */
-    saver_arg sa = {st, &a, &b, 2, 11, CKPT_OK, ""};
-    saver_arg sb = {st, &a, &b, 12, 21, CKPT_OK, ""};
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    int next = 2;
+    saver_arg sa = {st, &a, &b, &mu, &next, 21, CKPT_OK, ""};
+    saver_arg sb = {st, &a, &b, &mu, &next, 21, CKPT_OK, ""};
     cr_assert_eq(pthread_create(&th[READERS], NULL, saver_thread, &sa), 0);
     cr_assert_eq(pthread_create(&th[READERS + 1], NULL, saver_thread, &sb), 0);
     for (int i = 0; i < READERS + 2; i++)
@@ -733,17 +805,11 @@ Test(store, threads_share_a_store)
         cr_assert_eq(rd[i].bad, 0, "reader %d: %s", i, rd[i].why);
     cr_assert_eq(sa.rc, CKPT_OK, "saver a: %s", sa.why);
     cr_assert_eq(sb.rc, CKPT_OK, "saver b: %s", sb.why);
-    /* Retention keeps the three highest steps, and never retires the step
-     * just committed (docs/FORMAT.md): when saver a's last step commits
-     * after saver b's, it survives as a fourth. */
+    /* Retention keeps the three highest steps. */
     size_t n;
     int64_t *steps = tc_steps(st, &n);
-    cr_assert(n == 3 || n == 4, "%zu steps kept", n);
-    cr_assert(steps[n - 3] == 19 && steps[n - 2] == 20 && steps[n - 1] == 21,
-              "the three newest steps are %lld %lld %lld", (long long)steps[n - 3],
-              (long long)steps[n - 2], (long long)steps[n - 1]);
-    if (n == 4)
-        cr_assert_eq(steps[0], 11, "extra step %lld", (long long)steps[0]);
+    cr_assert(n == 3 && steps[0] == 19 && steps[1] == 20 && steps[2] == 21,
+              "%zu steps kept, the newest %lld", n, (long long)steps[n - 1]);
     ckpt_free(steps);
     tc_restore_check(st, 21, &a);
     tc_restore_check(st, 20, &b);

@@ -32,11 +32,20 @@ def test_next_save_waits_for_the_one_in_flight(root):
 def test_saves_from_several_threads(root):
     errors = []
     with open_store(root, keep_last=0) as store:
+        # Steps are taken and begun in order (a lower step than a committed
+        # one is refused), the waits overlap.
+        order = threading.Lock()
+        todo = iter(sorted(k * 100 + i for k in range(4) for i in range(5)))
+
         def worker(k):
             try:
-                for i in range(5):
-                    step = k * 100 + i
-                    store.save(step, {"x": np.full(1000, step)}).wait()
+                while True:
+                    with order:
+                        step = next(todo, None)
+                        if step is None:
+                            return
+                        h = store.save(step, {"x": np.full(1000, step)})
+                    h.wait()
             except Exception as e:  # reported below
                 errors.append(e)
 

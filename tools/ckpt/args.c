@@ -105,6 +105,10 @@ int cli_parse(cli_ctx *ctx, const cli_cmd *cmd, const cli_opt *opts, int argc,
                 ctx->json = 1;
                 continue;
             }
+            if (len == 11 && strncmp(name, "trust-group", 11) == 0 && !eq) {
+                ctx->trust_group = 1; /* every command opens a root */
+                continue;
+            }
             const cli_opt *o = find_long(opts, name, len);
             if (!o) {
                 *ret = cli_usage(ctx, "unknown option '--%.*s'", (int)len, name);
@@ -180,6 +184,8 @@ void cli_print_help(FILE *f, const cli_cmd *cmd, const cli_opt *opts)
             snprintf(left, sizeof left, "--%s %s", o->name, o->metavar ? o->metavar : "VALUE");
         fprintf(f, "  %-22s %s\n", left, o->help);
     }
+    fprintf(f, "  %-22s %s\n", "--trust-group",
+            "accept a root shared by your group (also CKPT_TRUST_GROUP=1)");
     if (cmd->json)
         fprintf(f, "  %-22s %s\n", "--json",
                 "print one JSON document on stdout (errors too); schema in docs/CLI.md");

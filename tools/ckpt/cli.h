@@ -20,6 +20,8 @@ enum cli_exit {
 typedef struct cli_ctx {
     const char *cmd; /* subcommand name, for messages                     */
     int json;        /* --json: one JSON document on stdout, errors too   */
+    int trust_group; /* --trust-group or CKPT_TRUST_GROUP=1: a group's root */
+    int rewind;      /* import --rewind: CKPT_OPEN_REWIND                 */
 } cli_ctx;
 
 /* ------------------------------------------------------------ options */

@@ -8,6 +8,10 @@
 #include "cli.h"
 #include "h5util.h"
 
+/* zstd's best case is about 32,000 to 1 (a frame of zeros); anything
+ * claiming more is a forged or sparse file. */
+#define IMPORT_MAX_RATIO 65536
+
 const cli_cmd cli_cmd_import = {
     "import", "Store an HDF5 file's datasets as a checkpoint step",
     "Every dataset becomes a tensor named by its path without the leading '/'\n"
@@ -267,6 +271,22 @@ static int imp_add(imp_list *l, const char *name, hid_t dset)
         goto fail;
     }
     t.bytes = elems * esize;
+    /* The declared size is what import allocates: bound it by what the file
+     * stores, so that a tiny file cannot ask for gigabytes.  No codec
+     * expands data by more than IMPORT_MAX_RATIO; a dataset that stores
+     * nothing (never written: fill values only) is refused. */
+    hsize_t stored = H5Dget_storage_size(dset);
+    if (t.bytes > 0 && stored == 0) {
+        snprintf(l->err, sizeof l->err, "dataset '%s': declares %" PRIu64 " bytes but "
+                 "stores none (never written)", name, t.bytes);
+        goto fail;
+    }
+    if (t.bytes / IMPORT_MAX_RATIO > (uint64_t)stored) {
+        snprintf(l->err, sizeof l->err, "dataset '%s': declares %" PRIu64 " bytes but "
+                 "stores only %llu (more than %d times less: not a real dataset)", name,
+                 t.bytes, (unsigned long long)stored, IMPORT_MAX_RATIO);
+        goto fail;
+    }
     if (!(t.name = strdup(name)))
         goto oom;
     if (l->n == l->cap) {
@@ -338,6 +358,8 @@ int cmd_import(cli_ctx *ctx, int argc, char **argv)
         {CLI_OPT_ARG, "DIR", NULL, "checkpoint root (created if missing)", &dir, 1, 0, NULL},
         {CLI_OPT_INT, "step", "N", "step to write (default: the file's 'step' attribute)",
          &step, 0, 0, &have_step},
+        {CLI_OPT_FLAG, "rewind", NULL, "allow a step below the newest committed one (the "
+         "steps above it are retired once it commits)", &ctx->rewind, 0, 0, NULL},
         {CLI_OPT_END, NULL, NULL, NULL, NULL, 0, 0, NULL},
     };
     int ret = 0;
@@ -411,6 +433,13 @@ int cmd_import(cli_ctx *ctx, int argc, char **argv)
     }
     for (size_t i = 0; i < l.n; i++)
         raw += l.v[i].bytes;
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && psz > 0 && raw > (uint64_t)pages * (uint64_t)psz) {
+        ret = cli_fail(ctx, CLI_EXIT_ERROR, CKPT_ENOMEM, "%s holds %" PRIu64 " bytes of "
+                       "tensors, more than this machine's memory (%" PRIu64 " bytes)", in,
+                       raw, (uint64_t)pages * (uint64_t)psz);
+        goto done;
+    }
     if (!(tensors = calloc(l.n, sizeof *tensors))) {
         ret = cli_fail(ctx, CLI_EXIT_ERROR, CKPT_ENOMEM, "out of memory");
         goto done;

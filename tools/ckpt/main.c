@@ -38,7 +38,9 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-    cli_ctx ctx = {"ckpt", 0};
+    cli_ctx ctx = {"ckpt", 0, 0, 0};
+    const char *trust = getenv("CKPT_TRUST_GROUP");
+    ctx.trust_group = trust && strcmp(trust, "1") == 0;
     int i = 1;
 
     /* Every command accepts --json: with it anywhere on the line (before

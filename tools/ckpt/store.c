@@ -19,7 +19,7 @@ int cli_open_readonly(cli_ctx *ctx, const char *dir, ckpt_store **out)
 {
     ckpt_store_options opts = CKPT_STORE_OPTIONS_INIT;
     char abs[PATH_MAX];
-    opts.flags = CKPT_OPEN_READONLY;
+    opts.flags = CKPT_OPEN_READONLY | (ctx->trust_group ? CKPT_OPEN_TRUST_GROUP : 0u);
     int st = ckpt_store_open(out, absolute(dir, abs), &opts);
     if (st != CKPT_OK) {
         /* A root that cannot be opened is an I/O problem, never "invalid". */
@@ -36,6 +36,8 @@ int cli_open_writer(cli_ctx *ctx, const char *dir, ckpt_store **out)
     ckpt_store_options opts = CKPT_STORE_OPTIONS_INIT;
     char abs[PATH_MAX];
     opts.keep_last = 0; /* the CLI never retires steps as a side effect */
+    opts.flags = (ctx->trust_group ? CKPT_OPEN_TRUST_GROUP : 0u) |
+                 (ctx->rewind ? CKPT_OPEN_REWIND : 0u);
     int st = ckpt_store_open(out, absolute(dir, abs), &opts);
     if (st != CKPT_OK) {
         int code = cli_exit_for(st);

@@ -1,0 +1,35 @@
+/* trust: whose directories and files libckpt accepts in a checkpoint root.
+ *
+ * On a server shared by many users, a checksum proves that a checkpoint is
+ * intact, not who wrote it.  So every root, step directory and file is
+ * checked before it is used:
+ *  - writing into a root: the caller must own it, unless the store trusts
+ *    its group (CKPT_OPEN_TRUST_GROUP, for a project directory shared by a
+ *    group); a root anyone may write (o+w) is refused, and a group-writable
+ *    one unless the group is trusted or is the owner's private group;
+ *  - using a step directory or file (restore, verify, retention): its owner
+ *    must be the caller, the root's owner or root (uid 0), or any member of
+ *    a trusted group; the same write-permission rules apply to it.
+ * A refusal is CKPT_EACCES with a message naming the path, its owner and
+ * mode, and what would make it acceptable. */
+#ifndef CKPT_TRUST_H
+#define CKPT_TRUST_H
+
+#include "fsio.h"
+
+typedef struct trust {
+    unsigned self;      /* the caller's effective uid */
+    unsigned root_uid;  /* the root's owner */
+    int group;          /* trust the group (CKPT_OPEN_TRUST_GROUP) */
+} trust;
+
+/* Set up the rules for a root whose information is `root`. */
+void trust_init(trust *t, const fsio_info *root, int group);
+/* May the caller write into the root at `path`?  CKPT_OK or CKPT_EACCES. */
+int trust_check_root(const trust *t, const char *path, const fsio_info *root, int writing);
+/* May the caller use the step directory or file `path`? */
+int trust_check_entry(const trust *t, const char *path, const fsio_info *in);
+/* The same, reading the information first (CKPT_EIO etc. when it cannot). */
+int trust_check_path(const trust *t, const fsio *fs, const char *path);
+
+#endif

@@ -1,0 +1,83 @@
+/* retention: step order and which steps are kept (retention.h). */
+#include "retention.h"
+
+#include <stdlib.h>
+
+#include "error.h"
+#include "reader.h"
+#include "report.h"
+
+int retention_check_order(ckpt_store *st, int64_t step)
+{
+    if (st->opts.flags & CKPT_OPEN_REWIND)
+        return CKPT_OK;
+    int64_t *steps;
+    size_t n;
+    int rc = layout_scan(&st->lay, &steps, &n);
+    if (rc)
+        return rc;
+    int64_t newest = n ? steps[n - 1] : -1;
+    free(steps);
+    if (newest <= step)
+        return CKPT_OK;
+    return ckpt_seterr(CKPT_EINVAL, "step %lld is below step %lld, already committed in %s: "
+                       "restore would go on choosing the higher step.  A new run belongs "
+                       "in a new directory (or remove the old steps first); to go back to "
+                       "an earlier step of this run, open the store with CKPT_OPEN_REWIND "
+                       "(ckpt/Python: rewind), which retires the steps above it once it "
+                       "commits", (long long)step, (long long)newest, st->lay.root);
+}
+
+/* 1: counts as kept, 0: damaged (retire when old enough), -1: not ours
+ * (never touched). */
+static int classify(ckpt_store *st, int64_t step, int64_t just)
+{
+    if (step == just)
+        return 1;
+    ckpt_checkpoint *ck = NULL;
+    int rc = reader_open_step(st, step, &ck);
+    reader_close(ck);
+    ckpt_error_clear();
+    return rc == CKPT_OK ? 1 : rc == CKPT_EACCES ? -1 : 0;
+}
+
+int retention_apply(ckpt_store *st, size_t keep_last, int64_t just, int64_t protect,
+                    int dry_run, ckpt_report *report)
+{
+    int64_t *steps, *retire;
+    size_t n, m = 0;
+    int rc = layout_scan(&st->lay, &steps, &n);
+    if (rc)
+        return rc;
+    if (!(retire = malloc((n ? n : 1) * sizeof *retire))) {
+        free(steps);
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    }
+    int rewind = just >= 0 && (st->opts.flags & CKPT_OPEN_REWIND);
+    size_t kept = 0;
+    for (size_t i = n; i-- > 0;) {
+        int64_t s = steps[i];
+        if (just >= 0 && s > just) {
+            if (rewind && classify(st, s, just) >= 0)
+                retire[m++] = s; /* the abandoned future of a rewound run */
+            continue;
+        }
+        int c = classify(st, s, just);
+        if (c < 0)
+            continue;
+        if (kept < keep_last && c == 1)
+            kept++;
+        else if (kept >= keep_last && s != protect)
+            retire[m++] = s;
+    }
+    /* Oldest first, as layout_retain expects; keep none of the list. */
+    for (size_t i = 0; i < m / 2; i++) {
+        int64_t t = retire[i];
+        retire[i] = retire[m - 1 - i];
+        retire[m - 1 - i] = t;
+    }
+    rc = layout_retain(&st->lay, retire, m, 0, -1, -1, dry_run, report);
+    free(retire);
+    free(steps);
+    return rc;
+}

@@ -1,0 +1,26 @@
+/* retention: which committed steps a writer keeps.  The order of steps is
+ * the order of the run: a save may not go below the newest committed step
+ * (unless the store rewinds, CKPT_OPEN_REWIND), and retention keeps the
+ * newest `keep_last` steps that open (quick verification), never counting a
+ * damaged step, never retiring a step above the one just committed, never
+ * touching a step another user owns. */
+#ifndef CKPT_RETENTION_H
+#define CKPT_RETENTION_H
+
+#include <stdint.h>
+
+#include "context.h"
+
+/* CKPT_OK when `step` may be saved now: not below the newest committed step
+ * (CKPT_EINVAL naming both and the ways out), or the store rewinds. */
+int retention_check_order(ckpt_store *st, int64_t step);
+
+/* Retire what is not kept.  `just`: the step just committed (kept and
+ * counted; with CKPT_OPEN_REWIND every step above it is retired), or -1.
+ * `protect`: a step never retired (-1: none).  With `dry_run` nothing
+ * changes.  Each (would-be) retirement goes to `report` (may be NULL).
+ * Returns the first failure. */
+int retention_apply(ckpt_store *st, size_t keep_last, int64_t just, int64_t protect,
+                    int dry_run, ckpt_report *report);
+
+#endif

@@ -1,0 +1,313 @@
+/* Whose checkpoints are used (lib/io/trust.h): a root or step that another
+ * user owns or may write is refused for writing and skipped, with the
+ * reason, on restore; CKPT_OPEN_TRUST_GROUP accepts a group's shared root.
+ * Also: files are not readable by other users, the command line can be
+ * left out of the environment record, and a step re-saved while readers
+ * restore it never gives them a mix of the two.
+ * Changing owners needs root (CI runs as root); those tests skip
+ * otherwise. */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <grp.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "helpers.h"
+
+TestSuite(trust, .init = tc_setup, .fini = tc_teardown, .timeout = 120);
+
+#define OTHER_UID 65534 /* nobody */
+
+static void need_root(void)
+{
+    if (geteuid() != 0)
+        cr_skip_test("changing a file's owner needs root");
+}
+
+/* chown -R */
+static void chown_tree(const char *path, uid_t uid, gid_t gid)
+{
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "chown -R %u:%u '%s'", (unsigned)uid, (unsigned)gid, path);
+    cr_assert_eq(system(cmd), 0, "%s", cmd);
+}
+
+static int open_flags(const char *root, unsigned flags, ckpt_store **st)
+{
+    ckpt_store_options o;
+    tc_opts(&o);
+    o.flags = flags;
+    *st = NULL;
+    return ckpt_store_open(st, root, &o);
+}
+
+static void assert_refused(int rc, const char *what, const char *word)
+{
+    cr_assert_eq(rc, CKPT_EACCES, "%s: %s, want CKPT_EACCES (%s)", what, ckpt_status_name(rc),
+                 ckpt_error_last());
+    cr_assert(strstr(ckpt_error_last(), word), "%s: message lacks '%s': %s", what, word,
+              ckpt_error_last());
+}
+
+/* A group that is nobody's private group: not the caller's own. */
+static gid_t shared_gid(void)
+{
+    struct group *g = getgrnam("users");
+    return g ? g->gr_gid : 100;
+}
+
+Test(trust, a_world_writable_root_is_refused_even_when_trusting_the_group)
+{
+    cr_assert_eq(chmod(tc_root, 0777), 0);
+    ckpt_store *st;
+    assert_refused(open_flags(tc_root, 0, &st), "writer", "chmod o-w");
+    assert_refused(open_flags(tc_root, CKPT_OPEN_TRUST_GROUP, &st), "trusting writer",
+                   "writable by every user");
+    assert_refused(open_flags(tc_root, CKPT_OPEN_READONLY, &st), "reader", "o-w");
+    cr_assert_eq(tc_count_prefix(tc_root, ".lock"), 0, "a refused writer created its lock");
+}
+
+Test(trust, a_group_writable_root_needs_the_group_trusted)
+{
+    need_root();
+    cr_assert_eq(chown(tc_root, 0, shared_gid()), 0);
+    cr_assert_eq(chmod(tc_root, 0770), 0);
+    ckpt_store *st;
+    assert_refused(open_flags(tc_root, 0, &st), "writer", "CKPT_OPEN_TRUST_GROUP");
+    cr_assert_eq(open_flags(tc_root, CKPT_OPEN_TRUST_GROUP, &st), CKPT_OK, "%s",
+                 ckpt_error_last());
+    tc_state s;
+    tc_state_standard(&s, 1);
+    tc_save_ok(st, 1, &s);
+    tc_restore_check(st, 1, &s);
+    ckpt_store_free(st);
+    tc_state_free(&s);
+}
+
+Test(trust, a_root_of_another_user_is_not_written)
+{
+    need_root();
+    cr_assert_eq(chown(tc_root, OTHER_UID, OTHER_UID), 0);
+    ckpt_store *st;
+    assert_refused(open_flags(tc_root, 0, &st), "writer", "uid 65534");
+    cr_assert_eq(tc_count_prefix(tc_root, ".lock"), 0, "a refused writer created its lock");
+    /* reading another user's checkpoints is fine: they own what they wrote */
+    cr_assert_eq(open_flags(tc_root, CKPT_OPEN_READONLY, &st), CKPT_OK, "%s",
+                 ckpt_error_last());
+    ckpt_store_free(st);
+    cr_assert_eq(open_flags(tc_root, CKPT_OPEN_TRUST_GROUP, &st), CKPT_OK, "%s",
+                 ckpt_error_last());
+    ckpt_store_free(st);
+}
+
+/* Step 3 planted by another user (a copy of a real step, so every checksum
+ * holds): restore(LATEST) takes step 2 and reports step 3 with the reason;
+ * asking for step 3 is refused; trusting the group accepts it. */
+Test(trust, a_step_planted_by_another_user_is_never_restored)
+{
+    need_root();
+    ckpt_store *st = tc_open(tc_root);
+    tc_state s1, s2;
+    tc_state_standard(&s1, 1);
+    tc_state_standard(&s2, 2);
+    tc_save_ok(st, 1, &s1);
+    tc_save_ok(st, 2, &s2);
+    ckpt_store_free(st);
+    /* a real step 3, written elsewhere (every checksum holds), moved in */
+    char *elsewhere = tc_mkdtemp();
+    ckpt_store *other = tc_open(elsewhere);
+    tc_save_ok(other, 3, &s1);
+    ckpt_store_free(other);
+    char *src = tc_step_dir(elsewhere, 3), *d2 = tc_step_dir(tc_root, 2),
+         *d3 = tc_step_dir(tc_root, 3);
+    cr_assert_eq(rename(src, d3), 0);
+    tc_rmtree(elsewhere);
+    free(elsewhere);
+    free(src);
+    char *m3 = NULL;
+    chown_tree(d3, OTHER_UID, OTHER_UID);
+
+    st = tc_open_ro(tc_root);
+    tc_state got;
+    tc_state_like(&got, &s2, 0);
+    ckpt_report *rep = NULL;
+    cr_assert_eq(ckpt_restore(st, CKPT_LATEST, got.t, got.count, NULL, &rep), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_assert_eq(ckpt_report_step(rep), 2);
+    tc_assert_state_eq(&got, &s2, "restore next to a planted step");
+    int seen = 0;
+    for (size_t i = 0; i < ckpt_report_count(rep); i++) {
+        const ckpt_problem *p = ckpt_report_get(rep, i);
+        if (p->step == 3) {
+            seen = 1;
+            cr_assert_eq(p->status, CKPT_EACCES);
+            cr_assert(strstr(p->message, "belongs to uid 65534"), "%s", p->message);
+        }
+    }
+    cr_assert(seen, "the planted step is not reported");
+    ckpt_report_free(rep);
+    int64_t latest = -1;
+    cr_assert_eq(ckpt_store_latest(st, CKPT_VERIFY_FULL, &latest), CKPT_OK);
+    cr_assert_eq(latest, 2);
+    assert_refused(ckpt_verify(st, 3, CKPT_VERIFY_QUICK, NULL), "verify(3)", "belongs to");
+    ckpt_store_free(st);
+
+    /* a writer never retires it either: it is not ours to delete */
+    ckpt_store_options o;
+    tc_opts(&o);
+    o.keep_last = 1;
+    cr_assert_eq(ckpt_store_open(&st, tc_root, &o), CKPT_OK);
+    cr_assert_eq(ckpt_store_gc(st, 1, 0, NULL), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert(tc_exists(d3), "gc removed another user's directory");
+    ckpt_store_free(st);
+
+    cr_assert_eq(open_flags(tc_root, CKPT_OPEN_READONLY | CKPT_OPEN_TRUST_GROUP, &st),
+                 CKPT_OK);
+    cr_assert_eq(ckpt_verify(st, 3, CKPT_VERIFY_FULL, NULL), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_store_free(st);
+    free(m3);
+    free(d2);
+    free(d3);
+    tc_state_free(&got);
+    tc_state_free(&s1);
+    tc_state_free(&s2);
+}
+
+Test(trust, a_step_others_may_write_is_skipped)
+{
+    ckpt_store *st = tc_open(tc_root);
+    tc_state s;
+    tc_state_standard(&s, 1);
+    tc_save_ok(st, 1, &s);
+    tc_save_ok(st, 2, &s);
+    char *d2 = tc_step_dir(tc_root, 2);
+    cr_assert_eq(chmod(d2, 0757), 0);
+    int64_t latest = -1;
+    cr_assert_eq(ckpt_store_latest(st, CKPT_VERIFY_QUICK, &latest), CKPT_OK);
+    cr_assert_eq(latest, 1, "a world-writable step was chosen");
+    assert_refused(ckpt_verify(st, 2, CKPT_VERIFY_QUICK, NULL), "verify(2)", "o-w");
+    ckpt_store_free(st);
+    free(d2);
+    tc_state_free(&s);
+}
+
+/* ---------------------------------------------- privacy of what is saved */
+
+static json_t *manifest_of(int64_t step)
+{
+    char *d = tc_step_dir(tc_root, step), *m = tc_join(d, "manifest.json");
+    json_error_t err;
+    json_t *j = json_load_file(m, 0, &err);
+    cr_assert(j, "%s: %s", m, err.text);
+    free(m);
+    free(d);
+    return j;
+}
+
+Test(trust, files_are_not_readable_by_other_users)
+{
+    umask(022);
+    ckpt_store *st = tc_open(tc_root);
+    tc_state s;
+    tc_state_standard(&s, 1);
+    tc_save_ok(st, 1, &s);
+    ckpt_store_free(st);
+    char *d = tc_step_dir(tc_root, 1), *m = tc_join(d, "manifest.json");
+    char *sh = tc_find_suffix(d, ".shard");
+    struct stat a, b, c;
+    cr_assert(stat(d, &a) == 0 && stat(m, &b) == 0 && sh && stat(sh, &c) == 0);
+    cr_assert_eq(a.st_mode & 07, 0, "step directory mode %o", a.st_mode & 0777);
+    cr_assert_eq(b.st_mode & 07, 0, "manifest mode %o", b.st_mode & 0777);
+    cr_assert_eq(c.st_mode & 07, 0, "shard mode %o", c.st_mode & 0777);
+    free(sh);
+    free(m);
+    free(d);
+    tc_state_free(&s);
+}
+
+Test(trust, the_command_line_can_be_left_out)
+{
+    tc_state s;
+    tc_state_standard(&s, 1);
+    ckpt_store *st = tc_open(tc_root);
+    tc_save_ok(st, 1, &s);
+    ckpt_store_free(st);
+    cr_assert_eq(open_flags(tc_root, CKPT_OPEN_NO_CMDLINE, &st), CKPT_OK);
+    tc_save_ok(st, 2, &s);
+    ckpt_store_free(st);
+    json_t *m1 = manifest_of(1), *m2 = manifest_of(2);
+    const char *c1 = json_string_value(json_object_get(json_object_get(m1, "env"),
+                                                       "command_line"));
+    const char *c2 = json_string_value(json_object_get(json_object_get(m2, "env"),
+                                                       "command_line"));
+    cr_assert(c1 && *c1 && strcmp(c1, "(not recorded)") != 0, "default record: %s",
+              c1 ? c1 : "none");
+    cr_assert(c2 && strcmp(c2, "(not recorded)") == 0, "left out, yet recorded: %s", c2);
+    json_decref(m1);
+    json_decref(m2);
+    tc_state_free(&s);
+}
+
+/* ------------------------------------------------- re-save under readers */
+
+typedef struct race {
+    ckpt_store *st;
+    const tc_state *a, *b;
+    int stop, reads, bad;
+    char why[512];
+} race;
+
+static void *race_reader(void *p)
+{
+    race *r = p;
+    tc_state got;
+    tc_state_like(&got, r->a, 0);
+    while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) {
+        int rc = ckpt_restore(r->st, 5, got.t, got.count, NULL, NULL);
+        int same_a = 1, same_b = 1;
+        for (size_t i = 0; rc == CKPT_OK && i < got.count; i++) {
+            same_a &= memcmp(got.t[i].data, r->a->t[i].data, (size_t)got.t[i].bytes) == 0;
+            same_b &= memcmp(got.t[i].data, r->b->t[i].data, (size_t)got.t[i].bytes) == 0;
+        }
+        if (rc != CKPT_OK || !(same_a || same_b)) {
+            r->bad++;
+            snprintf(r->why, sizeof r->why, "%s: %s",
+                     rc ? ckpt_status_name(rc) : "a mix of two saves", ckpt_error_last());
+            break;
+        }
+        r->reads++;
+    }
+    tc_state_free(&got);
+    return NULL;
+}
+
+/* One writer re-saves step 5 over and over while another process-like
+ * reader (its own read-only store) restores it: every restore gives one
+ * save or the other, never an error from reading halves of both. */
+Test(trust, resaving_a_step_under_readers)
+{
+    tc_state a, b;
+    tc_state_standard(&a, 1);
+    tc_state_standard(&b, 2);
+    ckpt_store *w = tc_open(tc_root);
+    tc_save_ok(w, 5, &a);
+    race r = {tc_open_ro(tc_root), &a, &b, 0, 0, 0, ""};
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, race_reader, &r), 0);
+    for (int i = 0; i < 150 && !__atomic_load_n(&r.bad, __ATOMIC_ACQUIRE); i++)
+        tc_save_ok(w, 5, i % 2 ? &a : &b);
+    __atomic_store_n(&r.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(th, NULL);
+    cr_assert_eq(r.bad, 0, "after %d good reads: %s", r.reads, r.why);
+    cr_assert(r.reads > 0);
+    ckpt_store_free(r.st);
+    ckpt_store_free(w);
+    tc_state_free(&a);
+    tc_state_free(&b);
+}

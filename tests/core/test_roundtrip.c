@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "helpers.h"
+#include "reader.h"
 
 TestSuite(roundtrip, .init = tc_setup, .fini = tc_teardown, .timeout = 240);
 
@@ -560,6 +561,45 @@ Test(roundtrip, save_sync)
     s.t[0].bytes -= 4;
     int64_t want[1] = {3};
     tc_assert_steps(st, want, 1);
+    ckpt_store_free(st);
+    tc_state_free(&s);
+}
+
+/* The shuffle width of every dtype, as docs/FORMAT.md's table gives it
+ * (complex types by component), read back from the index a save wrote:
+ * a reader of the format relies on it, and shuffling complex64 by 8
+ * compresses worse without any test noticing otherwise. */
+Test(roundtrip, shuffle_width_of_every_dtype)
+{
+    static const struct { ckpt_dtype d; unsigned width; } table[] = {
+        {CKPT_BOOL, 1}, {CKPT_U8, 1}, {CKPT_I8, 1}, {CKPT_U16, 2}, {CKPT_I16, 2},
+        {CKPT_U32, 4}, {CKPT_I32, 4}, {CKPT_U64, 8}, {CKPT_I64, 8}, {CKPT_F16, 2},
+        {CKPT_BF16, 2}, {CKPT_F32, 4}, {CKPT_F64, 8}, {CKPT_C64, 4}, {CKPT_C128, 8},
+        {CKPT_F8_E4M3, 1}, {CKPT_F8_E5M2, 1}, {CKPT_BYTES, 1},
+    };
+    size_t n = sizeof table / sizeof *table;
+    cr_assert_eq(n, (size_t)CKPT_DTYPE_COUNT_ - 1, "a dtype is missing from this table");
+    tc_state s;
+    tc_state_init(&s);
+    for (size_t i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "t%02zu", i);
+        int64_t shape[1] = {4096};
+        tc_state_add(&s, name, table[i].d, 1, shape, TC_COMPRESSIBLE, i + 1);
+    }
+    ckpt_store *st = tc_open(tc_root);
+    tc_save_ok(st, 1, &s);
+    ckpt_checkpoint *ck = NULL;
+    cr_assert_eq(ckpt_checkpoint_open(&ck, st, 1, CKPT_VERIFY_QUICK), CKPT_OK);
+    for (uint64_t e = 0; e < ck->ix[0].count; e++) {
+        const shard_entry *en = &ck->ix[0].entries[e];
+        unsigned want = en->meta.codec == 0 ? 1 : table[en->tensor].width;
+        cr_assert_eq(en->meta.elem, want, "%s (%s): stored with shuffle width %u, want %u",
+                     ck->m.tensors[en->tensor].name,
+                     ckpt_dtype_name(table[en->tensor].d), en->meta.elem, want);
+    }
+    ckpt_checkpoint_free(ck);
+    tc_restore_check(st, 1, &s);
     ckpt_store_free(st);
     tc_state_free(&s);
 }

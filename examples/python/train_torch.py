@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """Train a small PyTorch model with Adam on CPU, checkpointing through libckpt.
 
-Every --every steps the model's and the optimizer's state_dict tensors, the
-global RNG state and the data sampler's RNG state are saved asynchronously
-(training goes on while the checkpoint is compressed and written); the
-optimizer's hyper-parameters and the step go into the checkpoint metadata.
-Started again on the same --ckpt directory, the script resumes from the
-newest checkpoint that verifies, and because everything that influences the
+Every --every steps the whole training state is saved asynchronously in one
+call, nested as PyTorch users keep it: the model's, optimizer's and LR
+scheduler's state_dicts, the global and the data sampler's RNG states, the
+step and the epoch (training goes on while the checkpoint is compressed and
+written).  Tensors are stored under their state_dict names
+(`ckpt inspect` shows model.0.weight, optim.state.0.exp_avg, ...); the
+rest (hyper-parameters, the step, int keys) is kept exactly in the
+checkpoint's metadata.  Started again on the same --ckpt directory, the
+script loads the newest checkpoint that verifies as torch tensors and hands
+each part to its load_state_dict; because everything that influences the
 next step is restored and the run is deterministic, the loss curve is
 identical to that of a run that was never interrupted (demo.sh shows it
 after a kill -9).
@@ -37,7 +41,8 @@ EXIT_PREEMPTED = 75
 
 
 def build(seed=0):
-    """Model, optimizer, data and sampler, identical in every run."""
+    """Model, optimizer, LR schedule, data and sampler, identical in every
+    run."""
     torch.manual_seed(seed)
     data_gen = torch.Generator().manual_seed(1234)
     x = torch.randn(1024, 16, generator=data_gen)
@@ -46,43 +51,28 @@ def build(seed=0):
     model = nn.Sequential(nn.Linear(16, 64), nn.Tanh(), nn.Dropout(0.1),
                           nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 1))
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=100, gamma=0.5)
     sampler = torch.Generator().manual_seed(42)
-    return model, opt, x, y, sampler
+    return model, opt, sched, x, y, sampler
 
 
-def state_tensors(model, opt, sampler):
-    """Everything that decides the next step, as named tensors, plus the
-    JSON-able rest (for the metadata)."""
-    tensors = {"model/" + k: v for k, v in model.state_dict().items()}
-    sd = opt.state_dict()
-    scalars = {}
-    for pid, st in sd["state"].items():
-        for k, v in st.items():
-            if torch.is_tensor(v):
-                tensors["optim/%d/%s" % (pid, k)] = v
-            else:
-                scalars["%d/%s" % (pid, k)] = v
-    tensors["rng/torch"] = torch.get_rng_state()
-    tensors["rng/sampler"] = sampler.get_state()
-    return tensors, {"param_groups": sd["param_groups"],
-                     "optim_scalars": scalars}
+def training_state(step, epoch, model, opt, sched, sampler):
+    """Everything that decides the next step, as one nested state."""
+    return {"model": model.state_dict(), "optim": opt.state_dict(),
+            "sched": sched.state_dict(),
+            "rng": {"torch": torch.get_rng_state(),
+                    "sampler": sampler.get_state()},
+            "step": step, "epoch": epoch}
 
 
-def load_state(arrays, meta, model, opt, sampler):
-    t = {k: torch.from_numpy(v) for k, v in arrays.items()}
-    model.load_state_dict({k[len("model/"):]: v for k, v in t.items()
-                           if k.startswith("model/")})
-    state = {}
-    for k, v in t.items():
-        if k.startswith("optim/"):
-            _, pid, name = k.split("/", 2)
-            state.setdefault(int(pid), {})[name] = v
-    for k, v in meta["optim_scalars"].items():
-        pid, name = k.split("/", 1)
-        state.setdefault(int(pid), {})[name] = v
-    opt.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
-    torch.set_rng_state(t["rng/torch"])
-    sampler.set_state(t["rng/sampler"])
+def resume(state, model, opt, sched, sampler):
+    """Put a loaded state back; returns the step and epoch it was at."""
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["optim"])
+    sched.load_state_dict(state["sched"])
+    torch.set_rng_state(state["rng"]["torch"])
+    sampler.set_state(state["rng"]["sampler"])
+    return state["step"], state["epoch"]
 
 
 def params_digest(model):
@@ -124,7 +114,8 @@ def main(argv=None):
 
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)  # same reduction order in every run
-    model, opt, x, y, sampler = build()
+    model, opt, sched, x, y, sampler = build()
+    batches_per_epoch = x.shape[0] // args.batch
 
     preempted = []
     for sig in (signal.SIGTERM, signal.SIGUSR1):
@@ -132,12 +123,13 @@ def main(argv=None):
 
     with libckpt.Store(args.ckpt, keep_last=args.keep_last,
                        fsync=not args.no_fsync) as store:
-        start = 0
+        start, epoch = 0, 0
         if store.latest() is not None:
-            step, arrays = store.load()  # newest that verifies, every chunk
-            load_state(arrays, store.metadata(step), model, opt, sampler)
-            start = step
-            print("resumed from step %d" % step, flush=True)
+            # The newest step that verifies (every chunk), as torch tensors.
+            _, state = store.load(framework="pt")
+            start, epoch = resume(state, model, opt, sched, sampler)
+            print("resumed from step %d (epoch %d)" % (start, epoch),
+                  flush=True)
         truncate_log(args.log, start)
 
         pending = None
@@ -150,17 +142,19 @@ def main(argv=None):
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
+                sched.step()
+                if step % batches_per_epoch == 0:
+                    epoch += 1
                 log.write("%d %r\n" % (step, loss.item()))
                 log.flush()
 
                 if step % args.every == 0 or preempted or step == args.steps:
-                    tensors, meta = state_tensors(model, opt, sampler)
-                    meta["step"] = step
                     if pending is not None:
                         pending.wait()  # raise if the previous save failed
                     # Returns once the state is copied: training goes on
                     # while the checkpoint is compressed and written.
-                    pending = store.save(step, tensors, metadata=meta)
+                    pending = store.save(step, training_state(
+                        step, epoch, model, opt, sched, sampler))
                 if preempted:
                     pending.wait()
                     print("preempted by signal %d: saved step %d"

@@ -202,3 +202,29 @@ def test_default_streams(cuda, root):
             x = DeviceArray(cuda, np.full(8, s or 0, np.int16), s)
             store.save(10 + (s or 0), {"x": x}).wait()
             assert store.load()[1]["x"][0] == (s or 0)
+
+
+def test_nested_state_of_device_arrays(cuda, stream, root):
+    """A nested state mixing device arrays, host arrays and plain values:
+    the device leaves are copied on their stream under dotted names, and
+    restore() fills device arrays in a nested state in place."""
+    w, m = np.arange(64, dtype=np.float32), np.full(64, 0.5, np.float32)
+    state = {"model": {"fc.weight": DeviceArray(cuda, w, stream)},
+             "optim": {"state": {0: {"exp_avg": DeviceArray(cuda, m, stream)}},
+                       "param_groups": [{"lr": 0.1, "params": [0]}]},
+             "host": [np.ones(3, np.int8)], "epoch": 2}
+    with open_store(root) as store:
+        store.save(1, state).wait()
+        with store.open() as ck:
+            assert ck.keys() == ["model.fc.weight", "optim.state.0.exp_avg",
+                                 "host.0"]
+        _, got = store.load()
+        assert np.array_equal(got["model"]["fc.weight"], w)
+        assert np.array_equal(got["optim"]["state"][0]["exp_avg"], m)
+        assert got["optim"]["param_groups"] == [{"lr": 0.1, "params": [0]}]
+        assert got["epoch"] == 2 and list(got["optim"]["state"]) == [0]
+        back = {"model": {"fc.weight": DeviceArray(cuda, np.zeros_like(w),
+                                                   stream)}, "epoch": 0}
+        r = store.restore(back, strict=True)
+        assert np.array_equal(back["model"]["fc.weight"].get(), w)
+        assert r.state["epoch"] == 2 and "host.0" in r.unexpected_keys

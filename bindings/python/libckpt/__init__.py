@@ -3,11 +3,14 @@ tensors (CPU and CUDA), through ctypes on the C library libckpt.
 
     import libckpt
     with libckpt.Store("ckpt", keep_last=3) as store:
-        h = store.save(100, {"w": w, "b": b}, metadata={"epoch": 3})
+        h = store.save(100, {"model": model.state_dict(),
+                             "optim": opt.state_dict(), "epoch": 3})
         ...                      # train on while it is written
         h.wait()                 # durable and committed; raises on failure
-        step, arrays = store.load()           # newest checkpoint that verifies
-        step = store.restore({"w": w, "b": b})  # in place
+        step, state = store.load(framework="pt")  # newest that verifies
+        model.load_state_dict(state["model"])
+        with store.open() as ck:                  # lazy, tensor by tensor
+            w = ck.get_tensor("model.fc1.weight")
 
 Errors raise :class:`libckpt.Error` subclasses carrying the C library's
 message.  Blocking calls release the GIL.  See docs/PYTHON.md.
@@ -20,10 +23,13 @@ from .errors import (AccessError, BusyError, CorruptError, DeviceError, Error,
                      NoSpaceError, NotFoundError, OutOfMemoryError,
                      SkippedCheckpointWarning, VersionError)
 from . import ffi
-from .store import SaveHandle, Store
+from .checkpoint import Checkpoint, TensorInfo
+from .handles import SaveHandle
+from .store import LoadResult, RestoreResult, Store
 
 __all__ = [
-    "Store", "SaveHandle", "Error", "InvalidArgumentError",
+    "Store", "SaveHandle", "Checkpoint", "TensorInfo", "LoadResult",
+    "RestoreResult", "Error", "InvalidArgumentError",
     "OutOfMemoryError", "IoError", "NoSpaceError", "BusyError",
     "CorruptError", "NotFoundError", "NoCheckpointError", "MismatchError",
     "VersionError", "DeviceError", "NoDeviceError", "AccessError",

@@ -31,6 +31,9 @@ CKPT_NEWEST = -2  # newest committed step, whatever its state
 CKPT_MAX_DIMS = 16
 CKPT_STEP_MAX = 2**63 - 1
 CKPT_OPEN_READONLY = 0x1
+CKPT_OPEN_TRUST_GROUP = 0x2
+CKPT_OPEN_NO_CMDLINE = 0x4
+CKPT_OPEN_REWIND = 0x8
 
 # ckpt_dtype
 CKPT_DTYPE_INVALID = 0

@@ -1,25 +1,25 @@
-"""Store and SaveHandle: the Python face of ckpt_store and ckpt_save."""
+"""Store: the Python face of ckpt_store (saving, loading, restoring,
+verifying and listing checkpoints of nested training state)."""
+
+from __future__ import annotations
 
 import collections
 import contextlib
 import ctypes
 import json
-import math
 import operator
 import os
-import threading
-import time
+import pathlib
 import warnings
 import weakref
+from typing import Any, Dict, Iterator, List, Optional, Union
 
-import numpy as np
-
-from . import ffi
+from . import ffi, nested, reports
 from . import tensors as _tensors
-from .errors import (CorruptError, Error, IncompleteError, InternalError,
-                     InvalidArgumentError,
-                     NoCheckpointError, NotFoundError, SkippedCheckpointWarning,
-                     code_name)
+from .checkpoint import Checkpoint, check_framework
+from .errors import Error, InvalidArgumentError, NoCheckpointError
+from .handles import SaveHandle, _Handle
+from .results import LoadResult, RestoreResult, restore_result
 
 C = ffi.lib
 _byref = ctypes.byref
@@ -29,75 +29,10 @@ _VERIFY = {"none": ffi.CKPT_VERIFY_NONE, "quick": ffi.CKPT_VERIFY_QUICK,
 _SNAPSHOT = {"host": ffi.CKPT_SNAPSHOT_HOST, "device": ffi.CKPT_SNAPSHOT_DEVICE,
              "stream": ffi.CKPT_SNAPSHOT_STREAM}
 
-
-class _Closed(ValueError):
-    """Raised when a closed Store or SaveHandle is used."""
+PathType = Union[str, bytes, os.PathLike]
 
 
-class _Handle:
-    """A C handle shared by threads.  Calls run inside use(); close() stops
-    new calls, waits for running ones, then frees the handle exactly once."""
-
-    def __init__(self, ptr, free, what):
-        self._ptr = ptr
-        self._free = free
-        self._what = what
-        self._cond = threading.Condition()
-        self._users = 0
-
-    @contextlib.contextmanager
-    def use(self):
-        with self._cond:
-            if self._ptr is None:
-                raise _Closed("%s is closed" % self._what)
-            self._users += 1
-        try:
-            yield self._ptr
-        finally:
-            with self._cond:
-                self._users -= 1
-                if not self._users:
-                    self._cond.notify_all()
-
-    @property
-    def closed(self):
-        return self._ptr is None
-
-    def close(self):
-        with self._cond:
-            ptr, self._ptr = self._ptr, None
-            while self._users:
-                self._cond.wait()
-        if ptr is not None:
-            self._free(ptr)
-
-
-def _problems(report):
-    """The problems of a ckpt_report as a list of dicts."""
-    out = []
-    if not report:
-        return out
-    for i in range(C.ckpt_report_count(report)):
-        p = C.ckpt_report_get(report, i).contents
-        out.append({
-            "step": p.step,
-            "status": p.status,
-            "code": code_name(p.status),
-            "message": (p.message or b"").decode("utf-8", "replace"),
-            "file": (p.file or b"").decode("utf-8", "replace") or None,
-            "tensor": (p.tensor or b"").decode("utf-8", "replace") or None,
-            "offset": p.offset if p.offset >= 0 else None,
-        })
-    return out
-
-
-def _warn_skipped(problems):
-    for p in problems:
-        warnings.warn("libckpt: skipped step %d: %s" % (p["step"], p["message"]),
-                      SkippedCheckpointWarning, stacklevel=3)
-
-
-def _step_number(step, function):
+def _step_number(step: int, function: str) -> int:
     """`step` as the int64 the library takes: ctypes would wrap 2**64 + 5
     to 5 silently."""
     step = operator.index(step)
@@ -106,133 +41,6 @@ def _step_number(step, function):
             "step %d is out of range (0..%d)" % (step, ffi.CKPT_STEP_MAX),
             function=function)
     return step
-
-
-def _step_arg(step):
-    return ffi.CKPT_LATEST if step is None else _step_number(step, "step")
-
-
-class SaveHandle:
-    """An asynchronous save started by :meth:`Store.save`.
-
-    The save has taken its snapshot of host tensors when ``save`` returns;
-    compression, hashing, writing and the commit run in the background.
-    The handle keeps references to the saved objects until the library no
-    longer reads them (device tensors are copied asynchronously).
-
-    Use as a context manager, or call :meth:`close`: leaving the ``with``
-    block waits for the save (raising its error if it failed).  A handle
-    dropped before its save finished does not block: the store takes the
-    save over, frees it once done, and reports a failure with a
-    RuntimeWarning and from :meth:`Store.close`.
-    """
-
-    def __init__(self, store, ptr, step, keep):
-        self.step = step
-        self._store = store        # the store must outlive the handle
-        self._keep = keep          # objects the library may still read
-        self._h = _Handle(ptr, C.ckpt_save_free, "save handle")
-        self._error = None         # the save's failure, once known
-        self._waited = False       # the caller has seen the outcome
-        self._stats = None         # final statistics, once known
-
-    def wait(self):
-        """Block until the save is durable and committed; raise its
-        :class:`libckpt.Error` if it failed.  The GIL is released while
-        waiting.  May be called again, also after close()."""
-        if not self._h.closed:
-            self._settle()
-        self._waited = True
-        if self._error is not None:
-            raise self._error
-
-    def _settle(self):
-        try:
-            with self._h.use() as ptr:
-                try:
-                    C.ckpt_save_wait(ptr)
-                except Error as e:
-                    self._error = e
-                self._stats = self._read_stats(ptr)
-        except _Closed:  # closed by another thread meanwhile
-            pass
-        self._keep = None
-
-    def wait_snapshot(self):
-        """Block until the snapshot copy is complete: from then on the saved
-        buffers may be overwritten (already true on return from save for
-        host tensors; device tensors are fenced on their stream, see
-        Store.save)."""
-        with self._h.use() as ptr:
-            C.ckpt_save_wait_snapshot(ptr)
-        self._keep = None
-
-    def fence(self, cuda_stream):
-        """Make `cuda_stream` (a cudaStream_t as an int) wait on the GPU for
-        the snapshot copy, without blocking the CPU."""
-        with self._h.use() as ptr:
-            C.ckpt_save_fence(ptr, cuda_stream or None)
-
-    def done(self):
-        """True when the save has finished, successfully or not."""
-        if self._h.closed:
-            return True
-        with self._h.use() as ptr:
-            return bool(C.ckpt_save_done(ptr))
-
-    @staticmethod
-    def _read_stats(ptr):
-        s = ffi.ckpt_save_stats()
-        C.ckpt_save_stats_get(ptr, _byref(s))
-        return {"step": s.step, "raw_bytes": s.raw_bytes,
-                "stored_bytes": s.stored_bytes, "chunks": s.chunks,
-                "stall_s": s.stall_s, "persist_s": s.persist_s}
-
-    @property
-    def stats(self):
-        """dict: raw_bytes, stored_bytes, stall_s, persist_s (and step,
-        chunks); final once wait() has returned."""
-        if self._stats is not None:
-            return dict(self._stats)
-        with self._h.use() as ptr:
-            return self._read_stats(ptr)
-
-    def close(self):
-        """Wait for the save and free the handle (idempotent).  Does not
-        raise the save's error: wait() does."""
-        if not self._h.closed:
-            self._settle()
-            self._h.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        try:
-            if exc_type is None:
-                self.wait()
-        finally:
-            self.close()
-
-    def __del__(self):
-        h = getattr(self, "_h", None)
-        if h is None or h.closed or C is None:
-            return
-        try:
-            store = self._store
-            if not self.done() and not store.closed:
-                store._adopt(h, self._keep, self.step)  # don't block here
-                return
-            self.close()
-            if self._error is not None and not self._waited:
-                store._lost(self._error, self.step)
-        except Exception:  # interpreter shutdown
-            pass
-
-    def __repr__(self):
-        state = ("closed" if self._h.closed else
-                 "failed" if self._error else "open")
-        return "<libckpt.SaveHandle step=%d %s>" % (self.step, state)
 
 
 class Store:
@@ -252,14 +60,24 @@ class Store:
     Close it with ``with`` or :meth:`close`; that waits for saves in flight.
     """
 
-    def __init__(self, path, keep_last=3, level=None, threads=None, *,
-                 fsync=True, readonly=False, chunk_bytes=None,
-                 host_memory_limit=None, verify_after_save="full",
-                 snapshot="host"):
+    def __init__(self, path: PathType, keep_last: int = 3,
+                 level: Optional[int] = None, threads: Optional[int] = None,
+                 *, fsync: bool = True, readonly: bool = False,
+                 chunk_bytes: Optional[int] = None,
+                 host_memory_limit: Optional[int] = None,
+                 verify_after_save: str = "full",
+                 snapshot: str = "host", trust_group: bool = False,
+                 rewind: bool = False, record_command_line: bool = True) -> None:
         opts = ffi.ckpt_store_options()
         C.ckpt_store_options_init(_byref(opts), ffi.CKPT_STORE_OPTIONS_VERSION)
         if readonly:
             opts.flags |= ffi.CKPT_OPEN_READONLY
+        if trust_group:  # a project root shared by a group (RELIABILITY.md)
+            opts.flags |= ffi.CKPT_OPEN_TRUST_GROUP
+        if rewind:  # saving below the newest step retires the steps above
+            opts.flags |= ffi.CKPT_OPEN_REWIND
+        if not record_command_line:
+            opts.flags |= ffi.CKPT_OPEN_NO_CMDLINE
         opts.keep_last = operator.index(keep_last)
         if level is not None:
             opts.level = operator.index(level)
@@ -276,6 +94,7 @@ class Store:
         ptr = ffi.store_p()
         C.ckpt_store_open(_byref(ptr), os.fsencode(path), _byref(opts))
         self._h = _Handle(ptr, C.ckpt_store_free, "store")
+        self._readers: set = set()  # _Handles of open Checkpoints
         self._saves = weakref.WeakSet()  # live SaveHandles
         # Saves whose handles were dropped unfinished: (handle, keep, step).
         # A deque: appended from __del__ (any thread, any time) without a
@@ -283,15 +102,22 @@ class Store:
         self._orphans = collections.deque()
         self._unreported = None  # first failure of a save nobody waited on
         self.readonly = bool(readonly)
+        # Store.path gives back the kind of path it was given.
+        self._path_type = (bytes if isinstance(path, bytes) else
+                           str if isinstance(path, str) else pathlib.Path)
 
     # -- lifetime
 
-    def close(self):
-        """Wait for saves in flight, release the lock and free the store
-        (idempotent).  Raises the error of a save that failed and whose
-        handle nobody waited on."""
+    def close(self) -> None:
+        """Wait for saves in flight, close the checkpoints opened with
+        :meth:`open`, release the lock and free the store (idempotent).
+        Raises the error of a save that failed and whose handle nobody
+        waited on."""
         if self._h.closed:
             return
+        for r in list(self._readers):  # they borrow the C store
+            r.close()
+        self._readers.clear()
         for h in list(self._saves):
             h.close()
             if h._error is not None and not h._waited:
@@ -302,10 +128,10 @@ class Store:
         if failed is not None:
             raise failed
 
-    def _adopt(self, handle, keep, step):
+    def _adopt(self, handle: Any, keep: Any, step: int) -> None:
         self._orphans.append((handle, keep, step))
 
-    def _reap(self, block):
+    def _reap(self, block: bool) -> None:
         """Free the adopted saves that have finished (all, with block)."""
         for _ in range(len(self._orphans)):
             try:
@@ -323,7 +149,7 @@ class Store:
                 self._lost(e, step)
             handle.close()
 
-    def _lost(self, error, step, warn=True):
+    def _lost(self, error: Error, step: int, warn: bool = True) -> None:
         """A save failed and nobody waited for it: say so now, and raise it
         from close()."""
         if warn:
@@ -334,13 +160,13 @@ class Store:
             self._unreported = error
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._h.closed
 
-    def __enter__(self):
+    def __enter__(self) -> "Store":
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         if exc_type is None:
             self.close()
         else:  # do not mask the exception in flight
@@ -349,7 +175,7 @@ class Store:
             except Error:
                 pass
 
-    def __del__(self):
+    def __del__(self) -> None:
         h = getattr(self, "_h", None)
         if h is not None and not h.closed and C is not None:
             try:
@@ -357,25 +183,31 @@ class Store:
             except Exception:  # reported by warnings already, or shutdown
                 pass
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "<libckpt.Store %r%s>" % (
             self.path if not self.closed else "?",
             " closed" if self.closed else "")
 
     @property
-    def path(self):
-        """The root path the store was opened on."""
+    def path(self) -> Union[str, bytes, pathlib.Path]:
+        """The root path, of the type given to the constructor (str, bytes,
+        or a pathlib.Path for any os.PathLike)."""
         with self._h.use() as s:
-            return os.fsdecode(C.ckpt_store_path(s))
+            raw = C.ckpt_store_path(s)
+        if self._path_type is bytes:
+            return raw
+        text = os.fsdecode(raw)
+        return text if self._path_type is str else pathlib.Path(text)
 
     @property
-    def pinned_bytes(self):
+    def pinned_bytes(self) -> int:
         """Pinned host bytes the store holds now (0 without CUDA)."""
         with self._h.use() as s:
             return C.ckpt_store_pinned_bytes(s)
 
     @contextlib.contextmanager
-    def _checkpoint(self, step, level=ffi.CKPT_VERIFY_QUICK):
+    def _checkpoint(self, step: int,
+                    level: int = ffi.CKPT_VERIFY_QUICK) -> Iterator[Any]:
         """Step `step` (a number, or CKPT_LATEST: the newest that passes
         `level`) opened, as the library finds it."""
         ck = ffi.checkpoint_p()
@@ -388,30 +220,41 @@ class Store:
 
     # -- saving
 
-    def save(self, step, tensors, metadata=None):
-        """Begin saving ``tensors`` (a dict of names to arrays) as checkpoint
-        ``step``; returns a :class:`SaveHandle` once the snapshot is taken.
+    def save(self, step: int, state: Any, metadata: Any = None
+             ) -> SaveHandle:
+        """Begin saving ``state`` as checkpoint ``step``; returns a
+        :class:`SaveHandle` once the snapshot is taken (host tensors are
+        copied: the caller may change them right away).
 
-        Accepts NumPy arrays, PyTorch CPU and CUDA tensors, and objects with
-        ``__array_interface__`` or ``__cuda_array_interface__``; they must be
-        contiguous.  ``metadata`` is any JSON-serialisable value, read back
-        with :meth:`metadata`.  If the previous save is still persisting this
+        ``state`` is any nesting of dicts, lists and tuples (a flat
+        ``{name: array}`` as well as ``{"model": model.state_dict(),
+        "optim": opt.state_dict(), "epoch": 3}``) whose leaves are
+        tensors (NumPy arrays and scalars, torch CPU and CUDA tensors,
+        objects with ``__array_interface__``, ``__cuda_array_interface__``
+        or ``__dlpack__``; contiguous) or plain values (None, bool, int,
+        float, str, bytes).  Tensors are stored under their key paths
+        joined with dots (``model.fc1.weight``); the structure and the
+        plain values go into the checkpoint's metadata (see
+        libckpt.nested).  ``metadata`` is any JSON value, read back with
+        :meth:`metadata`.  If the previous save is still persisting this
         first waits for it.  Device tensors are read on their framework's
-        current stream (torch.cuda.current_stream(), or the interface's
-        'stream'), and that stream is fenced so later work enqueued on it
-        cannot overwrite them before the snapshot copy is done.
+        current stream (or the interface's 'stream'), which is then
+        fenced, so later work enqueued on it cannot overwrite them before
+        the snapshot copy is done.
         """
         step = _step_number(step, "Store.save")
         self._reap(block=False)
-        described = _tensors.describe_all(tensors)
+        flat = nested.flatten(state)
+        described = [_tensors.describe(name, obj)
+                     for name, obj, _ in flat.tensors]
         stream = _tensors.one_stream(described)
         arr, keep = _tensors.c_array(described)
         opts = ffi.ckpt_save_options()
         C.ckpt_save_options_init(_byref(opts), ffi.CKPT_SAVE_OPTIONS_VERSION)
-        if metadata is not None:
-            text = json.dumps(metadata, allow_nan=False).encode("utf-8")
-            keep.append(text)
-            opts.metadata_json = text
+        text = json.dumps(nested.wrap(flat.tree, metadata),
+                          allow_nan=False).encode("utf-8")
+        keep.append(text)
+        opts.metadata_json = text
         opts.cuda_stream = stream
         device = any(t.memory == ffi.CKPT_MEM_DEVICE for t in described)
         ptr = ffi.save_p()
@@ -426,108 +269,134 @@ class Store:
 
     # -- reading
 
-    def steps(self, full=False):
-        """Every committed step, ascending, as dicts with the keys and value
-        types of a step of ``ckpt list --json`` (docs/CLI.md): step, status
-        ("valid", "incomplete", "corrupt" or "error"), path, time (Unix
-        seconds), time_iso, tensors (count), raw_bytes, stored_bytes, ratio
-        (raw/stored), chunks, stall_seconds, persist_seconds, save_seconds
-        (stall + persist) and problems (dicts: step, status (in words:
-        "corrupt", "incomplete", "io", ...), code (the CKPT_E* value),
-        message, file, tensor, offset).  Fields other than step, status and
-        problems are None when the step fails quick verification.  Steps
-        are checked with quick verification (structure, sizes, index and
-        manifest checksums), or with ``full=True`` by reading every
-        chunk."""
+    def open(self, step: Optional[int] = None, *, framework: str = "np",
+             device: Any = None, full: bool = False) -> Checkpoint:
+        """Open ``step`` for lazy reading: a :class:`Checkpoint` listing its
+        tensors and reading them one at a time (only their chunks, each
+        verified).  With ``step=None``: the newest step that passes quick
+        verification (``full=True``: full verification, which reads the
+        whole step once), newer ones being skipped and reported in
+        ``.skipped``.  Close it, or use ``with``."""
+        check_framework(framework, device)
         level = ffi.CKPT_VERIFY_FULL if full else ffi.CKPT_VERIFY_QUICK
-        out = []
-        for step in self._step_numbers():
-            e = self._list_entry(step, level)
-            if e is not None:
-                out.append(e)
-        return out
+        if step is not None:
+            return self._open(_step_number(step, "Store.open"), level,
+                              framework, device)
+        return self._open_latest(level, framework, device)
 
-    def _list_entry(self, step, level):
-        """One step as ``ckpt list --json`` shows it (tools/ckpt/store.c,
-        cli_step_check and cli_step_json); None if it was retired
-        meanwhile."""
-        e = dict.fromkeys(_LIST_KEYS)
-        e["step"] = step
-        opened = False
+    def _open(self, step: int, level: int, framework: str, device: Any,
+              skipped: Optional[List[dict]] = None) -> Checkpoint:
+        ck = ffi.checkpoint_p()
         with self._h.use() as s:
-            ck = ffi.checkpoint_p()
-            try:
-                C.ckpt_checkpoint_open(_byref(ck), s, step,
-                                       ffi.CKPT_VERIFY_QUICK)
-                opened = True
-            except Error:
-                pass  # ckpt_verify() below says why
-            if opened:
-                try:
-                    t = C.ckpt_checkpoint_time(ck)
-                    e.update(path=os.fsdecode(C.ckpt_checkpoint_path(ck)),
-                             time=float(t), time_iso=_iso_time(t),
-                             tensors=int(C.ckpt_checkpoint_tensor_count(ck)))
-                    st = ffi.ckpt_save_stats()
-                    try:
-                        C.ckpt_checkpoint_stats(ck, _byref(st))
-                    except Error:
-                        pass
-                    else:
-                        e.update(raw_bytes=st.raw_bytes,
-                                 stored_bytes=st.stored_bytes,
-                                 ratio=(st.raw_bytes / st.stored_bytes
-                                        if st.stored_bytes else None),
-                                 chunks=st.chunks,
-                                 stall_seconds=float(st.stall_s),
-                                 persist_seconds=float(st.persist_s),
-                                 save_seconds=float(st.stall_s + st.persist_s))
-                finally:
-                    C.ckpt_checkpoint_free(ck)
-                if level == ffi.CKPT_VERIFY_QUICK:  # opening checked that
-                    e.update(status="valid", problems=[])
-                    return e
-            status, message = 0, None
-            report = ffi.report_p()
-            C.ckpt_error_clear()
-            try:
-                C.ckpt_verify(s, step, level, _byref(report))
-            except Error as err:
-                status = (err.status if err.status is not None
-                          else InternalError.status)
-                message = err.message
-            try:
-                problems = [_list_problem(p) for p in _problems(report)]
-            finally:
-                C.ckpt_report_free(report)
-        if (status == NotFoundError.status
-                and step not in self._step_numbers()):
-            return None  # retired meanwhile
-        if status and not problems:
-            problems = [_list_problem({
-                "step": step, "status": status, "message": message or "",
-                "file": None, "tensor": None, "offset": None})]
-        e["status"] = _list_status(status, problems)
-        e["problems"] = problems
-        return e
+            C.ckpt_checkpoint_open(_byref(ck), s, step, level)
+            return Checkpoint(self, ck, framework, device, skipped)
 
-    def _step_numbers(self):
-        arr = ffi.c_int64_p()
-        n = ctypes.c_size_t()
-        with self._h.use() as s:
-            C.ckpt_store_steps(s, _byref(arr), _byref(n))
+    def _open_latest(self, level: int, framework: str,
+                     device: Any) -> Checkpoint:
+        """The library's newest-valid search; then the newer steps it
+        passed over are reported with their reasons."""
         try:
-            return [arr[i] for i in range(n.value)]
-        finally:
-            C.ckpt_free(arr)
+            ck = self._open(ffi.CKPT_LATEST, level, framework, device)
+        except NoCheckpointError as err:
+            err.skipped = reports.skipped_after(self, -1, level)
+            raise
+        try:
+            ck.skipped = reports.skipped_after(self, ck.step, level)
+        except BaseException:
+            ck.close()
+            raise
+        reports.report_skipped(ck.skipped, stacklevel=4)
+        return ck
 
-    def latest(self, full=True):
+    def load(self, step: Optional[int] = None, *, framework: str = "np",
+             device: Any = None) -> LoadResult:
+        """Read the whole state of ``step``; returns ``(step, state)`` (a
+        :class:`LoadResult`), ``state`` nested as it was saved.  Every
+        chunk is verified.  With ``step=None`` the newest checkpoint that
+        fully verifies is loaded: newer corrupt or incomplete ones are
+        skipped with a :class:`SkippedCheckpointWarning`, a log record and
+        an entry in ``.skipped``.
+
+        ``framework``: "np" (default) gives NumPy arrays, "pt" torch
+        tensors (bfloat16 stays bfloat16), "auto" each tensor as it was
+        saved (torch for torch tensors, NumPy for the rest).  ``device``
+        ("cuda:0", a torch.device) moves torch tensors there."""
+        check_framework(framework, device)
+        if step is not None:
+            with self._open(_step_number(step, "Store.load"),
+                            ffi.CKPT_VERIFY_QUICK, framework, device) as ck:
+                return LoadResult(ck.step, ck.state(), [])
+        with self._open_latest(ffi.CKPT_VERIFY_FULL, framework, device) as ck:
+            return LoadResult(ck.step, ck.state(), ck.skipped)
+
+    def metadata(self, step: Optional[int] = None) -> Any:
+        """The ``metadata=`` saved with ``step``, or None if it had none.
+        With ``step=None``: that of the newest step that passes full
+        verification, the one :meth:`latest` names and :meth:`load`
+        loads (:class:`NoCheckpointError` when there is none)."""
+        if step is None:
+            opened = self._checkpoint(ffi.CKPT_LATEST, ffi.CKPT_VERIFY_FULL)
+        else:
+            opened = self._checkpoint(_step_number(step, "Store.metadata"))
+        with opened as ck:
+            meta = json.loads(C.ckpt_checkpoint_metadata(ck).decode("utf-8"))
+        return nested.unwrap(meta)[1]
+
+    def restore(self, state: Any, step: Optional[int] = None, *,
+                strict: bool = True, allow_missing: Optional[bool] = None
+                ) -> RestoreResult:
+        """Restore into the tensors of ``state`` (nested as for
+        :meth:`save`; writable, contiguous), in place, matched by their
+        flattened names, from ``step`` or, with None, the newest
+        checkpoint that can be restored.  Returns the step as a
+        :class:`RestoreResult`, whose ``.state`` holds the plain values
+        from the checkpoint (they cannot be filled in place).
+
+        dtypes and shapes must match (:class:`MismatchError`).  With
+        ``strict`` (the default) a tensor of ``state`` that the checkpoint
+        lacks is a :class:`NotFoundError`; ``strict=False`` leaves it
+        untouched and lists it in ``.missing_keys`` (``allow_missing=True``
+        is the older spelling of ``strict=False``).  Newer checkpoints
+        skipped as damaged are reported as by :meth:`load`; when none can
+        be restored, :class:`NoCheckpointError` lists them in
+        ``.skipped``.  On failure the buffers' contents are unspecified."""
+        if allow_missing is not None:
+            strict = not allow_missing
+        flat = nested.flatten(state)
+        described = [_tensors.describe(name, obj, writable=True)
+                     for name, obj, _ in flat.tensors]
+        stream = _tensors.one_stream(described)
+        arr, keep = _tensors.c_array(described)
+        opts = ffi.ckpt_restore_options()
+        C.ckpt_restore_options_init(_byref(opts),
+                                    ffi.CKPT_RESTORE_OPTIONS_VERSION)
+        opts.allow_missing = 0 if strict else 1
+        opts.cuda_stream = stream
+        report = ffi.report_p()
+        try:
+            with self._h.use() as s:
+                C.ckpt_restore(s, ffi.CKPT_LATEST if step is None
+                               else _step_number(step, "Store.restore"),
+                               arr, len(described), _byref(opts),
+                               _byref(report))
+            restored = C.ckpt_report_step(report) if report else step
+            skipped = reports.from_report(report)
+        except NoCheckpointError as e:
+            e.skipped = reports.from_report(report)
+            raise
+        finally:
+            C.ckpt_report_free(report)
+        reports.report_skipped(skipped)
+        with self._open(restored, ffi.CKPT_VERIFY_QUICK, "np", None) as ck:
+            return restore_result(ck, state, flat, skipped)
+
+    def latest(self, full: bool = True) -> Optional[int]:
         """The newest step that passes full verification (every chunk's
-        hashes: the step :meth:`load` and :meth:`restore` pick), or None
-        when there is none.  ``full=False`` asks for the newest step that
-        passes quick verification (structure, sizes, index and manifest
-        checksums) instead, which is cheaper but may name a step whose data
-        is damaged."""
+        hashes: the step :meth:`load` picks), or None when there is none.
+        ``full=False`` asks for the newest step that passes quick
+        verification (structure, sizes, index and manifest checksums)
+        instead, which is cheaper but may name a step whose data is
+        damaged."""
         step = ctypes.c_int64()
         level = ffi.CKPT_VERIFY_FULL if full else ffi.CKPT_VERIFY_QUICK
         try:
@@ -537,205 +406,51 @@ class Store:
             return None
         return step.value
 
-    def metadata(self, step=None):
-        """The metadata saved with ``step``, or None if it had none.  With
-        ``step=None``: that of the newest step that passes full
-        verification, the one :meth:`latest` names and :meth:`load`
-        loads (:class:`NoCheckpointError` when there is none)."""
-        if step is None:
-            opened = self._checkpoint(ffi.CKPT_LATEST, ffi.CKPT_VERIFY_FULL)
-        else:
-            opened = self._checkpoint(_step_number(step, "Store.metadata"))
-        with opened as ck:
-            return json.loads(C.ckpt_checkpoint_metadata(ck).decode("utf-8"))
-
-    def load(self, step=None):
-        """Read every tensor of ``step`` into new NumPy arrays; returns
-        ``(step, {name: array})``.  Every chunk is verified.  With
-        ``step=None`` the newest checkpoint that verifies is loaded: newer
-        corrupt or incomplete ones are skipped with a
-        :class:`SkippedCheckpointWarning`.
-
-        bfloat16 tensors come back as ``ml_dtypes.bfloat16`` arrays when
-        ml_dtypes is installed, else as uint16 arrays holding the bit
-        patterns (``torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)``
-        turns them into torch tensors); float8 likewise (uint8), and bool as bool.
-        """
-        if step is not None:
-            step = _step_number(step, "Store.load")
-            with self._checkpoint(step) as ck:
-                return step, self._read_all(ck)
-        # The library's newest-valid search (every chunk verified); then
-        # the newer steps it passed over are reported with their reasons.
-        try:
-            with self._checkpoint(ffi.CKPT_LATEST, ffi.CKPT_VERIFY_FULL) as ck:
-                found = C.ckpt_checkpoint_step(ck)
-                arrays = self._read_all(ck)
-        except NoCheckpointError as err:
-            err.skipped = self._skipped_after(-1)
-            raise
-        _warn_skipped(self._skipped_after(found))
-        return found, arrays
-
-    def _skipped_after(self, found):
-        """Problems of the committed steps newer than `found` (the ones a
-        newest-valid search passed over), newest first."""
-        skipped = []
-        for s in reversed(self._step_numbers()):
-            if s <= found:
-                break
-            report = ffi.report_p()
-            try:
-                with self._h.use() as h:
-                    C.ckpt_verify(h, s, ffi.CKPT_VERIFY_FULL, _byref(report))
-            except NotFoundError:
-                continue  # retired meanwhile
-            except Error as e:
-                problems = _problems(report)
-                skipped.append(problems[0] if problems else {
-                    "step": s, "status": e.status, "code": e.code,
-                    "message": e.message, "file": None, "tensor": None,
-                    "offset": None})
-            finally:
-                C.ckpt_report_free(report)
-        return skipped
-
-    def _read_all(self, ck):
-        out = {}
-        info = ffi.ckpt_tensor_info()
-        for i in range(C.ckpt_checkpoint_tensor_count(ck)):
-            C.ckpt_checkpoint_tensor(ck, i, _byref(info))
-            name = info.name
-            a = np.empty(tuple(info.shape[:info.ndim]),
-                         _tensors.numpy_dtype(info.dtype))
-            if a.nbytes != info.bytes:
-                raise CorruptError(
-                    "tensor %r: %d bytes for shape %s and dtype %s"
-                    % (name.decode("utf-8", "replace"), info.bytes,
-                       a.shape, a.dtype), function="Store.load")
-            C.ckpt_checkpoint_read(ck, name, a.ctypes.data, a.nbytes)
-            out[name.decode("utf-8")] = a
-        return out
-
-    def restore(self, tensors, step=None, allow_missing=False):
-        """Restore into the caller's arrays/tensors (a dict of names to
-        them), in place, from ``step`` or, with None, from the newest
-        checkpoint that fully verifies; returns the step restored.
-
-        Names, dtypes and shapes must match the checkpoint
-        (:class:`MismatchError`, :class:`NotFoundError`; with
-        ``allow_missing`` absent names are left untouched).  Newer
-        checkpoints skipped as corrupt or incomplete are reported with a
-        :class:`SkippedCheckpointWarning`; when none can be restored,
-        :class:`NoCheckpointError` lists them in ``.skipped``.  On failure
-        the buffers' contents are unspecified.
-        """
-        described = _tensors.describe_all(tensors, writable=True)
-        stream = _tensors.one_stream(described)
-        arr, keep = _tensors.c_array(described)
-        opts = ffi.ckpt_restore_options()
-        C.ckpt_restore_options_init(_byref(opts),
-                                    ffi.CKPT_RESTORE_OPTIONS_VERSION)
-        opts.allow_missing = 1 if allow_missing else 0
-        opts.cuda_stream = stream
-        report = ffi.report_p()
-        try:
-            with self._h.use() as s:
-                C.ckpt_restore(s, _step_arg(step), arr, len(described),
-                               _byref(opts), _byref(report))
-            restored = C.ckpt_report_step(report) if report else step
-            problems = _problems(report)
-        except NoCheckpointError as e:
-            e.skipped = _problems(report)
-            raise
-        finally:
-            C.ckpt_report_free(report)
-        _warn_skipped(problems)
-        return restored
-
-    def verify(self, step=None, full=True):
+    def verify(self, step: Optional[int] = None, full: bool = True
+               ) -> Dict[str, Any]:
         """Verify ``step`` (None: the newest committed one) by reading every
         chunk (``full=False``: structure, sizes and checksums of the index
         and manifest only).  Returns a report dict: step, ok (bool), status
-        ("valid", "corrupt" or "incomplete"), level, error (None or the
-        library's message) and problems (dicts: step, status, code,
-        message, file, tensor, offset).  A damaged checkpoint raises
+        ("valid", "corrupt" or "incomplete"), level ("full" or "quick"),
+        error (None or the library's message) and problems (problem
+        records, see libckpt.reports).  A damaged checkpoint raises
         nothing; a missing step or an I/O failure does."""
+        if step is not None:
+            step = _step_number(step, "Store.verify")
+        return reports.verify(self, step, full)
+
+    def steps(self, full: bool = False) -> List[Dict[str, Any]]:
+        """Every committed step, ascending, as dicts with the keys and value
+        types of a step of ``ckpt list --json`` (docs/CLI.md): step, status
+        ("valid", "incomplete", "corrupt" or "error"), path, time (Unix
+        seconds), time_iso, tensors (count), raw_bytes, stored_bytes, ratio
+        (raw/stored), chunks, stall_seconds, persist_seconds, save_seconds
+        (stall + persist) and problems (problem records).  Fields other than
+        step, status and problems are None when the step fails quick
+        verification.  Steps are checked with quick verification, or with
+        ``full=True`` by reading every chunk."""
         level = ffi.CKPT_VERIFY_FULL if full else ffi.CKPT_VERIFY_QUICK
-        report = ffi.report_p()
-        error = None
+        out = []
+        for step in self._step_numbers():
+            e = reports.list_entry(self, step, level)
+            if e is not None:
+                out.append(e)
+        return out
+
+    def _step_numbers(self) -> List[int]:
+        arr = ffi.c_int64_p()
+        n = ctypes.c_size_t()
+        with self._h.use() as s:
+            C.ckpt_store_steps(s, _byref(arr), _byref(n))
         try:
-            with self._h.use() as s:
-                C.ckpt_verify(s, ffi.CKPT_NEWEST if step is None
-                              else _step_number(step, "Store.verify"),
-                              level, _byref(report))
-        except CorruptError as e:
-            error = e
-        try:
-            checked = C.ckpt_report_step(report) if report else -1
-            problems = _problems(report)
+            return [arr[i] for i in range(n.value)]
         finally:
-            C.ckpt_report_free(report)
-        if checked < 0:
-            checked = step
-        if error is None:
-            status = "valid"
-        else:
-            status = ("incomplete" if isinstance(error, IncompleteError)
-                      else "corrupt")
-        return {"step": checked, "ok": error is None, "status": status,
-                "level": "full" if full else "quick",
-                "error": error.message if error else None,
-                "problems": problems}
+            C.ckpt_free(arr)
 
 
-def _choice(what, table, value):
+def _choice(what: str, table: Dict[str, int], value: str) -> int:
     try:
         return table[value]
     except KeyError:
         raise ValueError("%s must be one of %s, not %r"
                          % (what, ", ".join(sorted(table)), value)) from None
-
-
-# The keys of a step of `ckpt list --json` (docs/CLI.md, $defs/step).
-_LIST_KEYS = ("step", "status", "path", "time", "time_iso", "tensors",
-              "raw_bytes", "stored_bytes", "ratio", "chunks", "stall_seconds",
-              "persist_seconds", "save_seconds", "problems")
-
-def _status_word(status):
-    """A status code in words, as the library names it for the CLI
-    (ckpt_status_name)."""
-    name = C.ckpt_status_name(status)
-    return name.decode("ascii") if name else "unknown"
-
-
-def _list_problem(p):
-    """A problem dict of _problems() as ``ckpt list --json`` shows it."""
-    step = p["step"]
-    offset = p["offset"]
-    return {"step": step if step is not None and step >= 0 else None,
-            "status": _status_word(p["status"]),
-            "code": p["status"],
-            "message": p["message"],
-            "file": p["file"] or None,
-            "tensor": p["tensor"] or None,
-            "offset": offset if offset is not None and offset >= 0 else None}
-
-
-def _list_status(status, problems):
-    """valid, incomplete, corrupt or error, as the CLI classifies a step."""
-    if status == 0:
-        return "valid"
-    incomplete = IncompleteError.status
-    if status == incomplete or any(p["code"] == incomplete for p in problems):
-        return "incomplete"
-    if status == CorruptError.status:
-        return "corrupt"
-    return "error"
-
-
-def _iso_time(t):
-    """Unix seconds as "2024-05-01T12:00:00Z" (UTC), "-" when unknown."""
-    if not (t > 0) or not math.isfinite(t):
-        return "-"
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(t)))

@@ -62,6 +62,21 @@ _TORCH_NAMES = {
 _torch_map = None
 
 
+def torch_dtype(ckpt_dtype, torch):
+    """The torch dtype for a checkpoint dtype (None if this torch has
+    none: uint16/32/64 before torch 2.3, float8 before 2.1)."""
+    for tdt, code in _torch_dtypes(torch).items():
+        if code == ckpt_dtype:
+            return tdt
+    return None
+
+
+def dtype_name(ckpt_dtype):
+    """"float32", "bfloat16", ... as the C library names a dtype."""
+    name = ffi.lib.ckpt_dtype_name(ckpt_dtype)
+    return name.decode("ascii") if name else str(ckpt_dtype)
+
+
 def numpy_dtype(ckpt_dtype):
     """The NumPy dtype load() uses for a checkpoint dtype."""
     try:
@@ -87,6 +102,10 @@ class Tensor:
         self.memory = memory
         self.stream = stream  # CUDA stream handle (int) or None
         self.owner = owner    # keeps the memory alive
+
+    def _replace_owner(self, owner):
+        self.owner = owner
+        return self
 
 
 def _torch_dtypes(torch):
@@ -198,10 +217,12 @@ def describe(name, obj, writable=False):
         obj = np.asarray(obj)
     if not (isinstance(obj, np.ndarray) or
             hasattr(obj, "__array_interface__")):
+        if hasattr(obj, "__dlpack__"):
+            return _from_dlpack(name, obj, writable)
         raise TypeError(
             "tensor %r: %s is not an array (NumPy arrays, torch tensors and "
-            "objects with __array_interface__ or __cuda_array_interface__ "
-            "are)" % (name, type(obj).__name__))
+            "objects with __array_interface__, __cuda_array_interface__ or "
+            "__dlpack__ are)" % (name, type(obj).__name__))
     a = np.asarray(obj)
     dtype = _numpy_to_ckpt(name, a.dtype)
     if not a.flags.c_contiguous:
@@ -211,6 +232,30 @@ def describe(name, obj, writable=False):
         raise InvalidArgumentError("tensor %r is read-only" % name)
     return Tensor(name, a.ctypes.data, a.nbytes, dtype, a.shape,
                   ffi.CKPT_MEM_HOST, None, a if a is obj else (a, obj))
+
+
+_DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
+
+
+def _from_dlpack(name, obj, writable):
+    """A DLPack producer (JAX, TensorFlow, ...): host memory through NumPy,
+    CUDA memory through torch, both without a copy."""
+    device = obj.__dlpack_device__()[0] if hasattr(
+        obj, "__dlpack_device__") else _DL_CPU
+    if device in (_DL_CPU, _DL_CUDA_HOST):
+        a = np.from_dlpack(obj)  # read-only in NumPy 1.x: refused below
+        return describe(name, a, writable)._replace_owner((a, obj))
+    if device in (_DL_CUDA, _DL_CUDA_MANAGED):
+        try:
+            import torch.utils.dlpack
+        except ImportError:
+            raise TypeError("tensor %r: a CUDA DLPack object needs torch to "
+                            "be read; pass a torch tensor or an object with "
+                            "__cuda_array_interface__" % name) from None
+        t = torch.utils.dlpack.from_dlpack(obj)
+        return _from_torch(name, t, torch, writable)._replace_owner((t, obj))
+    raise TypeError("tensor %r: DLPack device type %d is not supported "
+                    "(CPU and CUDA are)" % (name, device))
 
 
 def describe_all(tensors, writable=False):

@@ -1,0 +1,245 @@
+"""Checkpoint: one committed step opened for reading, tensor by tensor (the
+counterpart of safetensors' ``safe_open``), and the conversion of stored
+tensors to NumPy arrays or torch tensors."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+
+import numpy as np
+
+from . import ffi, nested
+from . import tensors as _tensors
+from .errors import CorruptError, NotFoundError
+from .handles import _Handle
+
+C = ffi.lib
+_byref = ctypes.byref
+
+FRAMEWORKS = ("np", "pt", "auto")
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One stored tensor, described without reading it."""
+    name: str
+    dtype: str                 # "float32", "bfloat16", ... (libckpt's names)
+    shape: Tuple[int, ...]
+    bytes: int                 # raw size
+    stored_bytes: int          # compressed size in the shard
+    chunks: int
+
+
+def check_framework(framework: str, device: Any) -> None:
+    if framework not in FRAMEWORKS:
+        raise ValueError("framework must be one of %s, not %r"
+                         % (", ".join(map(repr, FRAMEWORKS)), framework))
+    if framework == "np" and device not in (None, "cpu"):
+        raise ValueError("device=%r needs framework='pt' or 'auto' (NumPy "
+                         "arrays live in host memory)" % (device,))
+
+
+class Checkpoint:
+    """A committed step opened for reading: list its tensors, read one or
+    some of them (only their chunks are read and verified), or rebuild the
+    saved state.  Get one from :meth:`libckpt.Store.open`; close it, or
+    use ``with`` (closing the store closes it too).
+
+    ``framework`` ("np", "pt" or "auto") and ``device`` say what tensors
+    come back as, as for :meth:`libckpt.Store.load`.
+    """
+
+    def __init__(self, store: Any, ptr: Any, framework: str = "np",
+                 device: Any = None, skipped: Optional[List[dict]] = None
+                 ) -> None:
+        self._store = store  # the store must outlive the checkpoint
+        self._h = _Handle(ptr, C.ckpt_checkpoint_free, "checkpoint")
+        store._readers.add(self._h)  # closed before the store is freed
+        self.framework = framework
+        self.device = device
+        #: Newer steps passed over to open this one (problem records).
+        self.skipped: List[dict] = list(skipped or [])
+        try:
+            check_framework(framework, device)
+            with self._h.use() as ck:
+                self.step: int = int(C.ckpt_checkpoint_step(ck))
+                self.path: str = os.fsdecode(C.ckpt_checkpoint_path(ck))
+                meta = json.loads(
+                    C.ckpt_checkpoint_metadata(ck).decode("utf-8"))
+                self._codes: Dict[str, int] = {}
+                infos = [self._info(ck, i)
+                         for i in range(C.ckpt_checkpoint_tensor_count(ck))]
+            self._tree, self._metadata = nested.unwrap(meta)
+        except BaseException:
+            self.close()
+            raise
+        self._infos = {i.name: i for i in infos}
+        # What each tensor was saved from, for framework="auto".
+        self._origin: Dict[str, str] = {}
+        if self._tree is not None:
+            self._origin = {name: origin for name, origin, _ in
+                            _tensor_nodes(self._tree)}
+
+    # -- lifetime
+
+    def close(self) -> None:
+        """Close the checkpoint (idempotent)."""
+        self._h.close()
+        self._store._readers.discard(self._h)
+
+    @property
+    def closed(self) -> bool:
+        return self._h.closed
+
+    def __enter__(self) -> "Checkpoint":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        h = getattr(self, "_h", None)
+        if h is not None and C is not None:
+            try:
+                self.close()
+            except Exception:  # interpreter shutdown
+                pass
+
+    def __repr__(self) -> str:
+        return "<libckpt.Checkpoint step=%d %d tensors%s>" % (
+            self.step, len(self._infos), " closed" if self.closed else "")
+
+    # -- describing
+
+    def _info(self, ck: Any, i: int) -> TensorInfo:
+        c = ffi.ckpt_tensor_info()
+        C.ckpt_checkpoint_tensor(ck, i, _byref(c))
+        self._codes[c.name.decode("utf-8")] = c.dtype
+        return TensorInfo(c.name.decode("utf-8"), _tensors.dtype_name(c.dtype),
+                          tuple(c.shape[:c.ndim]), c.bytes, c.stored_bytes,
+                          c.chunks)
+
+    def keys(self) -> List[str]:
+        """The tensor names, in the order they were saved."""
+        return list(self._infos)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self._infos)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._infos
+
+    def tensors(self) -> List[TensorInfo]:
+        """Every tensor's name, dtype, shape and sizes, without reading."""
+        return list(self._infos.values())
+
+    def info(self, name: str) -> TensorInfo:
+        try:
+            return self._infos[name]
+        except KeyError:
+            raise NotFoundError("step %d has no tensor %r"
+                                % (self.step, name)) from None
+
+    def metadata(self) -> Any:
+        """The ``metadata=`` given to save (None if none)."""
+        return self._metadata
+
+    def structure(self) -> Any:
+        """The saved state with a :class:`TensorInfo` in place of each
+        tensor (nothing is read).  A checkpoint written without structure
+        (the C API, older bindings) is a flat dict of its tensors."""
+        return self._rebuild(lambda name, origin, path: self.info(name))
+
+    # -- reading
+
+    def get_tensor(self, name: str) -> Any:
+        """Read tensor `name`: only its chunks are read, every one verified
+        (:class:`CorruptError` if damaged)."""
+        info = self.info(name)
+        kind = self.framework
+        if kind == "auto":
+            kind = self._origin.get(name, "np")
+        with self._h.use() as ck:
+            return read_tensor(ck, info, self._codes[name], kind,
+                               self.device)
+
+    def get_tensors(self, names: Optional[Iterable[str]] = None, *,
+                    prefix: Optional[str] = None) -> Dict[str, Any]:
+        """Read several tensors into {name: tensor}: those named, or those
+        whose name starts with `prefix` (``"model."``), or all."""
+        if names is None:
+            names = [n for n in self._infos
+                     if prefix is None or n.startswith(prefix)]
+        elif prefix is not None:
+            raise ValueError("give names or prefix, not both")
+        return {n: self.get_tensor(n) for n in names}
+
+    def state(self, *path: Any) -> Any:
+        """The saved state (or, with a key path such as ``"model"`` or
+        ``"optim", "state", 0``, the part of it there), reading only the
+        tensors in that part."""
+        part = self._rebuild(lambda name, origin, p: _Lazy(name))
+        for i, key in enumerate(path):
+            try:
+                part = part[key]
+            except (KeyError, IndexError, TypeError):
+                raise NotFoundError("step %d has no %s" % (
+                    self.step, nested.path_str(path[:i + 1]))) from None
+        found = {p: self.get_tensor(leaf.name)
+                 for p, leaf in nested.leaves(part) if isinstance(leaf, _Lazy)}
+        return nested.replace(part, found)
+
+    def _rebuild(self, leaf: Any) -> Any:
+        if self._tree is not None:
+            return nested.unflatten(self._tree, leaf)
+        return {n: leaf(n, "np", (n,)) for n in self._infos}
+
+
+class _Lazy:
+    """A tensor not read yet (a placeholder inside state())."""
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _tensor_nodes(tree: Any) -> List[Tuple[str, str, tuple]]:
+    out: List[Tuple[str, str, tuple]] = []
+    nested.unflatten(tree, lambda n, o, p: out.append((n, o, p)))
+    return out
+
+
+def read_tensor(ck: Any, info: TensorInfo, code: int, kind: str,
+                device: Any = None) -> Any:
+    """Read one tensor (of dtype `code`) of an open ckpt_checkpoint as a
+    NumPy array (kind "np") or a torch tensor ("pt", then moved to
+    `device`)."""
+    if kind == "pt":
+        import torch
+        tdt = _tensors.torch_dtype(code, torch)
+        if tdt is None:
+            raise TypeError(
+                "tensor %r: torch %s has no %s dtype; load it with "
+                "framework='np' or 'auto'"
+                % (info.name, torch.__version__, info.dtype))
+        out = torch.empty(info.shape, dtype=tdt)
+        ptr, size = out.data_ptr(), out.numel() * out.element_size()
+    else:
+        out = np.empty(info.shape, _tensors.numpy_dtype(code))
+        ptr, size = out.ctypes.data, out.nbytes
+    if size != info.bytes:
+        raise CorruptError("tensor %r: %d bytes for shape %s and dtype %s"
+                           % (info.name, info.bytes, info.shape, info.dtype),
+                           function="Checkpoint.get_tensor")
+    C.ckpt_checkpoint_read(ck, info.name.encode("utf-8"), ptr or None, size)
+    if kind == "pt" and device is not None:
+        out = out.to(device)
+    return out
+

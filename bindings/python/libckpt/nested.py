@@ -1,0 +1,315 @@
+"""Nested training state <-> named tensors plus a JSON description.
+
+``Store.save`` accepts any nesting of dicts (OrderedDict kept apart),
+lists and tuples whose leaves are tensors/arrays or plain values.  The
+tensors become C-level tensors named by their key path joined with dots,
+as in a PyTorch ``state_dict`` (``model.fc1.weight``,
+``optim.state.0.exp_avg``), so ``ckpt inspect`` and the C API see them by
+name.  Everything else, the shape of the structure and the plain values,
+is written into the checkpoint's metadata as below, so that a load gives
+back exactly what was saved: ints of any size, floats bit for bit, key
+types (optimizer state keys stay ints).
+
+Format (version 1), the whole metadata JSON of the checkpoint::
+
+    {"format": "libckpt-python-state", "version": 1,
+     "tree": NODE, "metadata": <the caller's metadata=, or null>}
+
+    NODE = null | true | false
+         | integer in -2**63 .. 2**63-1 | finite number with . or e (float)
+         | string (UTF-8 without U+0000)
+         | {"int": "<decimal>"}             an int outside the int64 range
+         | {"float": "nan" | "inf" | "-inf" | "nan:<16 hex digits>"}
+         | {"str": "<base64 of UTF-8>"}     a str JSON cannot carry as is
+         | {"bytes": "<base64>"}
+         | {"tensor": NAME, "from": "np" | "pt"}   a C-level tensor
+         | {"list": [NODE, ...]} | {"tuple": [NODE, ...]}
+         | {"dict": [[KEY, NODE], ...]}
+         | {"odict": [[KEY, NODE], ...]}    OrderedDict; may carry
+                                            "_metadata": NODE (state_dict)
+    KEY  = string | integer | {"int": ...} | {"str": ...}
+
+Every JSON object in the tree is a tagged node, so the caller's dicts can
+never be mistaken for one.  Keys must be str or int (not bool); two tensors
+whose paths flatten to the same name ({"a.b": x} and {"a": {"b": y}}) are
+refused with an error naming both paths, never overwritten.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import math
+import struct
+import sys
+from collections.abc import Mapping
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from .errors import CorruptError, InvalidArgumentError, VersionError
+
+FORMAT = "libckpt-python-state"
+VERSION = 1
+_INT64 = (-2**63, 2**63 - 1)
+_CANONICAL_NAN = struct.pack("<d", float("nan"))
+
+Path = Tuple[Any, ...]
+
+
+def is_tensor(obj: Any) -> bool:
+    """True for what save() stores as a C-level tensor: torch tensors,
+    NumPy arrays and scalars, and objects with an array protocol."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor):
+        return True
+    if isinstance(obj, (np.ndarray, np.generic)):
+        return True
+    return any(hasattr(obj, a) for a in ("__array_interface__",
+                                         "__cuda_array_interface__",
+                                         "__dlpack__"))
+
+
+def _origin(obj: Any) -> str:
+    torch = sys.modules.get("torch")
+    return "pt" if torch is not None and isinstance(obj, torch.Tensor) else "np"
+
+
+def path_str(path: Path) -> str:
+    """A key path as Python subscripts, for messages: state['a'][0]."""
+    return "state" + "".join("[%r]" % (k,) for k in path)
+
+
+def dotted(path: Path) -> str:
+    """A key path as a flattened name: model.fc1.weight."""
+    return ".".join(str(k) for k in path)
+
+
+# ----------------------------------------------------------- plain values
+
+def _encode_str(s: str) -> Any:
+    try:
+        s.encode("utf-8")  # lone surrogates cannot be stored as JSON text
+    except UnicodeEncodeError:
+        pass
+    else:
+        if "\0" not in s:  # the manifest reader refuses U+0000
+            return s
+    raw = s.encode("utf-8", "surrogatepass")
+    return {"str": base64.b64encode(raw).decode("ascii")}
+
+
+def _encode_float(x: float) -> Any:
+    if math.isfinite(x):
+        return x  # the C writer keeps the shortest form that reads back
+    if math.isinf(x):
+        return {"float": "inf" if x > 0 else "-inf"}
+    bits = struct.pack("<d", x)
+    if bits == _CANONICAL_NAN:
+        return {"float": "nan"}
+    return {"float": "nan:%016x" % struct.unpack("<Q", bits)[0]}
+
+
+def _encode_plain(v: Any, path: Path) -> Any:
+    if v is None or isinstance(v, bool):
+        return v
+    if isinstance(v, int):
+        v = int(v)
+        return v if _INT64[0] <= v <= _INT64[1] else {"int": str(v)}
+    if isinstance(v, float):
+        return _encode_float(float(v))
+    if isinstance(v, str):
+        return _encode_str(str(v))
+    if isinstance(v, bytes):
+        return {"bytes": base64.b64encode(v).decode("ascii")}
+    raise TypeError(
+        "%s: cannot save a %s; leaves must be tensors/arrays or plain "
+        "values (None, bool, int, float, str, bytes) inside dicts, lists "
+        "and tuples" % (path_str(path), type(v).__name__))
+
+
+def _encode_key(k: Any, path: Path) -> Any:
+    if isinstance(k, bool) or not isinstance(k, (str, int)):
+        raise TypeError("%s: key %r is a %s; keys must be str or int"
+                        % (path_str(path), k, type(k).__name__))
+    return _encode_plain(k, path)
+
+
+def _decode_tagged(node: dict) -> Any:
+    if "int" in node:
+        return int(node["int"])
+    if "float" in node:
+        text = node["float"]
+        if text.startswith("nan:"):
+            return struct.unpack("<d", struct.pack("<Q", int(text[4:], 16)))[0]
+        return float(text)
+    if "str" in node:
+        return base64.b64decode(node["str"]).decode("utf-8", "surrogatepass")
+    if "bytes" in node:
+        return base64.b64decode(node["bytes"])
+    raise CorruptError("unknown node %r in the state structure"
+                       % sorted(node))
+
+
+# ---------------------------------------------------------------- encode
+
+class Flat:
+    """A state taken apart: the JSON tree, the tensor leaves as (name,
+    object, path) in order, and the plain leaves as {path: value}."""
+
+    def __init__(self) -> None:
+        self.tree: Any = None
+        self.tensors: List[Tuple[str, Any, Path]] = []
+        self.plain: Dict[Path, Any] = {}
+        self._names: Dict[str, Path] = {}
+        self._active: set = set()
+
+
+def flatten(state: Any) -> Flat:
+    """Take a nested state apart (see the module docstring)."""
+    if not isinstance(state, (Mapping, list, tuple)):
+        raise TypeError("the state must be a dict, list or tuple (of "
+                        "tensors, plain values or more of those), not %s"
+                        % type(state).__name__)
+    flat = Flat()
+    flat.tree = _encode(state, (), flat)
+    return flat
+
+
+def _encode(obj: Any, path: Path, flat: Flat) -> Any:
+    if is_tensor(obj):
+        name = dotted(path)
+        other = flat._names.setdefault(name, path)
+        if other is not path:
+            raise InvalidArgumentError(
+                "%s and %s both flatten to the tensor name %r; rename one "
+                "(a '.' in a key flattens like nesting)"
+                % (path_str(other), path_str(path), name))
+        flat.tensors.append((name, obj, path))
+        return {"tensor": name, "from": _origin(obj)}
+    if not isinstance(obj, (Mapping, list, tuple)):
+        value = _encode_plain(obj, path)
+        flat.plain[path] = obj
+        return value
+    if id(obj) in flat._active:  # would recurse forever
+        raise ValueError("%s contains itself" % path_str(path))
+    flat._active.add(id(obj))
+    try:
+        if isinstance(obj, Mapping):
+            pairs = [[_encode_key(k, path), _encode(v, path + (k,), flat)]
+                     for k, v in obj.items()]
+            if not isinstance(obj, collections.OrderedDict):
+                return {"dict": pairs}
+            node = {"odict": pairs}
+            # torch's state_dict() carries module versions here, which
+            # load_state_dict passes on to the modules.
+            extra = getattr(obj, "_metadata", None)
+            if extra is not None:
+                side = Flat()
+                node["_metadata"] = _encode(extra, path + ("_metadata",), side)
+                if side.tensors:
+                    raise TypeError("%s: OrderedDict._metadata may not hold "
+                                    "tensors" % path_str(path))
+            return node
+        items = [_encode(v, path + (i,), flat) for i, v in enumerate(obj)]
+        return {"tuple" if isinstance(obj, tuple) else "list": items}
+    finally:
+        flat._active.discard(id(obj))
+
+
+def wrap(tree: Any, metadata: Any) -> dict:
+    """The checkpoint metadata for a state's tree and the caller's
+    metadata."""
+    return {"format": FORMAT, "version": VERSION, "tree": tree,
+            "metadata": metadata}
+
+
+def unwrap(meta: Any) -> Tuple[Optional[Any], Any]:
+    """(tree, caller's metadata) from a checkpoint's metadata; tree is None
+    for checkpoints not written by this binding's nested save."""
+    if not (isinstance(meta, dict) and meta.get("format") == FORMAT):
+        return None, meta
+    version = meta.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise CorruptError("state structure without a version")
+    if version > VERSION:
+        raise VersionError(
+            "the checkpoint's state structure has version %d; this libckpt "
+            "binding reads version %d: upgrade it" % (version, VERSION))
+    return meta.get("tree"), meta.get("metadata")
+
+
+# ---------------------------------------------------------------- decode
+
+Leaf = Callable[[str, str, Path], Any]
+
+
+def unflatten(tree: Any, leaf: Leaf, path: Path = ()) -> Any:
+    """Rebuild a state from its tree; leaf(name, origin, path) makes each
+    tensor ("np" or "pt" for origin: what was saved)."""
+    if not isinstance(tree, (dict, list)):
+        return tree  # null, bool, int, float, str
+    if isinstance(tree, list):
+        raise CorruptError("%s: malformed state structure node"
+                           % path_str(path))
+    if "tensor" in tree:
+        return leaf(tree["tensor"], tree.get("from", "np"), path)
+    if "list" in tree or "tuple" in tree:
+        items = [unflatten(v, leaf, path + (i,))
+                 for i, v in enumerate(tree.get("list", tree.get("tuple")))]
+        return items if "list" in tree else tuple(items)
+    if "dict" in tree or "odict" in tree:
+        out = {} if "dict" in tree else collections.OrderedDict()
+        for k, v in tree.get("dict", tree.get("odict")):
+            k = _decode_tagged(k) if isinstance(k, dict) else k
+            out[k] = unflatten(v, leaf, path + (k,))
+        if "_metadata" in tree:
+            out._metadata = unflatten(tree["_metadata"], leaf, path)
+        return out
+    return _decode_tagged(tree)
+
+
+def tensor_paths(tree: Any) -> Dict[str, Path]:
+    """{tensor name: key path} of a tree, without reading anything."""
+    found: Dict[str, Path] = {}
+
+    def note(name: str, origin: str, path: Path) -> None:
+        found[name] = path
+    unflatten(tree, note)
+    return found
+
+
+def leaves(obj: Any, path: Path = ()) -> List[Tuple[Path, Any]]:
+    """(path, leaf) of a nested Python structure, tensors being leaves."""
+    if is_tensor(obj) or not isinstance(obj, (Mapping, list, tuple)):
+        return [(path, obj)]
+    items = obj.items() if isinstance(obj, Mapping) else enumerate(obj)
+    out: List[Tuple[Path, Any]] = []
+    for k, v in items:
+        out += leaves(v, path + (k,))
+    return out
+
+
+def replace(obj: Any, values: Dict[Path, Any], path: Path = ()) -> Any:
+    """`obj` with the leaves at `values`' paths replaced.  Containers with
+    nothing replaced below them are returned as they are (the same
+    objects); the others are shallow copies."""
+    if path in values:
+        return values[path]
+    if is_tensor(obj) or not isinstance(obj, (Mapping, list, tuple)):
+        return obj
+    if not any(p[:len(path)] == path for p in values):
+        return obj
+    if isinstance(obj, Mapping):
+        new = {k: replace(v, values, path + (k,)) for k, v in obj.items()}
+        if isinstance(obj, dict):
+            out = obj.copy()  # keeps the type (OrderedDict) and order
+            out.update(new)
+            if hasattr(obj, "_metadata"):
+                out._metadata = obj._metadata
+            return out
+        return new
+    new = [replace(v, values, path + (i,)) for i, v in enumerate(obj)]
+    if isinstance(obj, list):
+        return new
+    return obj._make(new) if hasattr(obj, "_make") else type(obj)(new)

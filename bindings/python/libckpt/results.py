@@ -1,0 +1,70 @@
+"""What Store.load and Store.restore return."""
+
+from __future__ import annotations
+
+import operator
+from typing import Any, List
+
+from . import nested
+from .checkpoint import Checkpoint, _Lazy
+
+
+class LoadResult(tuple):
+    """``(step, state)`` as returned by :meth:`Store.load`; also
+    ``.step``, ``.state`` and ``.skipped`` (problem records of the newer
+    checkpoints passed over, newest first)."""
+
+    def __new__(cls, step: int, state: Any,
+                skipped: List[dict]) -> "LoadResult":
+        self = super().__new__(cls, (step, state))
+        self.skipped = skipped
+        return self
+
+    def __getnewargs__(self) -> tuple:  # copy and pickle
+        return (self[0], self[1], self.skipped)
+
+    step = property(operator.itemgetter(0))
+    state = property(operator.itemgetter(1))
+
+
+class RestoreResult(int):
+    """The step :meth:`Store.restore` restored (an int, as before), with:
+    ``state`` (the given state, its plain values replaced by the
+    checkpoint's; its tensors are the caller's own, filled in place),
+    ``missing_keys`` (flattened names of leaves of the state that the
+    checkpoint lacks: left as they were), ``unexpected_keys`` (those of the
+    checkpoint that the state lacks) and ``skipped`` (newer checkpoints
+    passed over)."""
+
+    def __new__(cls, step: int, **attrs: Any) -> "RestoreResult":
+        self = super().__new__(cls, step)
+        self.__dict__.update(attrs)
+        return self
+
+    @property
+    def step(self) -> int:
+        return int(self)
+
+    def __repr__(self) -> str:
+        return ("RestoreResult(step=%d, missing_keys=%r, unexpected_keys=%r)"
+                % (self, self.missing_keys, self.unexpected_keys))
+
+
+def restore_result(ck: Checkpoint, state: Any, flat: nested.Flat,
+                   skipped: List[dict]) -> RestoreResult:
+    """The result of restoring `state` (taken apart as `flat`) from the
+    step open as `ck`: its plain values, and the keys each side lacks."""
+    names = ck.keys()
+    saved = ck._rebuild(lambda name, origin, path: _Lazy(name))
+    plain = {p: v for p, v in nested.leaves(saved)
+             if not isinstance(v, _Lazy)}
+    mine = [name for name, _, _ in flat.tensors]
+    have, want = set(names), set(mine)
+    missing = ([n for n in mine if n not in have] +
+               [nested.dotted(p) for p in flat.plain if p not in plain])
+    unexpected = ([n for n in names if n not in want] +
+                  [nested.dotted(p) for p in plain if p not in flat.plain])
+    values = {p: plain[p] for p in flat.plain if p in plain}
+    return RestoreResult(ck.step, state=nested.replace(state, values),
+                         missing_keys=missing, unexpected_keys=unexpected,
+                         skipped=skipped)

@@ -1,0 +1,247 @@
+"""Nested state (dicts, OrderedDicts, lists, tuples; tensors and plain
+values) saved in one call and loaded back exactly; flattened tensor names;
+collisions and unsupported keys refused; the metadata format."""
+
+import collections
+import json
+import math
+import struct
+
+import numpy as np
+import pytest
+
+import libckpt
+from libckpt import ffi, nested
+
+
+def same(got, want, where="state"):
+    """Equal with types: OrderedDict is not dict, tuple is not list, 0 is
+    not "0" nor False, floats equal bit for bit."""
+    assert type(got) is type(want), (where, type(got), type(want))
+    if isinstance(want, dict):
+        assert list(got) == list(want), where
+        for (gk, gv), (wk, wv) in zip(got.items(), want.items()):
+            assert type(gk) is type(wk), (where, gk, wk)
+            same(gv, wv, "%s[%r]" % (where, wk))
+    elif isinstance(want, (list, tuple)):
+        assert len(got) == len(want), where
+        for i, (g, w) in enumerate(zip(got, want)):
+            same(g, w, "%s[%d]" % (where, i))
+    elif isinstance(want, np.ndarray):
+        assert got.dtype == want.dtype and got.shape == want.shape, where
+        assert got.tobytes() == want.tobytes(), where
+    elif isinstance(want, float):
+        assert struct.pack("<d", got) == struct.pack("<d", want), where
+    else:
+        assert got == want, where
+
+
+def odd_nan():
+    return struct.unpack("<d", struct.pack("<Q", 0xFFF8000000000123))[0]
+
+
+PLAIN = {
+    "none": None, "t": True, "f": False, "zero": 0, "neg": -7,
+    "int64": [2**63 - 1, -2**63], "huge": [2**64, -2**200, 10**40],
+    "floats": [0.1, -0.0, 1.0, 5e-324, 1.7976931348623157e308, 1e22,
+               math.inf, -math.inf, math.nan, odd_nan()],
+    "str": ["", "plain", "r\u00e9sum\u00e9 \u2713 \U0001F600",
+            "nul\0inside", "lone \udc80 surrogate", "{\"tensor\": 1}"],
+    "bytes": [b"", b"\0\xff raw"],
+}
+
+
+def test_plain_values_round_trip_exactly(store):
+    store.save(1, PLAIN).wait()
+    step, got = store.load()
+    assert step == 1
+    same(got, PLAIN)
+
+
+def test_containers_and_key_types_are_kept(store):
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    state = collections.OrderedDict([
+        ("model", collections.OrderedDict([("fc1.weight", w),
+                                           ("fc1.bias", np.zeros(3))])),
+        ("optim", {"state": {0: {"step": np.array(3.0),
+                                 "exp_avg": np.ones(2)},
+                             1: {"exp_avg": np.full(2, 2.0)}},
+                   "param_groups": [{"lr": 1e-3, "betas": (0.9, 0.999),
+                                     "params": [0, 1]}]}),
+        ("mixed", {0: "int zero", "0": "str zero", -1: None,
+                   2**70: "big key"}),
+        ("tuple", (1, [2, (3,)], {})),
+        ("empty", {"d": {}, "l": [], "t": (), "o": collections.OrderedDict()}),
+    ])
+    store.save(5, state).wait()
+    _, got = store.load(step=5)
+    same(got, state)
+
+
+def test_tensors_are_stored_under_dotted_state_dict_names(store):
+    state = {"model": {"fc1.weight": np.ones((2, 2)), "fc1.bias": np.ones(2)},
+             "optim": {"state": {0: {"exp_avg": np.zeros(2)}}},
+             "layers": [np.arange(2), {"w": np.arange(3)}],
+             "epoch": 3}
+    store.save(1, state).wait()
+    with store.open(1) as ck:  # names as the C API lists them
+        assert ck.keys() == ["model.fc1.weight", "model.fc1.bias",
+                             "optim.state.0.exp_avg", "layers.0",
+                             "layers.1.w"]
+    # ...so a flat restore by name, as from C, finds them.
+    buf = np.empty(3, np.int64)
+    assert store.restore({"layers.1.w": buf}, strict=False) == 1
+    assert buf.tolist() == [0, 1, 2]
+
+
+def test_flat_dict_of_arrays_works_as_before(store):
+    arrays = {"w": np.arange(4.0), "b": np.ones(2, np.int8),
+              "s": np.float32(1.5)}
+    store.save(1, arrays).wait()
+    step, got = store.load()
+    assert type(got) is dict and list(got) == ["w", "b", "s"]
+    same(got["w"], arrays["w"])
+    same(got["s"], np.asarray(arrays["s"]))  # a NumPy scalar: a 0-d tensor
+    out = {"w": np.zeros(4), "b": np.zeros(2, np.int8)}
+    assert store.restore(out) == 1
+    same(out["w"], arrays["w"])
+
+
+@pytest.mark.parametrize("state, paths", [
+    ({"a.b": np.ones(1), "a": {"b": np.ones(1)}},
+     ("state['a.b']", "state['a']['b']")),
+    ({"x": {0: np.ones(1), "0": np.ones(1)}},
+     ("state['x'][0]", "state['x']['0']")),
+    ({"l": [np.ones(1)], "l.0": np.ones(1)},
+     ("state['l'][0]", "state['l.0']")),
+])
+def test_names_colliding_after_flattening_are_refused(store, state, paths):
+    with pytest.raises(libckpt.InvalidArgumentError) as e:
+        store.save(1, state)
+    for p in paths:
+        assert p in str(e.value)
+    assert store.latest() is None  # nothing was written
+
+
+def test_a_dotted_key_beside_nesting_is_fine_without_collision(store):
+    state = {"a.b": np.ones(1), "a": {"c": np.zeros(1), "b": "plain"}}
+    store.save(1, state).wait()
+    same(store.load()[1], state)
+
+
+@pytest.mark.parametrize("state, match", [
+    ({(1, 2): np.ones(1)}, r"state: key \(1, 2\) is a tuple"),
+    ({"a": {True: 1}}, r"state\['a'\]: key True is a bool"),
+    ({"a": {None: 1}}, r"key None is a NoneType"),
+    ({"a": [1, {2.5: "x"}]}, r"state\['a'\]\[1\]: key 2.5 is a float"),
+    ({"a": {"s": {1, 2}}}, r"state\['a'\]\['s'\]: cannot save a set"),
+    ({"a": [object()]}, r"state\['a'\]\[0\]: cannot save a object"),
+    ({"a": bytearray(b"x")}, r"cannot save a bytearray"),
+])
+def test_unsupported_keys_and_leaves_are_refused_by_path(store, state, match):
+    with pytest.raises(TypeError, match=match):
+        store.save(1, state)
+    assert store.latest() is None
+
+
+def test_a_state_containing_itself_is_refused(store):
+    loop = {"w": np.ones(1)}
+    loop["again"] = [loop]
+    with pytest.raises(ValueError, match=r"state\['again'\]\[0\] contains"):
+        store.save(1, loop)
+    shared = np.ones(2)  # the same object twice is no cycle
+    store.save(1, {"a": shared, "b": [shared]}).wait()
+    assert sorted(store.load()[1]) == ["a", "b"]
+
+
+def test_metadata_is_the_callers_and_the_manifest_holds_the_format(store):
+    store.save(1, {"w": np.ones(2), "epoch": 3}, metadata={"lr": 0.5}).wait()
+    store.save(2, {"w": np.ones(2)}).wait()
+    assert store.metadata(1) == {"lr": 0.5}
+    assert store.metadata(2) is None
+    with store._checkpoint(1) as ck:
+        raw = json.loads(ffi.lib.ckpt_checkpoint_metadata(ck))
+    assert raw == {"format": "libckpt-python-state", "version": 1,
+                   "metadata": {"lr": 0.5},
+                   "tree": {"dict": [["w", {"tensor": "w", "from": "np"}],
+                                     ["epoch", 3]]}}
+
+
+def without_structure(tree, metadata):
+    return metadata  # what the C API or an older binding wrote
+
+
+def test_checkpoints_without_structure_load_flat(store, monkeypatch):
+    monkeypatch.setattr(nested, "wrap", without_structure)
+    store.save(1, {"a": {"w": np.arange(3)}}, metadata={"k": 1}).wait()
+    monkeypatch.undo()
+    step, got = store.load()
+    assert list(got) == ["a.w"] and got["a.w"].tolist() == [0, 1, 2]
+    assert store.metadata() == {"k": 1}
+    with store.open() as ck:
+        assert ck.structure()["a.w"].shape == (3,)
+
+
+def test_a_newer_structure_version_is_a_version_error(store, monkeypatch):
+    monkeypatch.setattr(nested, "VERSION", 2)
+    store.save(1, {"w": np.ones(1)}).wait()
+    monkeypatch.undo()
+    with pytest.raises(libckpt.VersionError, match="version 2"):
+        store.load()
+    with pytest.raises(libckpt.VersionError):
+        store.metadata(1)
+
+
+def test_plain_only_state_has_no_tensors(store):
+    state = {"epoch": 3, "history": [0.5, 0.25], "done": False}
+    store.save(1, state).wait()
+    same(store.load()[1], state)
+    assert store.steps()[0]["tensors"] == 0
+
+
+class DLPackOnly:
+    """An array exposing nothing but DLPack (as JAX arrays do)."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __dlpack__(self, stream=None):
+        return self._a.__dlpack__(stream=stream)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+def test_dlpack_objects_are_tensors(store):
+    a = np.arange(12, dtype=np.int16).reshape(3, 4)
+    store.save(1, {"x": [DLPackOnly(a)]}).wait()
+    same(store.load()[1], {"x": [a]})
+
+
+def test_restore_fills_nested_tensors_and_returns_plain_values(store):
+    saved = {"net": {"w": np.arange(4.0), "b": np.ones(2)},
+             "epoch": 7, "lrs": (0.1, 0.01)}
+    store.save(3, saved).wait()
+    net = {"w": np.zeros(4), "b": np.zeros(2)}
+    mine = {"net": net, "epoch": 0, "lrs": (0.0, 0.0)}
+    r = store.restore(mine)
+    assert r == 3 and r.step == 3 and isinstance(r, int)
+    same(net["w"], saved["net"]["w"])          # in place
+    assert r.state["net"] is net                 # nothing to replace there
+    assert r.state["epoch"] == 7 and r.state["lrs"] == (0.1, 0.01)
+    assert mine["epoch"] == 0                    # the caller's is untouched
+    assert r.missing_keys == [] and r.unexpected_keys == []
+
+
+def test_restore_strict_and_the_keys_each_side_lacks(store):
+    store.save(1, {"w": np.ones(2), "extra": np.ones(1), "n": 1}).wait()
+    state = {"w": np.zeros(2), "absent": np.zeros(3), "m": 5}
+    with pytest.raises(libckpt.NotFoundError, match="absent"):
+        store.restore(state)
+    r = store.restore(state, strict=False)
+    assert state["w"].tolist() == [1.0, 1.0]
+    assert state["absent"].tolist() == [0.0] * 3  # left as it was
+    assert r.missing_keys == ["absent", "m"]
+    assert r.unexpected_keys == ["extra", "n"]
+    assert r.state["m"] == 5
+    assert store.restore(state, allow_missing=True) == 1  # older spelling

@@ -1,0 +1,45 @@
+"""The store options for shared servers, from Python: a lower step is
+refused unless rewinding, a group-writable root needs trust_group, the
+command line can be left out of the manifest."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+import libckpt
+
+
+def test_lower_step_is_refused_and_rewind_goes_back(tmp_path):
+    a = {"w": np.arange(8, dtype=np.float32)}
+    with libckpt.Store(tmp_path / "r", fsync=False) as st:
+        st.save(10, a).wait()
+        st.save(30, a).wait()
+        with pytest.raises(libckpt.InvalidArgumentError, match="below step 30"):
+            st.save(20, a)
+        assert [e["step"] for e in st.steps()] == [10, 30]
+    with libckpt.Store(tmp_path / "r", fsync=False, rewind=True) as st:
+        st.save(20, {"w": np.ones(8, dtype=np.float32)}).wait()
+        assert [e["step"] for e in st.steps()] == [10, 20]
+        step, state = st.load()
+        assert step == 20 and state["w"][0] == 1
+
+
+def test_group_writable_root_needs_trust_group(tmp_path):
+    root = tmp_path / "shared"
+    root.mkdir()
+    os.chmod(root, 0o777)
+    with pytest.raises(libckpt.AccessError, match="o-w"):
+        libckpt.Store(root, fsync=False, trust_group=True)
+    os.chmod(root, 0o750)
+    with libckpt.Store(root, fsync=False, trust_group=True) as st:
+        st.save(1, {"w": np.zeros(4, np.float32)}).wait()
+
+
+def test_command_line_can_be_left_out(tmp_path):
+    with libckpt.Store(tmp_path / "r", fsync=False, record_command_line=False) as st:
+        st.save(1, {"w": np.zeros(4, np.float32)}).wait()
+    manifest = tmp_path / "r" / "step-000000000001" / "manifest.json"
+    env = json.loads(manifest.read_text())["env"]
+    assert env["command_line"] == "(not recorded)"
+    assert manifest.stat().st_mode & 0o007 == 0

@@ -319,10 +319,13 @@ typedef struct ckpt_store_options {
                                    then waits for earlier chunks to drain.   */
     int keep_last;              /* committed steps to keep; 0 keeps all;
                                    default (-1) means 3; < -1 is invalid.
-                                   Applied after each commit, best effort.
-                                   The step just committed is never retired,
-                                   so saves out of step order may leave
-                                   keep_last + 1.                             */
+                                   Applied after each commit, best effort:
+                                   the newest keep_last steps that open
+                                   (quick verification) are kept, counting
+                                   the one just committed; damaged steps
+                                   newer than the oldest kept one stay,
+                                   uncounted; older ones are retired.  A
+                                   step of another user is never touched. */
     int fsync;                  /* 1 (default) or 0: skip fsync (tests, tmpfs) */
     ckpt_verify_level verify_after_save; /* default CKPT_VERIFY_FULL           */
     ckpt_snapshot_mode snapshot_mode;    /* device tensors; default HOST       */
@@ -349,13 +352,19 @@ CKPT_API int ckpt_store_options_init(ckpt_store_options *opts, unsigned int vers
  * temporary directories of writers that died and put back a step one of
  * them had moved aside while replacing it.  `opts` may be NULL for the
  * defaults.  On success `*out` is a store released with ckpt_store_free().
+ * A new root is created 0750 (0770 with CKPT_OPEN_TRUST_GROUP); a writer
+ * refuses a root another user owns, and a reader or writer one that every
+ * user may write, or that its group may write unless the group is trusted
+ * (CKPT_OPEN_TRUST_GROUP) or is the owner's private group.
  *
  * Returns CKPT_OK; CKPT_EINVAL (NULL `out` or `path`, empty `path`, a bad
  * option, or `path` is not a directory); CKPT_EVERSION (unknown
  * `opts->version`); CKPT_ENOTFOUND (a read-only root, or the parent of a
  * new root, does not exist); CKPT_EBUSY (another store handle holds the
- * writer lock); CKPT_EACCES, CKPT_ENOSPC, CKPT_EIO (creating, resolving or
- * locking the root); CKPT_ENOMEM.  Thread-safe.
+ * writer lock); CKPT_EACCES (the root's owner or permissions, above, with
+ * a message naming them and the fix; or permission denied); CKPT_ENOSPC,
+ * CKPT_EIO (creating, resolving or locking the root); CKPT_ENOMEM.
+ * Thread-safe.
  */
 CKPT_API int ckpt_store_open(ckpt_store **out, const char *path,
                              const ckpt_store_options *opts);
@@ -404,16 +413,21 @@ CKPT_API uint64_t ckpt_store_pinned_bytes(const ckpt_store *store);
 /**
  * CKPT_OK when a CUDA runtime could be loaded and reports a device, else
  * CKPT_ENODEVICE with a message saying what was missing.  The runtime is
- * taken from the process if already loaded, else from $CKPT_CUDART_LIBRARY,
- * else libcudart.so.13, then libcudart.so.12.  The answer is decided once
+ * taken from the process if already loaded (libcudart.so.13, .12, .11.0, or
+ * linked in), else from $CKPT_CUDART_LIBRARY (one path, or several
+ * separated by ':'), else libcudart.so.13, .12, .11.0, newest first: a
+ * runtime too new for the driver (cudaErrorInsufficientDriver) is passed
+ * over for the next.  The answer is decided once
  * per process, on the first call that needs it.  Thread-safe.
  */
 CKPT_API int ckpt_cuda_available(void);
 
 /**
  * Garbage-collect the root: retire the committed steps older than the newest
- * `keep_last` (never the newest one that passes full verification, so
- * keep_last + 1 may remain) and remove the temporary and trash directories
+ * `keep_last` that open (quick verification; damaged steps are not counted,
+ * as for the store's keep_last option), never the newest one that passes
+ * full verification (so keep_last + 1 may remain) nor a step another user
+ * owns, and remove the temporary and trash directories
  * of writers that died.  Independent of the store's keep_last option.
  * Waits for a save in flight first; finding the newest valid step reads
  * steps in full, newest first.  Without `dry_run` a step that a dead writer
@@ -480,11 +494,15 @@ CKPT_API int ckpt_save_options_init(ckpt_save_options *opts, unsigned int versio
  * writing, verify_after_save, the commit and retention run in the
  * background; collect the result with ckpt_save_wait().  A step that
  * already exists is replaced atomically when this one commits (see
- * docs/FORMAT.md for file systems without an atomic swap).  `opts` may
+ * docs/FORMAT.md for file systems without an atomic swap).  A step below
+ * the newest committed one is refused unless the store was opened with
+ * CKPT_OPEN_REWIND (restore would otherwise go on choosing the higher,
+ * older step: a new run belongs in a new directory).  `opts` may
  * be NULL.  On success `*out` is a handle released with ckpt_save_free();
  * a failed call leaves nothing in the root.
  *
  * Returns CKPT_OK; CKPT_EINVAL (NULL `out` or `store`, a negative step, a
+ * step below the newest committed one without CKPT_OPEN_REWIND, a
  * tensor breaking a rule of ckpt_tensor, a name given twice, metadata that
  * is not JSON, a device pointer the runtime calls host memory);
  * CKPT_EACCES (a read-only store, or permission denied); CKPT_EVERSION

@@ -11,9 +11,17 @@
 
 #include "error.h"
 
-static const char *const k_sonames[] = { "libcudart.so.13", "libcudart.so.12" };
+/* Newest first: a runtime newer than the driver fails with
+ * cudaErrorInsufficientDriver (common on nodes with R550/R570 drivers and a
+ * CUDA 13 toolkit), and the next older one is tried. */
+static const char *const k_sonames[] = { "libcudart.so.13", "libcudart.so.12",
+                                         "libcudart.so.11.0" };
 static const char *const k_resident[] = { "libcudart.so.13", "libcudart.so.12",
-                                          "libcudart.so" };
+                                          "libcudart.so.11.0", "libcudart.so" };
+/* cudaErrorStubLibrary, cudaErrorInsufficientDriver: this runtime cannot
+ * run on this driver, an older one may. */
+#define CU_ERR_STUB_LIBRARY 34
+#define CU_ERR_INSUFFICIENT_DRIVER 35
 
 /* Written once under g_once, read-only afterwards. */
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -112,16 +120,49 @@ static int runtime_in_process(void)
     return 1;
 }
 
+/* Open and resolve one candidate; 0 and *h on success, else a note in
+ * `tried`. */
+static int open_candidate(const char *name, const char *label, void **h, cuda_api *a,
+                          char *tried, size_t tried_len)
+{
+    char why[256];
+    *h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    if (!*h) {
+        const char *e = dlerror(); /* starts with the path */
+        msg_append(tried, tried_len, "; %s: %s", label, e ? e : "not found");
+        return -1;
+    }
+    if (resolve(*h, a, why, sizeof why) != 0) {
+        msg_append(tried, tried_len, "; %s: %s", label, why);
+        dlclose(*h);
+        *h = NULL;
+        memset(a, 0, sizeof *a);
+        return -1;
+    }
+    return 0;
+}
+
+/* Count devices; 1 when this runtime is too new for the driver (the caller
+ * tries an older one), 0 otherwise (count or error in *err). */
+static int too_new(cuda_api *a, int *count, cu_err *err)
+{
+    *count = 0;
+    *err = a->GetDeviceCount(count);
+    return *err == CU_ERR_INSUFFICIENT_DRIVER || *err == CU_ERR_STUB_LIBRARY;
+}
+
 static void load(void)
 {
-    char tried[1536] = "";
-    char why[256];
+    char tried[1536] = "", buf[256];
     const char *what = NULL;
     void *h = NULL;
     cuda_api a;
     memset(&a, 0, sizeof a);
+    int count = 0;
+    cu_err err = CU_SUCCESS;
 
     if (find_resident(&h, &what)) {
+        char why[256];
         if (resolve(h, &a, why, sizeof why) != 0) {
             snprintf(g_msg, sizeof g_msg,
                      "the CUDA runtime already in the process (%s) is unusable: %s",
@@ -129,53 +170,56 @@ static void load(void)
             return;
         }
         snprintf(g_library, sizeof g_library, "%s", what);
+        too_new(&a, &count, &err); /* the application's choice: no other */
     } else {
+        /* $CKPT_CUDART_LIBRARY: one path, or several separated by ':' tried
+         * in order as the built-in names are. */
         const char *env = getenv("CKPT_CUDART_LIBRARY");
+        char list[1024];
+        const char *names[16];
+        size_t n = 0;
         msg_append(tried, sizeof tried, "the process");
         if (env && *env) {
-            h = dlopen(env, RTLD_NOW | RTLD_LOCAL);
-            if (!h) {
-                const char *e = dlerror();
-                /* dlerror() starts with the path */
-                msg_append(tried, sizeof tried, "; $CKPT_CUDART_LIBRARY: %s",
-                           e ? e : env);
-            } else if (resolve(h, &a, why, sizeof why) != 0) {
-                msg_append(tried, sizeof tried, "; $CKPT_CUDART_LIBRARY: %s: %s", env, why);
-                dlclose(h);
-                h = NULL;
-            } else {
-                snprintf(g_library, sizeof g_library, "%s", env);
-            }
+            snprintf(list, sizeof list, "%s", env);
+            for (char *save = NULL, *t = strtok_r(list, ":", &save); t && n < 16;
+                 t = strtok_r(NULL, ":", &save))
+                names[n++] = t;
         } else {
-            for (size_t i = 0; i < sizeof k_sonames / sizeof k_sonames[0] && !h; i++) {
-                h = dlopen(k_sonames[i], RTLD_NOW | RTLD_LOCAL);
-                if (!h) {
-                    msg_append(tried, sizeof tried, "; %s: not found", k_sonames[i]);
-                } else if (resolve(h, &a, why, sizeof why) != 0) {
-                    msg_append(tried, sizeof tried, "; %s: %s", k_sonames[i], why);
-                    dlclose(h);
-                    h = NULL;
-                    memset(&a, 0, sizeof a);
-                } else {
-                    snprintf(g_library, sizeof g_library, "%s", k_sonames[i]);
-                }
+            for (; n < sizeof k_sonames / sizeof k_sonames[0]; n++)
+                names[n] = k_sonames[n];
+        }
+        for (size_t i = 0; i < n && !h; i++) {
+            if (open_candidate(names[i], names[i], &h, &a, tried, sizeof tried) != 0)
+                continue;
+            if (too_new(&a, &count, &err)) {
+                msg_append(tried, sizeof tried, "; %s: %s", names[i],
+                           cuda_loader_errstr(&a, err, buf, sizeof buf));
+                /* Left loaded (RTLD_LOCAL, so its symbols stay apart):
+                 * unloading a runtime is unsafe. */
+                h = NULL;
+                memset(&a, 0, sizeof a);
+                continue;
             }
+            snprintf(g_library, sizeof g_library, "%s", names[i]);
         }
         if (!h) {
-            snprintf(g_msg, sizeof g_msg, "no CUDA runtime found (tried %s)", tried);
+            if (err == CU_SUCCESS)
+                snprintf(g_msg, sizeof g_msg, "no CUDA runtime found (tried %s)", tried);
+            else
+                snprintf(g_msg, sizeof g_msg, "no usable CUDA runtime (tried %s): the "
+                         "driver is older than every runtime found; install a runtime "
+                         "matching it (nvidia-smi shows its CUDA version)", tried);
             return;
         }
     }
 
-    int count = 0;
-    cu_err err = a.GetDeviceCount(&count);
     if (err != CU_SUCCESS || count <= 0) {
-        char buf[256];
         if (err != CU_SUCCESS)
             cuda_loader_errstr(&a, err, buf, sizeof buf);
         else
             snprintf(buf, sizeof buf, "device count is 0");
-        a.GetLastError(); /* do not leave the error for the application */
+        if (!what)
+            a.GetLastError(); /* our runtime: leave no error behind */
         snprintf(g_msg, sizeof g_msg, "CUDA runtime loaded (%s) but no device: %s",
                  g_library, buf);
         return; /* keep the library loaded: unloading a runtime is unsafe */

@@ -385,8 +385,15 @@ EXPORT cudaError_t cudaGetDeviceCount(int *count)
     ENTER("cudaGetDeviceCount");
     int n = g_device_count;
     pthread_mutex_unlock(&g_mu);
+#ifdef MOCK_INSUFFICIENT_DRIVER
+    /* A runtime newer than the driver: what CUDA 13 does on an R550 node. */
+    (void)n;
+    *count = 0;
+    return ret(35);
+#else
     *count = n;
     return ret(n > 0 ? cudaSuccess : cudaErrorNoDevice);
+#endif
 }
 
 EXPORT cudaError_t cudaGetDevice(int *dev)

@@ -34,7 +34,11 @@ enum { CU_MEMCPY_H2D = 1, CU_MEMCPY_D2H = 2, CU_MEMCPY_D2D = 3, CU_MEMCPY_DEFAUL
 enum { CU_MEM_UNREGISTERED = 0, CU_MEM_HOST = 1, CU_MEM_DEVICE = 2, CU_MEM_MANAGED = 3 };
 /* flags */
 #define CU_STREAM_NON_BLOCKING 0x01u
+#define CU_EVENT_BLOCKING_SYNC 0x01u
 #define CU_EVENT_DISABLE_TIMING 0x02u
+/* Every event libckpt creates: no timing, and a host thread waiting on it
+ * sleeps instead of spinning a core for the whole copy. */
+#define CU_EVENT_FLAGS (CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC)
 #define CU_HOST_ALLOC_PORTABLE 0x01u
 
 /* struct cudaPointerAttributes of CUDA 11 to 13.  CUDA 12 ends after

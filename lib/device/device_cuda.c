@@ -193,7 +193,7 @@ static int event_get(dcuda *cu, cu_event *out)
         return CKPT_OK;
     }
     pthread_mutex_unlock(&cu->pool_mu);
-    cu_err err = cu->api->EventCreateWithFlags(out, CU_EVENT_DISABLE_TIMING);
+    cu_err err = cu->api->EventCreateWithFlags(out, CU_EVENT_FLAGS);
     if (err != CU_SUCCESS) {
         char buf[256];
         return ckpt_seterr(CKPT_EDEVICE, "cannot create a CUDA event: %s",
@@ -332,7 +332,7 @@ int dcuda_open(dcuda **out, ckpt_snapshot_mode mode, int ordinal)
         goto fail;
     err = api->StreamCreateWithFlags(&cu->copy, CU_STREAM_NON_BLOCKING);
     if (err == CU_SUCCESS)
-        err = api->EventCreateWithFlags(&cu->start, CU_EVENT_DISABLE_TIMING);
+        err = api->EventCreateWithFlags(&cu->start, CU_EVENT_FLAGS);
     guard_leave(cu, prev);
     if (err != CU_SUCCESS) {
         rc = ckpt_seterr(CKPT_EDEVICE, "cannot create the CUDA copy stream: %s",
@@ -521,7 +521,7 @@ int dcuda_snapshot_start(dcuda *cu, void *caller_stream)
      * read it (on the GPU; the pipeline normally waited already). */
     if (err == CU_SUCCESS && cu->drain) {
         if (!cu->drained)
-            err = cu->api->EventCreateWithFlags(&cu->drained, CU_EVENT_DISABLE_TIMING);
+            err = cu->api->EventCreateWithFlags(&cu->drained, CU_EVENT_FLAGS);
         if (err == CU_SUCCESS)
             err = cu->api->EventRecord(cu->drained, cu->drain);
         if (err == CU_SUCCESS)

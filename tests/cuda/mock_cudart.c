@@ -65,6 +65,7 @@ struct mevent {
     uint64_t done_gen;   /* records reached  */
     int err;             /* stream error seen by the last record reached */
     int refs;
+    unsigned flags;      /* as created: cudaEventBlockingSync is 0x1 */
 };
 
 enum alloc_kind { A_DEVICE, A_PINNED, A_MANAGED };
@@ -510,11 +511,11 @@ EXPORT cudaError_t cudaDeviceSynchronize(void)
 
 EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags)
 {
-    (void)flags;
     ENTER("cudaEventCreateWithFlags");
     struct mevent *m = calloc(1, sizeof *m);
     if (m) {
         m->refs = 1;
+        m->flags = flags;
         g_cnt.events++;
     }
     pthread_mutex_unlock(&g_mu);
@@ -564,6 +565,8 @@ EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
     ENTER("cudaEventSynchronize");
     uint64_t target = e->record_gen;
+    if (!(e->flags & 0x1u) && e->done_gen < target)
+        g_cnt.spin_waits++; /* the real runtime would spin here */
     while (e->done_gen < target) {
         pthread_cond_wait(&g_cv, &g_mu);
         if (g_sticky)

@@ -34,6 +34,9 @@ typedef struct mock_cuda_counters {
     size_t device_bytes_peak;
     long copies;          /* memcpy operations run */
     long streams_created; /* ever */
+    long spin_waits;      /* cudaEventSynchronize on an event created without
+                             cudaEventBlockingSync: a CPU core spun (CUDA's
+                             default) for the whole wait */
 } mock_cuda_counters;
 
 /* Forget faults, the sticky error, errors streams have not reported yet and

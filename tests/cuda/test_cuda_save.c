@@ -146,6 +146,12 @@ static void fenced_save(ckpt_snapshot_mode mode, uint64_t host_limit)
     cr_expect_eq(pattern_check(r2, N, 2), -1);
     cr_expect_eq(pattern_check(rh, N, 9), -1);
     cr_expect_gt(ckpt_store_pinned_bytes(st), 0, "no pinned memory was used");
+    /* Workers wait for copies with cudaEventSynchronize: on events made
+     * without cudaEventBlockingSync each such wait spins a core. */
+    mock_cuda_counters cnt;
+    M.get_counters(&cnt);
+    cr_expect_eq(cnt.spin_waits, 0, "%ld waits spun a CPU core (event created without "
+                 "cudaEventBlockingSync)", cnt.spin_waits);
 
     ckpt_store_free(st);
     M.StreamDestroy(s);

@@ -287,3 +287,53 @@ Test(crash, short_writes_are_completed)
     ckpt_store_free(st);
     tc_state_free(&s1);
 }
+
+/* ----------------------------------------- replace without an exchange */
+
+typedef struct replace_fault {
+    int tmp_renames; /* renames of the .tmp- directory seen */
+} replace_fault;
+
+/* No RENAME_EXCHANGE (the second rename of the temporary directory, the
+ * swap, fails with EINVAL), and the third, which would move the
+ * replacement in after the old step was moved aside, fails with EIO. */
+static int replace_hook(void *ctx, fsio_op op, const char *path)
+{
+    replace_fault *f = ctx;
+    if (op != FSIO_RENAME || !path || !strstr(path, "/.tmp-"))
+        return 0;
+    f->tmp_renames++;
+    return f->tmp_renames == 2 ? EINVAL : f->tmp_renames == 3 ? EIO : 0;
+}
+
+/* The old step is moved aside and its replacement cannot be renamed in:
+ * the old step must be back at once, for readers that do not reopen (the
+ * next writer's open would also put it back, but readers do not wait). */
+Test(crash, failed_replacement_puts_the_old_step_back)
+{
+    const cc_scenario *sc = &cc_scenarios[0];
+    tc_state s1, s2;
+    cc_state(sc, 0, &s1);
+    cc_state(sc, 1, &s2);
+    replace_fault f = {0};
+    fsio fs = {.fault = replace_hook, .ctx = &f};
+    ckpt_store_options o;
+    cc_opts(sc, &o);
+    o.keep_last = 0;
+    ckpt_store *st = NULL;
+    cr_assert_eq(ckpt_store_open_with_fsio(&st, tc_root, &o, &fs), CKPT_OK);
+    tc_save_ok(st, 1, &s1);
+    f.tmp_renames = 0; /* count the replacement's renames only */
+    int rc = tc_save(st, 1, &s2, NULL);
+    cr_assert_eq(rc, CKPT_EIO, "replacement: %s (%s)", ckpt_status_name(rc),
+                 ckpt_error_last());
+    cr_assert_eq(f.tmp_renames, 3);
+    ckpt_store *ro = tc_open_ro(tc_root);
+    int64_t one[] = {1};
+    tc_assert_steps(ro, one, 1);
+    tc_restore_check(ro, 1, &s1);
+    ckpt_store_free(ro);
+    ckpt_store_free(st);
+    tc_state_free(&s1);
+    tc_state_free(&s2);
+}

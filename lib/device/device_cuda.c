@@ -353,11 +353,12 @@ void dcuda_quiesce(dcuda *cu)
     pthread_mutex_lock(&cu->mu);
     flush_locked(cu);
     pthread_mutex_unlock(&cu->mu);
-    if (cu->copy)
-        cu->api->StreamSynchronize(cu->copy);
-    if (cu->drain)
-        cu->api->StreamSynchronize(cu->drain);
-    cu->api->GetLastError();
+    cu_err e1 = cu->copy ? cu->api->StreamSynchronize(cu->copy) : CU_SUCCESS;
+    cu_err e2 = cu->drain ? cu->api->StreamSynchronize(cu->drain) : CU_SUCCESS;
+    /* Clear only an error these calls left: an error the application had
+     * pending before is the application's to read. */
+    if (e1 != CU_SUCCESS || e2 != CU_SUCCESS)
+        cu->api->GetLastError();
     cu->direct = 0;
 }
 
@@ -372,19 +373,21 @@ void dcuda_free(dcuda *cu)
     cu->snap = NULL;
     int prev;
     int guarded = cu->copy && guard_enter(cu, &prev) == CKPT_OK;
+    int failed = 0; /* clear only errors of our own calls (see quiesce) */
     for (size_t i = 0; i < cu->npool; i++)
-        cu->api->EventDestroy(cu->pool[i]);
+        failed |= cu->api->EventDestroy(cu->pool[i]) != CU_SUCCESS;
     if (cu->start)
-        cu->api->EventDestroy(cu->start);
+        failed |= cu->api->EventDestroy(cu->start) != CU_SUCCESS;
     if (cu->drained)
-        cu->api->EventDestroy(cu->drained);
+        failed |= cu->api->EventDestroy(cu->drained) != CU_SUCCESS;
     if (cu->copy)
-        cu->api->StreamDestroy(cu->copy);
+        failed |= cu->api->StreamDestroy(cu->copy) != CU_SUCCESS;
     if (cu->drain)
-        cu->api->StreamDestroy(cu->drain);
+        failed |= cu->api->StreamDestroy(cu->drain) != CU_SUCCESS;
     if (cu->scratch)
-        cu->api->Free(cu->scratch);
-    cu->api->GetLastError();
+        failed |= cu->api->Free(cu->scratch) != CU_SUCCESS;
+    if (failed)
+        cu->api->GetLastError();
     if (guarded)
         guard_leave(cu, prev);
     free(cu->pool);
@@ -758,16 +761,20 @@ void dcuda_describe(dcuda *cu, struct json_t *env, uint64_t pinned_bytes)
     pthread_mutex_lock(&cu->mu);
     if (!cu->described) {
         cu->described = 1;
+        int failed = 0; /* clear only errors of these calls (see quiesce) */
         if (api->RuntimeGetVersion(&cu->runtime_version) != CU_SUCCESS)
-            cu->runtime_version = 0;
+            cu->runtime_version = 0, failed = 1;
         if (api->DriverGetVersion(&cu->driver_version) != CU_SUCCESS)
-            cu->driver_version = 0;
+            cu->driver_version = 0, failed = 1;
         /* cudaDeviceProp is about 1 KiB; `name` (char[256]) comes first. */
         char *prop = api->GetDeviceProperties ? calloc(1, 16384) : NULL;
         if (prop && api->GetDeviceProperties(prop, cu->ordinal) == CU_SUCCESS)
             snprintf(cu->gpu_name, sizeof cu->gpu_name, "%.255s", prop);
+        else if (prop)
+            failed = 1;
         free(prop);
-        api->GetLastError();
+        if (failed)
+            api->GetLastError();
     }
     if (cu->runtime_version)
         json_object_set_new(o, "runtime_version", version_json(cu->runtime_version));

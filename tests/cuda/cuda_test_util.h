@@ -33,6 +33,7 @@ typedef struct mock_api {
     int (*Free)(void *p);
     int (*HostAlloc)(void **p, size_t n, unsigned int flags);
     int (*FreeHost)(void *p);
+    int (*GetLastError)(void);
     int (*StreamCreate)(void **s);
     int (*StreamDestroy)(void *s);
     int (*StreamSynchronize)(void *s);
@@ -65,6 +66,7 @@ static inline mock_api mock_api_open(void)
     MOCK_SYM(Free, "cudaFree");
     MOCK_SYM(HostAlloc, "cudaHostAlloc");
     MOCK_SYM(FreeHost, "cudaFreeHost");
+    MOCK_SYM(GetLastError, "cudaGetLastError");
     MOCK_SYM(StreamCreate, "cudaStreamCreate");
     MOCK_SYM(StreamDestroy, "cudaStreamDestroy");
     MOCK_SYM(StreamSynchronize, "cudaStreamSynchronize");

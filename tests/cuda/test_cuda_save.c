@@ -465,3 +465,30 @@ Test(cuda_save, failed_save_copies_do_not_reach_the_next_snapshot)
     free(h);
     expect_no_leaks(&M);
 }
+
+/* An error the application had pending (here a failed cudaMalloc) is still
+ * there for it to read after a save, a restore and closing the store:
+ * libckpt clears only the errors of its own failed calls. */
+Test(cuda_save, the_applications_pending_error_is_left_alone)
+{
+    for (int mode = CKPT_SNAPSHOT_HOST; mode <= CKPT_SNAPSHOT_STREAM; mode++) {
+        ckpt_store *st = open_store((ckpt_snapshot_mode)mode, 0, 0);
+        void *d = dmalloc();
+        ckpt_tensor t = dtensor("w", d, CKPT_MEM_DEVICE);
+        void *huge = NULL;
+        cr_assert_neq(M.Malloc(&huge, (size_t)1 << 62), 0, "the mock allocated 4 EiB");
+        ckpt_save *sv = NULL;
+        cr_assert_eq(ckpt_save_begin(&sv, st, 1, &t, 1, NULL), CKPT_OK, "%s",
+                     ckpt_error_last());
+        cr_assert_eq(ckpt_save_wait(sv), CKPT_OK, "%s", ckpt_error_last());
+        ckpt_save_free(sv);
+        cr_assert_eq(ckpt_restore(st, 1, &t, 1, NULL, NULL), CKPT_OK, "%s",
+                     ckpt_error_last());
+        ckpt_store_free(st);
+        cr_assert_eq(M.GetLastError(), 2, "mode %d: the application's pending "
+                     "cudaErrorMemoryAllocation was cleared by libckpt", mode);
+        M.Free(d);
+        ct_rmtree(root);
+        root = ct_mkdtemp();
+    }
+}

@@ -248,3 +248,26 @@ Test(shared, metadata_a_reader_would_refuse_is_refused_by_the_writer)
     tc_state_free(&s);
     free(meta);
 }
+
+/* A step directory copied under another step's name (by a careless `cp -r`
+ * or a co-tenant) holds a manifest for the other step, every checksum
+ * intact: it is not that step, and restore passes over it. */
+Test(shared, a_step_copied_under_another_name_is_refused)
+{
+    ckpt_store *st = tc_open(tc_root);
+    tc_state s1;
+    tc_state_standard(&s1, 1);
+    tc_save_ok(st, 1, &s1);
+    char *d1 = tc_step_dir(tc_root, 1), *d2 = tc_step_dir(tc_root, 2);
+    tc_copy_tree(d1, d2);
+    cr_assert_eq(ckpt_verify(st, 2, CKPT_VERIFY_QUICK, NULL), CKPT_ECORRUPT);
+    cr_assert(strstr(ckpt_error_last(), "manifest is for step 1"), "%s", ckpt_error_last());
+    int64_t latest = -1;
+    cr_assert_eq(ckpt_store_latest(st, CKPT_VERIFY_QUICK, &latest), CKPT_OK);
+    cr_assert_eq(latest, 1);
+    cr_assert_eq(tc_restore_check(st, CKPT_LATEST, &s1), 1);
+    ckpt_store_free(st);
+    free(d1);
+    free(d2);
+    tc_state_free(&s1);
+}

@@ -60,6 +60,9 @@ def export(root, out, codec, extra=(), step=SEED):
                        *extra, rc=0)
     check(doc["codec"] == codec and doc["step"] == step and os.path.exists(out),
           "export doc %s" % doc)
+    # The plugin other programs need: this build tree's, for a ckpt run from it.
+    check(doc.get("hdf5_plugin_path") == (H5ZSTD_DIR if codec == "zstd" else None),
+          "export doc: hdf5_plugin_path %r" % doc.get("hdf5_plugin_path"))
     return doc
 
 
@@ -138,6 +141,29 @@ def test_zstd_needs_the_plugin(tmp):
     dest = os.path.join(tmp, "dest")
     _, doc = ckpt_json("import", "import", out, dest, env=env, rc=0)
     check(doc["step"] == SEED, "import takes the step attribute")
+
+
+def test_zstd_export_names_the_plugin_directory(tmp):
+    """Without the plugin on HDF5_PLUGIN_PATH, export --codec zstd says what
+    to export (stderr); with it there, or another codec, it says nothing."""
+    need_hdf5()
+    root = source_root(tmp)
+    out = os.path.join(tmp, "z.h5")
+    note = "export HDF5_PLUGIN_PATH=" + H5ZSTD_DIR
+    for env in ({"HDF5_PLUGIN_PATH": ""}, {"HDF5_PLUGIN_PATH": "/elsewhere:/else"}):
+        r = expect_rc(ckpt("export", root, out, "--codec", "zstd", "--force", env=env), 0)
+        check(note in r.err and r.out.startswith("exported step"), "no plugin note", r)
+        r = expect_rc(ckpt("--json", "export", root, out, "--codec", "zstd", "--force",
+                           env=env), 0)
+        check(note in r.err and r.json()["hdf5_plugin_path"] == H5ZSTD_DIR,
+              "no plugin note with --json", r)
+    for env in ({"HDF5_PLUGIN_PATH": H5ZSTD_DIR},
+                {"HDF5_PLUGIN_PATH": "/elsewhere:" + H5ZSTD_DIR + "/"}):
+        r = expect_rc(ckpt("export", root, out, "--codec", "zstd", "--force", env=env), 0)
+        check(r.err == "", "a note although the plugin is on HDF5_PLUGIN_PATH", r)
+    r = expect_rc(ckpt("export", root, out, "--codec", "deflate", "--force",
+                       env={"HDF5_PLUGIN_PATH": ""}), 0)
+    check(r.err == "", "a plugin note for deflate", r)
 
 
 def test_export_import_round_trip(tmp):

@@ -8,7 +8,7 @@
  * bit-exactly, nothing torn is listed or chosen, ckpt_store_latest agrees.
  *
  * CI runs a few hundred states.  CKPT_POWERLOSS_SEEDS=N runs N random
- * fates per crash point (the long mode: 120 gives over 20,000 states). */
+ * fates per crash point (the long mode: 200 gives over 20,000 states). */
 #include <criterion/criterion.h>
 #include <inttypes.h>
 #include <stdio.h>

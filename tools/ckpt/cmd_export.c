@@ -1,6 +1,7 @@
 /* ckpt export: a checkpoint step as an HDF5 file. */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -22,10 +23,72 @@ const cli_cmd cli_cmd_export = {
     "attributes step, time, metadata (JSON), environment (JSON), codec and\n"
     "format.  --codec zstd writes chunks compressed with zstd straight into\n"
     "the file under HDF5 filter 32015; other programs read them with the\n"
-    "h5zstd plugin on HDF5_PLUGIN_PATH.  Default step: the newest valid one.\n"
+    "h5zstd plugin on HDF5_PLUGIN_PATH; export names its directory (stderr,\n"
+    "and hdf5_plugin_path with --json).  Default step: the newest valid one.\n"
     "OUT is written to a temporary name and renamed when complete; an existing\n"
     "OUT is kept unless --force is given.",
     1, cmd_export};
+
+/* The h5zstd plugin's directory (tools/meson.build): the build tree's when
+ * this ckpt runs from the build tree, else where `meson install` put it.
+ * *is_default: HDF5 searches it without HDF5_PLUGIN_PATH. */
+static const char *h5zstd_plugin_dir(int *is_default)
+{
+    char exe[PATH_MAX], bdir[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash)
+            *slash = '\0';
+        if (realpath(CKPT_CLI_BUILD_DIR, bdir) && strcmp(exe, bdir) == 0) {
+            *is_default = 0;
+            return CKPT_H5ZSTD_BUILD_DIR;
+        }
+    }
+    *is_default = CKPT_H5ZSTD_IS_DEFAULT;
+    return CKPT_H5ZSTD_INSTALL_DIR;
+}
+
+/* 1 when `dir` is one of the ':'-separated entries of $HDF5_PLUGIN_PATH. */
+static int on_plugin_path(const char *dir)
+{
+    const char *p = getenv("HDF5_PLUGIN_PATH");
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/')
+        len--;
+    while (p && *p) {
+        size_t n = strcspn(p, ":");
+        size_t m = n;
+        while (m > 1 && p[m - 1] == '/')
+            m--;
+        if (m == len && strncmp(p, dir, len) == 0)
+            return 1;
+        p += n;
+        if (*p == ':')
+            p++;
+    }
+    return 0;
+}
+
+/* After writing a --codec zstd file: which directory other HDF5 programs
+ * need, on stderr unless HDF5 already looks there. */
+static void zstd_plugin_note(const char *dir, int is_default)
+{
+    char so[PATH_MAX];
+    snprintf(so, sizeof so, "%s/libh5zstd.so", dir);
+    if (access(so, R_OK) != 0)
+        fprintf(stderr,
+                "ckpt export: note: h5py, h5dump and other HDF5 programs read these zstd "
+                "chunks (filter 32015) with the h5zstd plugin, which is not in %s: build "
+                "and install tools/h5zstd, then export HDF5_PLUGIN_PATH=%s\n",
+                dir, dir);
+    else if (!is_default && !on_plugin_path(dir))
+        fprintf(stderr,
+                "ckpt export: note: h5py, h5dump and other HDF5 programs read these zstd "
+                "chunks (filter 32015) with the h5zstd plugin: export HDF5_PLUGIN_PATH=%s\n",
+                dir);
+}
 
 /* Chunk shape of about `target` bytes: trailing dimensions whole first. */
 static void chunk_shape(const ckpt_tensor_info *ti, size_t esize, uint64_t target,
@@ -384,17 +447,26 @@ int cmd_export(cli_ctx *ctx, int argc, char **argv)
     }
     struct stat sb;
     uint64_t fbytes = stat(out, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+    int plugin_default = 0;
+    const char *plugin_dir = codec == CODEC_ZSTD ? h5zstd_plugin_dir(&plugin_default) : NULL;
     if (ctx->json) {
-        cli_json_print(json_pack("{s:s, s:s, s:I, s:s, s:I, s:I, s:I}", "file", out, "root",
-                                 ckpt_store_path(store), "step",
-                                 (json_int_t)ckpt_checkpoint_step(ckpt), "codec", codec_name,
-                                 "datasets", (json_int_t)n, "raw_bytes", (json_int_t)raw,
-                                 "file_bytes", (json_int_t)fbytes));
+        json_t *doc = json_pack("{s:s, s:s, s:I, s:s, s:I, s:I, s:I}", "file", out, "root",
+                                ckpt_store_path(store), "step",
+                                (json_int_t)ckpt_checkpoint_step(ckpt), "codec", codec_name,
+                                "datasets", (json_int_t)n, "raw_bytes", (json_int_t)raw,
+                                "file_bytes", (json_int_t)fbytes);
+        if (doc && plugin_dir)
+            json_object_set_new(doc, "hdf5_plugin_path", json_string(plugin_dir));
+        cli_json_print(doc);
     } else {
         char b1[32], b2[32];
         printf("exported step %" PRId64 ": %zu datasets, %s raw, %s in %s\n",
                ckpt_checkpoint_step(ckpt), n, cli_fmt_bytes(raw, b1), cli_fmt_bytes(fbytes, b2),
                out);
+    }
+    if (plugin_dir) {
+        fflush(stdout);
+        zstd_plugin_note(plugin_dir, plugin_default);
     }
     ret = CLI_EXIT_OK;
     goto done;

@@ -11,14 +11,17 @@ The library is loaded with ``ctypes.CDLL``, which releases the GIL for the
 duration of every foreign call, so a blocking wait lets other Python threads
 run.  Search order: ``$LIBCKPT_LIBRARY`` (only that file when set), a
 ``libckpt.so*`` next to this package, the library directory ``meson
-install`` put it in, then ``ctypes.util.find_library("ckpt")`` and the
-dynamic loader's search for ``libckpt.so.0``.
+install`` put it in, the directory ``pkg-config --variable=libdir libckpt``
+names, then ``ctypes.util.find_library("ckpt")`` and the dynamic loader's
+search for ``libckpt.so.0``.
 """
 
 import ctypes
 import ctypes.util
 import glob
 import os
+import subprocess
+import sysconfig
 
 from . import errors
 from ._version import VERSION_MAJOR, VERSION_MINOR, __version__
@@ -146,23 +149,47 @@ checkpoint_p = ctypes.c_void_p
 # ----------------------------------------------------------------- loading
 
 
+def _pkgconfig_libdir():
+    """``pkg-config --variable=libdir libckpt``, or None (no pkg-config, no
+    libckpt.pc on its path)."""
+    try:
+        r = subprocess.run(["pkg-config", "--variable=libdir", "libckpt"],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                           timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    out = r.stdout.decode("utf-8", "replace").strip()
+    return out if r.returncode == 0 and out else None
+
+
 def _candidates():
-    """Paths or names to try, in order."""
+    """Paths or names to try, in order (computed as they are needed)."""
     env = os.environ.get("LIBCKPT_LIBRARY")
     if env:
-        return [env]
+        yield env
+        return
     here = os.path.dirname(os.path.abspath(__file__))
-    found = sorted(glob.glob(os.path.join(here, "libckpt.so*")))
+    for path in sorted(glob.glob(os.path.join(here, "libckpt.so*"))):
+        yield path
     try:
         from ._install import LIBDIR  # written by meson install
-        found.append(os.path.join(LIBDIR, "libckpt.so.0"))
+        yield os.path.join(LIBDIR, "libckpt.so.0")
     except ImportError:
         pass
+    libdir = _pkgconfig_libdir()
+    if libdir:
+        yield os.path.join(libdir, "libckpt.so.0")
     name = ctypes.util.find_library("ckpt")
     if name:
-        found.append(name)
-    found.append("libckpt.so.0")
-    return found
+        yield name
+    yield "libckpt.so.0"
+
+
+def _libdir_example():
+    """Where `meson setup --prefix PREFIX` puts the library on this system:
+    PREFIX/lib/<multiarch triplet> on Debian and Ubuntu."""
+    arch = sysconfig.get_config_var("MULTIARCH")
+    return "lib/" + arch if arch else "lib"
 
 
 def _load():
@@ -175,10 +202,20 @@ def _load():
             return ctypes.CDLL(cand), cand
         except OSError as e:
             tried.append("%s (%s)" % (cand, e))
+    if os.environ.get("LIBCKPT_LIBRARY"):
+        raise ImportError(
+            "libckpt: cannot load the C library that LIBCKPT_LIBRARY names: %s.  "
+            "Point it at the installed libckpt.so.0 (PREFIX/%s/libckpt.so.0 for "
+            "`meson setup --prefix PREFIX`) or unset it."
+            % ("; ".join(tried), _libdir_example()))
+    libdir = _libdir_example()
     raise ImportError(
-        "libckpt: cannot load the C library; tried: %s.  Set LIBCKPT_LIBRARY "
-        "to the path of libckpt.so, or install it (meson install)."
-        % "; ".join(tried))
+        "libckpt: cannot load the C library; tried: %s.  Set LIBCKPT_LIBRARY to "
+        "the installed library: LIBCKPT_LIBRARY=PREFIX/%s/libckpt.so.0 for "
+        "`meson setup --prefix PREFIX` (e.g. LIBCKPT_LIBRARY=%s/%s/libckpt.so.0 "
+        "for --prefix ~/.local), or PKG_CONFIG_PATH=PREFIX/%s/pkgconfig so that "
+        "`pkg-config --variable=libdir libckpt` names its directory."
+        % ("; ".join(tried), libdir, os.path.expanduser("~/.local"), libdir, libdir))
 
 
 lib, library_path = _load()

@@ -1,0 +1,289 @@
+#!/usr/bin/env bash
+# A non-root install, as a new user does it (README.md, "Build and install"):
+#
+#   meson setup build --prefix ~/.local && ninja -C build && meson install -C build
+#
+# with HOME set to a temporary directory, so ~/.local is a fresh per-user
+# prefix.  This tree is configured a second time into a temporary build
+# directory with that prefix (buildtype plain, no test suites; only what
+# `meson install` installs is compiled), installed, and the build directory
+# is deleted.  Then, each with only the environment the documentation gives
+# (env -i: PATH, HOME, and PKG_CONFIG_PATH / HDF5_PLUGIN_PATH where it says
+# so), it checks:
+#   - the installed `ckpt` starts (RUNPATH: no LD_LIBRARY_PATH): --version,
+#     list and verify of a store;
+#   - examples/quickstart.c builds with pkg-config (whose --libs carry the
+#     rpath for a user prefix), and runs;
+#   - `import libckpt` in the configured interpreter finds the package in the
+#     user site directory and the library meson installed: save/load round
+#     trip, and the C program's checkpoint read back;
+#   - the binding without meson's _install.py (as `pip install
+#     ./bindings/python` installs it) names LIBCKPT_LIBRARY=<prefix>/<libdir>/
+#     libckpt.so.0 when it cannot find the library, and finds it through
+#     PKG_CONFIG_PATH or LIBCKPT_LIBRARY;
+#   - `ckpt export --codec zstd` names the installed plugin directory (stderr
+#     and --json) and h5dump reads the file with HDF5_PLUGIN_PATH set to it;
+#   - a configure for another prefix prints the PYTHONPATH to export and it is
+#     where the package goes.
+#
+# Usage: test_install.sh SOURCE_ROOT
+# Environment: MESON (default meson), PYTHON (the interpreter the build's
+# binding is for; default /usr/bin/python3), KEEP=1 keeps the directory.
+# Exit 77 (skip) when cc, pkg-config, ninja or Python with NumPy is missing.
+set -euo pipefail
+
+src=$(cd "${1:?usage: test_install.sh SOURCE_ROOT}" && pwd)
+meson=${MESON:-meson}
+python=${PYTHON:-/usr/bin/python3}
+
+skip() {
+    echo "SKIP: $*"
+    exit 77
+}
+for tool in cc pkg-config ninja "$meson"; do
+    command -v "$tool" >/dev/null 2>&1 || skip "needs $tool"
+done
+"$python" -c 'import numpy' >/dev/null 2>&1 || skip "needs $python with numpy"
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/ckpt-install.XXXXXX")
+cleanup() {
+    if [[ ${KEEP:-0} == 1 ]]; then
+        echo "kept $tmp"
+    else
+        rm -rf "$tmp"
+    fi
+}
+trap cleanup EXIT
+trap 'exit 143' TERM INT # meson test's timeout: clean up all the same
+
+failures=0
+fail() {
+    echo "FAIL: $*"
+    failures=$((failures + 1))
+}
+step() { printf '\n---- %s\n' "$*"; }
+t0=$SECONDS
+
+home=$tmp/home
+prefix=$home/.local
+build=$tmp/build
+mkdir -p "$home"
+
+# The environment of the user's shell, minus anything that could point at
+# another libckpt or another Python package directory.
+clean=(env -u PYTHONPATH -u PYTHONHOME -u PYTHONUSERBASE -u PYTHONNOUSERSITE
+    -u PKG_CONFIG_PATH -u LD_LIBRARY_PATH -u LIBCKPT_LIBRARY -u HDF5_PLUGIN_PATH
+    "HOME=$home")
+
+# ------------------------------------------------------------ configure
+step "meson setup --prefix $prefix"
+"${clean[@]}" "$meson" setup "$build" "$src" --prefix "$prefix" \
+    -Dbuildtype=plain -Dtests=disabled >"$tmp/setup.log" 2>&1 || {
+    cat "$tmp/setup.log"
+    exit 1
+}
+sed -n '/^libckpt/,$p' "$tmp/setup.log"
+
+# libdir and the install locations, from meson itself.
+"$meson" introspect "$build" --buildoptions --installed --targets >"$tmp/intro.json"
+read -r libdir pydir plugindir < <("$python" - "$tmp/intro.json" "$build" <<'EOF'
+import json, os, sys
+doc = json.load(open(sys.argv[1]))
+opts = {o["name"]: o["value"] for o in doc["buildoptions"]}
+libdir = os.path.join(opts["prefix"], opts["libdir"])
+pydir = plugin = "-"
+for srcf, dest in doc["installed"].items():
+    if dest.endswith("/libckpt/__init__.py"):
+        pydir = os.path.dirname(os.path.dirname(dest))
+    if os.path.basename(dest) == "libh5zstd.so":
+        plugin = os.path.dirname(dest)
+print(libdir, pydir, plugin)
+EOF
+)
+echo "libdir $libdir; python package in $pydir; h5zstd plugin in $plugindir"
+
+usersite=$("${clean[@]}" "$python" -m site --user-site)
+pythonpath=()
+if [[ $("${clean[@]}" "$python" -c 'import site; print(bool(site.ENABLE_USER_SITE))') == True ]]; then
+    [[ $pydir == "$usersite" ]] ||
+        fail "python package goes to $pydir, not the user site directory $usersite"
+    grep -q "PYTHONPATH *: not needed" "$tmp/setup.log" ||
+        fail "meson setup does not say PYTHONPATH is not needed for ~/.local"
+else # a virtual environment's interpreter: no user site, PYTHONPATH printed
+    usersite=$pydir
+    pythonpath=("PYTHONPATH=$pydir")
+    grep -q "PYTHONPATH *: export PYTHONPATH=$pydir\$" "$tmp/setup.log" ||
+        fail "meson setup does not print PYTHONPATH=$pydir"
+fi
+grep -q "export PKG_CONFIG_PATH=$libdir/pkgconfig" "$tmp/setup.log" ||
+    fail "meson setup does not print PKG_CONFIG_PATH=$libdir/pkgconfig"
+grep -q "ckpt RUNPATH *: $libdir\$" "$tmp/setup.log" ||
+    fail "meson setup does not print the RUNPATH $libdir"
+
+# ------------------------------------------------------- build, install
+# Only what `meson install` installs (no examples, benchmarks or tests).
+step "build and install"
+mapfile -t targets < <("$python" - "$tmp/intro.json" "$build" <<'EOF'
+import json, os, sys
+doc = json.load(open(sys.argv[1]))
+for t in doc["targets"]:
+    if t.get("installed"):
+        for f in t["filename"]:
+            print(os.path.relpath(f, sys.argv[2]))
+EOF
+)
+echo "targets: ${targets[*]}"
+ninja -C "$build" "${targets[@]}" >"$tmp/build.log" 2>&1 || {
+    tail -n 60 "$tmp/build.log"
+    exit 1
+}
+echo "built in $((SECONDS - t0))s"
+"${clean[@]}" "$meson" install -C "$build" --no-rebuild >"$tmp/install.log" 2>&1 || {
+    cat "$tmp/install.log"
+    exit 1
+}
+# Nothing may depend on the build directory from here on.
+rm -rf "$build"
+
+for f in "$prefix/bin/ckpt" "$libdir/libckpt.so.0" "$libdir/libckpt.a" \
+    "$libdir/pkgconfig/libckpt.pc" "$prefix/include/ckpt.h" \
+    "$pydir/libckpt/__init__.py" "$pydir/libckpt/_install.py"; do
+    [[ -e $f ]] || fail "not installed: $f"
+done
+if command -v readelf >/dev/null 2>&1; then
+    runpath=$(readelf -d "$prefix/bin/ckpt" | sed -n 's/.*(\(RUN\)\{0,1\}PATH).*\[\(.*\)\]/\2/p')
+    [[ $runpath == "$libdir" ]] || fail "RUNPATH of ckpt is '$runpath', not $libdir"
+fi
+
+# What the documentation says to have in the environment: PATH with
+# ~/.local/bin (Debian's ~/.profile adds it once it exists), HOME.
+user=(env -i "PATH=$prefix/bin:/usr/bin:/bin" "HOME=$home")
+pc=("${user[@]}" "PKG_CONFIG_PATH=$libdir/pkgconfig")
+
+# ------------------------------------------------------------ ckpt runs
+step "installed ckpt"
+out=$("${user[@]}" ckpt --version 2>&1) || fail "ckpt --version: $out"
+echo "$out"
+[[ $out == *0.* ]] || fail "ckpt --version printed '$out'"
+
+# -------------------------------------------------- a C program, pkg-config
+step "C program built with pkg-config"
+cp "$src/examples/quickstart.c" "$tmp/app.c"
+# The README's line, as it is: for a user prefix libckpt.pc carries the
+# library's rpath, so the program runs without LD_LIBRARY_PATH.
+# shellcheck disable=SC2016 # expanded by the inner shell
+cmd='cc -std=c11 app.c $(pkg-config --cflags --libs libckpt) -o app'
+if [[ $("${pc[@]}" pkg-config --libs libckpt) != *-rpath* ]]; then
+    fail "pkg-config --libs libckpt has no -rpath for a user prefix"
+fi
+echo "$cmd"
+if ! (cd "$tmp" && "${pc[@]}" sh -c "$cmd") >"$tmp/cc.log" 2>&1; then
+    cat "$tmp/cc.log"
+    fail "quickstart does not build with pkg-config"
+fi
+out=$("${user[@]}" "$tmp/app" "$tmp/store" 2>&1) || fail "quickstart failed: $out"
+echo "$out"
+[[ $out == *"restored step 100"* ]] || fail "quickstart did not restore step 100"
+
+out=$("${user[@]}" ckpt list "$tmp/store" 2>&1) || fail "ckpt list: $out"
+echo "$out"
+grep -Eq '^ *100 +valid' <<<"$out" || fail "ckpt list does not show step 100 valid"
+out=$("${user[@]}" ckpt verify "$tmp/store" 2>&1) || fail "ckpt verify: $out"
+
+# ------------------------------------------------------ Python, user site
+step "import libckpt (user site, no PYTHONPATH) ${pythonpath[*]}"
+cat >"$tmp/roundtrip.py" <<'EOF'
+import os, sys
+import numpy as np
+import libckpt
+libdir, usersite, tmp = sys.argv[1:4]
+print("libckpt", libckpt.__version__, "from", libckpt.__file__, "library", libckpt.library_path)
+assert libckpt.__file__.startswith(usersite + os.sep), libckpt.__file__
+assert libckpt.library_path == os.path.join(libdir, "libckpt.so.0"), libckpt.library_path
+w = np.arange(12, dtype=np.float32).reshape(3, 4)
+with libckpt.Store(os.path.join(tmp, "pystore")) as s:
+    s.save(7, {"w": w, "epoch": 2}).wait()
+    step, state = s.load()
+assert step == 7 and state["epoch"] == 2 and np.array_equal(state["w"], w), (step, state)
+# The C quickstart's checkpoint, read from Python.
+with libckpt.Store(os.path.join(tmp, "store"), readonly=True) as s:
+    step, state = s.load()
+assert step == 100 and state["weights"].shape == (4, 8), (step, state)
+print("python round trip ok")
+EOF
+"${user[@]}" "${pythonpath[@]}" "$python" "$tmp/roundtrip.py" "$libdir" "$usersite" "$tmp" ||
+    fail "import libckpt from the user site"
+
+# ------------------------------------ Python, binding without _install.py
+# What `pip install ./bindings/python` installs: the package alone.
+step "binding without _install.py (pip)"
+mkdir -p "$tmp/pip"
+cp -r "$pydir/libckpt" "$tmp/pip/"
+rm -f "$tmp/pip/libckpt/_install.py"
+rm -rf "$tmp/pip/libckpt/__pycache__"
+pip=("${user[@]}" PYTHONPATH="$tmp/pip" PYTHONNOUSERSITE=1 PYTHONDONTWRITEBYTECODE=1)
+probe='import libckpt; print(libckpt.library_path)'
+if out=$("${pip[@]}" "$python" -c "$probe" 2>&1); then
+    # Another libckpt is installed system-wide: the message cannot be seen.
+    echo "found $out without help (a system libckpt): message not checked"
+else
+    msg=$(tail -n 1 <<<"$out")
+    echo "$msg"
+    want="LIBCKPT_LIBRARY=PREFIX/${libdir#"$prefix"/}/libckpt.so.0"
+    [[ $msg == *"$want"* ]] || fail "ImportError does not say $want"
+    [[ $msg == *"PKG_CONFIG_PATH=PREFIX/${libdir#"$prefix"/}/pkgconfig"* ]] ||
+        fail "ImportError does not name PKG_CONFIG_PATH"
+fi
+out=$("${pip[@]}" "PKG_CONFIG_PATH=$libdir/pkgconfig" "$python" -c "$probe" 2>&1) ||
+    fail "binding with PKG_CONFIG_PATH: $out"
+[[ $out == "$libdir/libckpt.so.0" ]] || fail "with PKG_CONFIG_PATH loaded '$out'"
+out=$("${pip[@]}" "LIBCKPT_LIBRARY=$libdir/libckpt.so.0" "$python" -c "$probe" 2>&1) ||
+    fail "binding with LIBCKPT_LIBRARY: $out"
+[[ $out == "$libdir/libckpt.so.0" ]] || fail "with LIBCKPT_LIBRARY loaded '$out'"
+
+# --------------------------------------------------- HDF5 zstd plugin hint
+step "ckpt export --codec zstd"
+if [[ $plugindir == - ]]; then
+    echo "built without HDF5: nothing to check"
+else
+    "${user[@]}" ckpt export "$tmp/store" "$tmp/out.h5" --codec zstd --json \
+        >"$tmp/export.json" 2>"$tmp/export.err" || fail "ckpt export --codec zstd failed"
+    cat "$tmp/export.json" "$tmp/export.err"
+    got=$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1])).get("hdf5_plugin_path"))' \
+        "$tmp/export.json" 2>&1) || true
+    [[ $got == "$plugindir" ]] || fail "export --json hdf5_plugin_path is '$got', not $plugindir"
+    grep -qF "HDF5_PLUGIN_PATH=$plugindir" "$tmp/export.err" ||
+        fail "export does not print HDF5_PLUGIN_PATH=$plugindir on stderr"
+    out=$("${user[@]}" "HDF5_PLUGIN_PATH=$plugindir" ckpt export "$tmp/store" "$tmp/out2.h5" \
+        --codec zstd 2>&1 >/dev/null) || fail "export with HDF5_PLUGIN_PATH set failed"
+    [[ -z $out ]] || fail "export prints a note although HDF5_PLUGIN_PATH is set: $out"
+    if command -v h5dump >/dev/null 2>&1; then
+        out=$("${user[@]}" "HDF5_PLUGIN_PATH=$plugindir" h5dump -d /weights "$tmp/out.h5" 2>&1) ||
+            fail "h5dump with HDF5_PLUGIN_PATH=$plugindir: $out"
+        [[ $out == *"15.5"* ]] || fail "h5dump did not print the weights: $out"
+    fi
+fi
+
+# --------------------------------------------- another prefix: PYTHONPATH
+step "meson setup --prefix $tmp/opt (configure only)"
+"${clean[@]}" "$meson" setup "$tmp/build2" "$src" --prefix "$tmp/opt" -Dtests=disabled \
+    >"$tmp/setup2.log" 2>&1 || {
+    cat "$tmp/setup2.log"
+    exit 1
+}
+pydir2=$("$meson" introspect "$tmp/build2" --installed | "$python" -c '
+import json, os, sys
+for dest in json.load(sys.stdin).values():
+    if dest.endswith("/libckpt/__init__.py"):
+        print(os.path.dirname(os.path.dirname(dest)))')
+grep -E 'PYTHONPATH|pkg-config|RUNPATH' "$tmp/setup2.log"
+grep -q "PYTHONPATH *: export PYTHONPATH=$pydir2\$" "$tmp/setup2.log" ||
+    fail "meson setup for $tmp/opt does not print PYTHONPATH=$pydir2"
+rm -rf "$tmp/build2"
+
+echo
+if ((failures)); then
+    echo "test_install: $failures failure(s) in $((SECONDS - t0))s"
+    exit 1
+fi
+echo "test_install: ok in $((SECONDS - t0))s"

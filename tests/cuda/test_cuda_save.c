@@ -489,6 +489,7 @@ Test(cuda_save, the_applications_pending_error_is_left_alone)
                      "cudaErrorMemoryAllocation was cleared by libckpt", mode);
         M.Free(d);
         ct_rmtree(root);
+        free(root);
         root = ct_mkdtemp();
     }
 }

@@ -91,7 +91,7 @@ MUTANTS = [
     ("foreign-root-written", "lib/io/trust.c",
      "if (writing && root->uid != t->self && !t->group) {", "if (0) {"),
     ("no-retry-when-replaced", "lib/pipeline/reader.c",
-     "#define REPLACED_RETRIES 3", "#define REPLACED_RETRIES 0"),
+     "#define REPLACED_RETRIES 5", "#define REPLACED_RETRIES 0"),
     ("writer-skips-reader-limits", "lib/pipeline/persist.c",
      "    if (!rc)\n        rc = check_readable(s, text, len);", "    (void)check_readable;"),
     ("command-line-always-recorded", "lib/pipeline/env.c",

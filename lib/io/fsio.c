@@ -261,6 +261,7 @@ int fsio_info_of(const fsio *fs, const char *path, int fd, fsio_info *info)
     info->mode = (unsigned)st.st_mode & 07777;
     info->dev = (uint64_t)st.st_dev;
     info->ino = (uint64_t)st.st_ino;
+    info->ctime_ns = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
     return 0;
 }
 

@@ -82,6 +82,8 @@ typedef struct fsio_info {
     unsigned uid, gid; /* owner */
     unsigned mode;     /* permission bits (07777) */
     uint64_t dev, ino; /* identity */
+    int64_t ctime_ns;  /* last status change: a rename changes it, so an
+                          inode number reused by a new directory differs */
 } fsio_info;
 /* Of `path`, not following a link (fd < 0), or of the open `fd`. */
 int fsio_info_of(const fsio *fs, const char *path, int fd, fsio_info *info);

@@ -158,7 +158,7 @@ done:
 /* A writer replacing the step (a re-save) swaps its directory while we
  * read: the manifest then comes from one and a shard from the other.  So a
  * failed open is retried when the directory changed under it. */
-#define REPLACED_RETRIES 3
+#define REPLACED_RETRIES 5
 
 int reader_open_step(ckpt_store *s, int64_t step, ckpt_checkpoint **out)
 {
@@ -187,7 +187,8 @@ int reader_open_step(ckpt_store *s, int64_t step, ckpt_checkpoint **out)
         ckpt_error_state e;
         ckpt_error_capture(&e, rc);
         int same = fsio_info_of(&s->lay.fs, dir, -1, &after) == 0 &&
-                   after.dev == before.dev && after.ino == before.ino;
+                   after.dev == before.dev && after.ino == before.ino &&
+                   after.ctime_ns == before.ctime_ns;
         ckpt_error_restore(&e);
         if (same)
             break; /* damaged, not replaced */

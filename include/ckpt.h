@@ -291,13 +291,16 @@ typedef enum ckpt_verify_level {
 
 /** How device tensors are snapshotted (host tensors are always memcpy'd). */
 typedef enum ckpt_snapshot_mode {
-    CKPT_SNAPSHOT_HOST = 0,   /* D2H into a pinned host snapshot buffer        */
+    CKPT_SNAPSHOT_HOST = 0,   /* D2H into a pinned host snapshot buffer; device
+                                 tensors beyond pinned_limit (or more than
+                                 about a hundred) go through a pinned pool
+                                 in passes on a background thread (see
+                                 ckpt_save_begin)                             */
     CKPT_SNAPSHOT_DEVICE = 1, /* D2D into spare device memory, drained to host
                                  in the background; falls back to HOST when
                                  the state does not fit                       */
-    CKPT_SNAPSHOT_STREAM = 2  /* through a bounded pinned pool: least memory;
-                                 buffers must stay untouched until
-                                 ckpt_save_wait_snapshot() returns            */
+    CKPT_SNAPSHOT_STREAM = 2  /* as HOST: the pinned pool is at most
+                                 pinned_limit; kept for compatibility         */
 } ckpt_snapshot_mode;
 
 #define CKPT_STORE_OPTIONS_VERSION 1
@@ -487,10 +490,15 @@ CKPT_API int ckpt_save_options_init(ckpt_save_options *opts, unsigned int versio
  * Returns once every host tensor has been copied into the snapshot buffer
  * and every device copy is queued: from then on the caller may change its
  * host buffers; for device buffers use ckpt_save_fence() or
- * ckpt_save_wait_snapshot().  Exception: a CKPT_SNAPSHOT_STREAM save with
- * device tensors and a state larger than the pinned pool copies on a
- * background thread, and all its buffers, host ones too, must stay
- * untouched until ckpt_save_wait_snapshot() returns.  Compression, hashing,
+ * ckpt_save_wait_snapshot().  Device tensors of one save must all be on
+ * one CUDA device (the store follows it from save to save), and
+ * `opts->cuda_stream` must belong to that device and must not be capturing
+ * a CUDA graph.  Device tensors larger in total than pinned_limit, or more
+ * than about a hundred separate ones (HOST and STREAM modes), are copied
+ * by a background thread through a pinned pool: the caller's thread then
+ * queues no copy at all, ckpt_save_fence() blocks the CPU until the last
+ * copy is queued, and the device buffers must stay untouched until then;
+ * host buffers are still free when this returns.  Compression, hashing,
  * writing, verify_after_save, the commit and retention run in the
  * background; collect the result with ckpt_save_wait().  A step that
  * already exists is replaced atomically when this one commits (see
@@ -504,7 +512,8 @@ CKPT_API int ckpt_save_options_init(ckpt_save_options *opts, unsigned int versio
  * Returns CKPT_OK; CKPT_EINVAL (NULL `out` or `store`, a negative step, a
  * step below the newest committed one without CKPT_OPEN_REWIND, a
  * tensor breaking a rule of ckpt_tensor, a name given twice, metadata that
- * is not JSON, a device pointer the runtime calls host memory);
+ * is not JSON, a device pointer the runtime calls host memory, device
+ * tensors on several CUDA devices, a capturing cuda_stream);
  * CKPT_EACCES (a read-only store, or permission denied); CKPT_EVERSION
  * (unknown `opts->version`); CKPT_ENODEVICE (device tensors and no CUDA
  * runtime); CKPT_EDEVICE; CKPT_ENOSPC, CKPT_ENOTFOUND, CKPT_EIO (creating
@@ -548,9 +557,9 @@ CKPT_API int ckpt_save_wait_snapshot(ckpt_save *save);
  * complete, without blocking the CPU: enqueue work that overwrites the saved
  * device tensors after this.  A no-op for saves of host tensors only, and
  * once the save has finished.  NULL is the legacy default stream.
- * Exception: a CKPT_SNAPSHOT_STREAM save of a state larger than the pinned
- * pool copies in passes on a background thread, and this blocks the CPU
- * until the last pass is queued.  Returns CKPT_OK; CKPT_EINVAL (NULL
+ * Exception: a save whose device tensors go through the pinned pool (see
+ * ckpt_save_begin) copies on a background thread, and this blocks the CPU
+ * until the last copy is queued.  Returns CKPT_OK; CKPT_EINVAL (NULL
  * `save`); CKPT_EDEVICE (the stream cannot be made to wait).  Thread-safe.
  */
 CKPT_API int ckpt_save_fence(ckpt_save *save, void *cuda_stream);

@@ -112,7 +112,7 @@ CKPT_API int ckpt_checkpoint_read(ckpt_checkpoint *ck, const char *name, void *d
         return ckpt_seterr(CKPT_EMISMATCH, "tensor '%s' has %llu bytes, buffer %llu", name,
                            (unsigned long long)ck->m.tensors[i].bytes,
                            (unsigned long long)bytes);
-    reader_target t = {(uint32_t)i, dst, CKPT_MEM_HOST, NULL};
+    reader_target t = {(uint32_t)i, dst, CKPT_MEM_HOST, NULL, -1};
     pthread_mutex_lock(&ck->store->api_lock);
     int rc = reader_read(ck, &t, 1);
     pthread_mutex_unlock(&ck->store->api_lock);

@@ -40,8 +40,22 @@ static void finish(pool_group *g, int status)
     pthread_mutex_unlock(&g->lock);
 }
 
+/* Per thread, written only by the thread itself: not shared state. */
+static _Thread_local int tl_library_thread;
+
+void pool_mark_library_thread(void)
+{
+    tl_library_thread = 1;
+}
+
+int pool_on_library_thread(void)
+{
+    return tl_library_thread;
+}
+
 static void *worker(void *varg)
 {
+    pool_mark_library_thread();
     worker_arg *wa = varg;
     pool *p = wa->p;
     int index = wa->index;

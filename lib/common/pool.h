@@ -35,4 +35,11 @@ int pool_group_wait(pool_group *g);
  * once a sibling failed.) */
 int pool_group_failed(pool_group *g);
 
+/* Threads the library owns (pool workers, a save's persist thread) mark
+ * themselves so that code which must not disturb an application thread's
+ * state (the CUDA device current on it) can tell the two apart. */
+void pool_mark_library_thread(void);
+/* 1 on a thread that called pool_mark_library_thread, else 0. */
+int pool_on_library_thread(void);
+
 #endif

@@ -83,6 +83,8 @@ static int resolve(void *h, cuda_api *a, char *why, size_t why_len)
     /* CUDA 12 exports the current layout as _v2 (the plain name keeps the
      * CUDA 11 layout); CUDA 13 has only the plain name.  `name` is first in
      * all of them. */
+    /* Optional (CUDA 10+): without it a capturing stream cannot be told. */
+    *(void **)(&a->StreamIsCapturing) = dlsym(h, "cudaStreamIsCapturing");
     *(void **)(&a->GetDeviceProperties) = dlsym(h, "cudaGetDeviceProperties_v2");
     if (!a->GetDeviceProperties)
         *(void **)(&a->GetDeviceProperties) = dlsym(h, "cudaGetDeviceProperties");

@@ -24,6 +24,7 @@ enum {
     CU_ERR_MEMORY_ALLOCATION = 2,
     CU_ERR_INSUFFICIENT_DRIVER = 35,
     CU_ERR_NO_DEVICE = 100,
+    CU_ERR_INVALID_HANDLE = 400,
     CU_ERR_NOT_READY = 600,
     CU_ERR_ILLEGAL_ADDRESS = 700
 };
@@ -40,6 +41,7 @@ enum { CU_MEM_UNREGISTERED = 0, CU_MEM_HOST = 1, CU_MEM_DEVICE = 2, CU_MEM_MANAG
  * sleeps instead of spinning a core for the whole copy. */
 #define CU_EVENT_FLAGS (CU_EVENT_DISABLE_TIMING | CU_EVENT_BLOCKING_SYNC)
 #define CU_HOST_ALLOC_PORTABLE 0x01u
+#define CU_MAX_DEVICES 64 /* device ordinals libckpt handles: 0..63 */
 
 /* struct cudaPointerAttributes of CUDA 11 to 13.  CUDA 12 ends after
  * hostPointer, CUDA 13 adds `long reserved[8]`; we pass the larger, zeroed
@@ -85,6 +87,8 @@ typedef struct cuda_api {
      * first member, char name[256], is read; every CUDA version puts it
      * first. */
     cu_err (*GetDeviceProperties)(void *prop, int dev);
+    /* Optional: cudaStreamIsCapturing (status 0: not capturing). */
+    cu_err (*StreamIsCapturing)(cu_stream s, int *status);
 
     const char *library; /* what was loaded ("libcudart.so.13", a path, or
                             "(in process)") */

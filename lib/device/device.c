@@ -146,8 +146,10 @@ uint64_t device_pinned_bytes(const device *dev)
 }
 
 int device_classify(device *dev, const void *ptr, ckpt_memory declared,
-                    ckpt_memory *actual)
+                    ckpt_memory *actual, int *ordinal_out)
 {
+    if (ordinal_out)
+        *ordinal_out = -1;
     const cuda_api *api = NULL;
     int rc, type = CU_MEM_UNREGISTERED, ordinal = -1;
     dcuda *cu;
@@ -194,6 +196,8 @@ int device_classify(device *dev, const void *ptr, ckpt_memory declared,
     if ((rc = cuda_get(dev, ordinal, &cu)) != CKPT_OK)
         return rc;
     *actual = CKPT_MEM_DEVICE;
+    if (ordinal_out)
+        *ordinal_out = ordinal;
     return CKPT_OK;
 }
 
@@ -209,11 +213,11 @@ static int need_cuda(device *dev, const char *tensor, dcuda **cu)
 }
 
 int device_snapshot_reserve(device *dev, const ckpt_tensor *t, const ckpt_memory *mem,
-                            size_t count, int *staged)
+                            size_t count, int ordinal, int *staged)
 {
     dcuda *cu = cuda_of(dev);
     *staged = 0;
-    return cu ? dcuda_snapshot_reserve(cu, t, mem, count, staged) : CKPT_OK;
+    return cu ? dcuda_snapshot_reserve(cu, t, mem, count, ordinal, staged) : CKPT_OK;
 }
 
 int device_snapshot_start(device *dev, void *caller_stream)
@@ -234,12 +238,23 @@ int device_record(device *dev, device_event **ev)
 {
     dcuda *cu = cuda_of(dev);
     *ev = NULL; /* host copies are complete when they return */
-    return cu ? dcuda_record(cu, 0, NULL, ev) : CKPT_OK;
+    return cu ? dcuda_record(cu, 0, NULL, -1, ev) : CKPT_OK;
 }
 
 int device_event_wait(device *dev, device_event *ev)
 {
     return ev ? dcuda_event_wait(cuda_of(dev), ev, 0) : CKPT_OK;
+}
+
+int device_event_dup(device *dev, const device_event *ev, device_event **out)
+{
+    *out = NULL;
+    return ev ? dcuda_event_dup(cuda_of(dev), ev, out) : CKPT_OK;
+}
+
+void device_trim(device *dev)
+{
+    dcuda_trim(cuda_of(dev));
 }
 
 int device_snapshot_wait(device *dev, device_event *ev)
@@ -264,18 +279,18 @@ void device_quiesce(device *dev)
 }
 
 int device_copy_h2d(device *dev, void *dst, const void *src, size_t n,
-                    void *stream, const char *tensor)
+                    void *stream, int ordinal, const char *tensor)
 {
     dcuda *cu;
     int rc = need_cuda(dev, tensor, &cu);
-    return rc != CKPT_OK ? rc : dcuda_copy_h2d(cu, dst, src, n, stream, tensor);
+    return rc != CKPT_OK ? rc : dcuda_copy_h2d(cu, dst, src, n, stream, ordinal, tensor);
 }
 
-int device_record_stream(device *dev, void *stream, device_event **ev)
+int device_record_stream(device *dev, void *stream, int ordinal, device_event **ev)
 {
     dcuda *cu = cuda_of(dev);
     *ev = NULL;
-    return cu ? dcuda_record(cu, 1, stream, ev) : CKPT_OK;
+    return cu ? dcuda_record(cu, 1, stream, ordinal, ev) : CKPT_OK;
 }
 
 void device_describe(device *dev, struct json_t *env)

@@ -43,16 +43,19 @@ int device_host_alloc(device *dev, size_t bytes, int want_pinned, void **ptr,
 void device_host_free(device *dev, void *ptr, size_t bytes, int pinned);
 uint64_t device_pinned_bytes(const device *dev);
 
-/* Resolve where `ptr` lives.  CKPT_MEM_DEVICE (declared or detected)
+/* Resolve where `ptr` lives; *ordinal (may be NULL) gets the CUDA device
+ * of device memory, else -1.  CKPT_MEM_DEVICE (declared or detected)
  * without a usable CUDA runtime is CKPT_ENODEVICE; declared DEVICE for
  * memory the runtime calls plain host memory is CKPT_EINVAL.  AUTO asks the
  * runtime only when one is in the process (or named by CKPT_CUDART_LIBRARY);
  * otherwise it is HOST.  Messages do not name the tensor. */
 int device_classify(device *dev, const void *ptr, ckpt_memory declared,
-                    ckpt_memory *actual);
+                    ckpt_memory *actual, int *ordinal);
 
 /* --- save side (API thread) */
-/* CKPT_SNAPSHOT_DEVICE only (a no-op otherwise), before device_snapshot_start:
+/* Before device_snapshot_start.  `ordinal` is the one CUDA device holding
+ * this save's device tensors: the copy stream moves there if needed.
+ * CKPT_SNAPSHOT_DEVICE only:
  * plan to stage the device tensors among t[0..count) (those with mem[i] ==
  * CKPT_MEM_DEVICE) whole in spare device memory.  *staged is 1 when that
  * fits: device_snapshot_start then issues all the D2D copies at once, the
@@ -63,7 +66,7 @@ int device_classify(device *dev, const void *ptr, ckpt_memory declared,
  * device_describe): the snapshot then goes straight to the host.  `t` and
  * `mem` need only live during the call. */
 int device_snapshot_reserve(device *dev, const ckpt_tensor *t, const ckpt_memory *mem,
-                            size_t count, int *staged);
+                            size_t count, int ordinal, int *staged);
 /* Order the copies that follow after all work enqueued on caller_stream. */
 int device_snapshot_start(device *dev, void *caller_stream);
 /* Copy n bytes of device memory src into host memory dst, asynchronously on
@@ -76,6 +79,13 @@ int device_record(device *dev, device_event **ev);
 /* Block until ev's host bytes are there; CKPT_EDEVICE naming the CUDA error
  * and tensor if a copy failed.  NULL is complete.  Thread-safe. */
 int device_event_wait(device *dev, device_event *ev);
+/* Another handle on the marker ev (NULL stays NULL), freed separately:
+ * several chunks covered by one coalesced copy share one marker. */
+int device_event_dup(device *dev, const device_event *ev, device_event **out);
+/* Between saves, on a library thread: release what the last save found
+ * too small (DEVICE-mode scratch), as freeing device memory synchronizes
+ * the device and must not happen in ckpt_save_begin. */
+void device_trim(device *dev);
 /* Block until the caller's memory covered by ev has been read (what
  * ckpt_save_wait_snapshot needs): the D2D copy in DEVICE mode, else the same
  * as device_event_wait. */
@@ -91,13 +101,15 @@ void device_event_free(device *dev, device_event *ev);
 void device_quiesce(device *dev);
 
 /* --- restore side */
-/* Copy host src (staging) to device dst on `stream`, asynchronously. */
+/* Copy host src (staging) to device dst, on CUDA device `ordinal`, on
+ * `stream` (a stream of that device, or NULL for its legacy stream),
+ * asynchronously.  The calling worker thread is bound to that device. */
 int device_copy_h2d(device *dev, void *dst, const void *src, size_t n,
-                    void *stream, const char *tensor);
+                    void *stream, int ordinal, const char *tensor);
 /* A marker on `stream` (NULL: the legacy default stream) completing when the
  * work enqueued there so far has: wait for it (device_event_wait) before
  * reusing one staging buffer while others are in flight. */
-int device_record_stream(device *dev, void *stream, device_event **ev);
+int device_record_stream(device *dev, void *stream, int ordinal, device_event **ev);
 
 /* Environment facts for the manifest: adds an object "cuda" (driver and
  * runtime versions, GPU name, device, library, snapshot mode, pinned bytes,

@@ -35,6 +35,7 @@
 
 #include "device.h"
 #include "error.h"
+#include "pool.h"
 
 #define TENSOR_NAME_MAX (CKPT_NAME_MAX + 1) /* with its NUL */
 #define SCRATCH_ALIGN 256u
@@ -43,6 +44,7 @@
 /* A CUDA event that several device_events share. */
 typedef struct shared_ev {
     cu_event e;
+    int dev;        /* the device it was created on (and is pooled for) */
     int refs;       /* mu */
     int issued;     /* mu: recorded on its stream (drain batches start at 0) */
     cu_err err;     /* mu: enqueueing the batch failed with this */
@@ -53,6 +55,13 @@ struct device_event {
     shared_ev *snap; /* caller memory read (DEVICE mode), or NULL  */
     char tensor[TENSOR_NAME_MAX]; /* the last tensor it covers, for messages */
 };
+
+/* Idle events of one device (an event may only be recorded on a stream of
+ * the device it was created on). */
+typedef struct evpool {
+    cu_event *ev;
+    size_t n, cap;
+} evpool;
 
 typedef struct drain {
     void *dst;
@@ -97,11 +106,11 @@ struct dcuda {
     char note[512];
     /* environment facts, looked up once (cudaGetDeviceProperties is slow) */
     int described, runtime_version, driver_version;
+    uint64_t scratch_want;  /* API/persist thread: scratch found too small */
     char gpu_name[256];
 
-    pthread_mutex_t pool_mu; /* guards the pool                           */
-    cu_event *pool;        /* idle events                                 */
-    size_t npool, cappool;
+    pthread_mutex_t pool_mu; /* guards the pools                          */
+    evpool pools[CU_MAX_DEVICES]; /* idle events, by device               */
 };
 
 static const char *errstr(const dcuda *cu, cu_err err, char *buf, size_t len)
@@ -110,29 +119,53 @@ static const char *errstr(const dcuda *cu, cu_err err, char *buf, size_t len)
     return cuda_loader_errstr(cu->api, err, buf, len);
 }
 
-/* Run the enqueueing calls with our device current, as streams and events
- * belong to one device; restore the caller's choice afterwards. */
-static int guard_enter(dcuda *cu, int *prev)
+/* Run CUDA calls with device `dev` current, as streams, events and the
+ * legacy default stream belong to one device.  On an application thread
+ * the caller's choice is restored afterwards (guard_leave).  A library
+ * thread (pool worker, persist thread) is bound to `dev` and stays bound:
+ * switching it back would create a context on device 0, which on a
+ * multi-GPU node costs every rank's process memory on GPU 0 and fails on
+ * GPUs in exclusive-process mode. */
+static int guard_enter_on(dcuda *cu, int dev, int *prev)
 {
     if (cu->api->GetDevice(prev) != CU_SUCCESS) {
         cu->api->GetLastError();
-        *prev = cu->ordinal;
+        *prev = dev;
     }
-    if (*prev != cu->ordinal) {
-        cu_err err = cu->api->SetDevice(cu->ordinal);
+    if (*prev != dev) {
+        cu_err err = cu->api->SetDevice(dev);
         if (err != CU_SUCCESS) {
             char buf[256];
             return ckpt_seterr(CKPT_EDEVICE, "cannot make CUDA device %d current: %s",
-                               cu->ordinal, errstr(cu, err, buf, sizeof buf));
+                               dev, errstr(cu, err, buf, sizeof buf));
         }
     }
+    if (pool_on_library_thread())
+        *prev = -1; /* stay bound */
     return CKPT_OK;
+}
+
+/* Calls that work from any device (waits, synchronizations) still make
+ * the runtime bind a thread that has no context yet to its current device
+ * (device 0 unless chosen): a library thread picks `dev` first. */
+static void bind_library_thread(dcuda *cu, int dev)
+{
+    int prev;
+    if (pool_on_library_thread())
+        guard_enter_on(cu, dev, &prev);
+}
+
+static int guard_enter(dcuda *cu, int *prev)
+{
+    return guard_enter_on(cu, cu->ordinal, prev);
 }
 
 static void guard_leave(dcuda *cu, int prev)
 {
-    if (prev != cu->ordinal)
-        cu->api->SetDevice(prev);
+    int cur;
+    if (prev < 0 || cu->api->GetDevice(&cur) != CU_SUCCESS || cur == prev)
+        return;
+    cu->api->SetDevice(prev);
 }
 
 static int grow(void **arr, size_t *cap, size_t need, size_t size)
@@ -184,11 +217,16 @@ int dcuda_pointer_type(const cuda_api *api, const void *ptr, int *type, int *ord
 
 /* ---------------------------------------------------------------- events */
 
-static int event_get(dcuda *cu, cu_event *out)
+/* An idle event of device `dev`; that device must be current. */
+static int event_get(dcuda *cu, int dev, cu_event *out)
 {
+    if (dev < 0 || dev >= CU_MAX_DEVICES)
+        return ckpt_seterr(CKPT_EDEVICE, "CUDA device %d is beyond the %d devices "
+                           "libckpt supports", dev, CU_MAX_DEVICES);
+    evpool *p = &cu->pools[dev];
     pthread_mutex_lock(&cu->pool_mu);
-    if (cu->npool) {
-        *out = cu->pool[--cu->npool];
+    if (p->n) {
+        *out = p->ev[--p->n];
         pthread_mutex_unlock(&cu->pool_mu);
         return CKPT_OK;
     }
@@ -202,11 +240,12 @@ static int event_get(dcuda *cu, cu_event *out)
     return CKPT_OK;
 }
 
-static void event_put(dcuda *cu, cu_event e)
+static void event_put(dcuda *cu, int dev, cu_event e)
 {
+    evpool *p = &cu->pools[dev];
     pthread_mutex_lock(&cu->pool_mu);
-    if (grow((void **)&cu->pool, &cu->cappool, cu->npool + 1, sizeof *cu->pool) == 0) {
-        cu->pool[cu->npool++] = e;
+    if (grow((void **)&p->ev, &p->cap, p->n + 1, sizeof *p->ev) == 0) {
+        p->ev[p->n++] = e;
         e = NULL;
     }
     pthread_mutex_unlock(&cu->pool_mu);
@@ -214,13 +253,15 @@ static void event_put(dcuda *cu, cu_event e)
         cu->api->EventDestroy(e);
 }
 
-/* A shared event with one reference; `issued` says whether it is recorded. */
-static int shared_new(dcuda *cu, int issued, shared_ev **out)
+/* A shared event of device `dev` (current) with one reference; `issued`
+ * says whether it is recorded. */
+static int shared_new_on(dcuda *cu, int dev, int issued, shared_ev **out)
 {
     shared_ev *s = calloc(1, sizeof *s);
     if (!s)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory allocating a device event");
-    int rc = event_get(cu, &s->e);
+    s->dev = dev;
+    int rc = event_get(cu, dev, &s->e);
     if (rc != CKPT_OK) {
         free(s);
         return rc;
@@ -229,6 +270,11 @@ static int shared_new(dcuda *cu, int issued, shared_ev **out)
     s->issued = issued;
     *out = s;
     return CKPT_OK;
+}
+
+static int shared_new(dcuda *cu, int issued, shared_ev **out)
+{
+    return shared_new_on(cu, cu->ordinal, issued, out);
 }
 
 /* With mu held. */
@@ -250,7 +296,7 @@ static shared_ev *shared_take(dcuda *cu, shared_ev *s)
 static void shared_release_locked(dcuda *cu, shared_ev *s)
 {
     if (s && --s->refs == 0) {
-        event_put(cu, s->e);
+        event_put(cu, s->dev, s->e);
         free(s);
     }
 }
@@ -350,6 +396,7 @@ void dcuda_quiesce(dcuda *cu)
 {
     if (!cu)
         return;
+    bind_library_thread(cu, cu->ordinal);
     pthread_mutex_lock(&cu->mu);
     flush_locked(cu);
     pthread_mutex_unlock(&cu->mu);
@@ -374,8 +421,9 @@ void dcuda_free(dcuda *cu)
     int prev;
     int guarded = cu->copy && guard_enter(cu, &prev) == CKPT_OK;
     int failed = 0; /* clear only errors of our own calls (see quiesce) */
-    for (size_t i = 0; i < cu->npool; i++)
-        failed |= cu->api->EventDestroy(cu->pool[i]) != CU_SUCCESS;
+    for (int d = 0; d < CU_MAX_DEVICES; d++)
+        for (size_t i = 0; i < cu->pools[d].n; i++)
+            failed |= cu->api->EventDestroy(cu->pools[d].ev[i]) != CU_SUCCESS;
     if (cu->start)
         failed |= cu->api->EventDestroy(cu->start) != CU_SUCCESS;
     if (cu->drained)
@@ -390,7 +438,8 @@ void dcuda_free(dcuda *cu)
         cu->api->GetLastError();
     if (guarded)
         guard_leave(cu, prev);
-    free(cu->pool);
+    for (int d = 0; d < CU_MAX_DEVICES; d++)
+        free(cu->pools[d].ev);
     free(cu->drains);
     free(cu->regions);
     pthread_mutex_destroy(&cu->pool_mu);
@@ -400,7 +449,13 @@ void dcuda_free(dcuda *cu)
 
 int dcuda_host_alloc(dcuda *cu, size_t bytes, void **ptr)
 {
+    /* Pinned memory is allocated in the current device's context: ours, so
+     * a worker never initializes device 0 for it. */
+    int prev, rc = guard_enter(cu, &prev);
+    if (rc != CKPT_OK)
+        return rc;
     cu_err err = cu->api->HostAlloc(ptr, bytes ? bytes : 1, CU_HOST_ALLOC_PORTABLE);
+    guard_leave(cu, prev);
     if (err != CU_SUCCESS) {
         char buf[256];
         *ptr = NULL;
@@ -413,22 +468,71 @@ int dcuda_host_alloc(dcuda *cu, size_t bytes, void **ptr)
 
 void dcuda_host_free(dcuda *cu, void *ptr)
 {
+    int prev, guarded = guard_enter(cu, &prev) == CKPT_OK;
     if (cu->api->FreeHost(ptr) != CU_SUCCESS)
         cu->api->GetLastError();
+    if (guarded)
+        guard_leave(cu, prev);
+}
+
+/* Move the save side to CUDA device `ordinal` (no save is in flight: begin
+ * waited for it).  The old device's streams, events and scratch go (its
+ * cudaFree synchronizes that device, once per move). */
+static int rehome(dcuda *cu, int ordinal)
+{
+    char buf[256];
+    if (ordinal == cu->ordinal)
+        return CKPT_OK;
+    dcuda_quiesce(cu);
+    shared_release(cu, cu->snap);
+    cu->snap = NULL;
+    int prev, failed = 0;
+    if (guard_enter(cu, &prev) == CKPT_OK) {
+        if (cu->start)
+            failed |= cu->api->EventDestroy(cu->start) != CU_SUCCESS;
+        if (cu->drained)
+            failed |= cu->api->EventDestroy(cu->drained) != CU_SUCCESS;
+        if (cu->copy)
+            failed |= cu->api->StreamDestroy(cu->copy) != CU_SUCCESS;
+        if (cu->drain)
+            failed |= cu->api->StreamDestroy(cu->drain) != CU_SUCCESS;
+        if (cu->scratch)
+            failed |= cu->api->Free(cu->scratch) != CU_SUCCESS;
+        if (failed)
+            cu->api->GetLastError();
+        guard_leave(cu, prev);
+    }
+    cu->start = cu->drained = NULL;
+    cu->copy = cu->drain = NULL;
+    cu->scratch = NULL;
+    cu->scratch_bytes = 0;
+    cu->ordinal = ordinal;
+    int rc = guard_enter(cu, &prev);
+    if (rc != CKPT_OK)
+        return rc;
+    cu_err err = cu->api->StreamCreateWithFlags(&cu->copy, CU_STREAM_NON_BLOCKING);
+    if (err == CU_SUCCESS)
+        err = cu->api->EventCreateWithFlags(&cu->start, CU_EVENT_FLAGS);
+    guard_leave(cu, prev);
+    if (err != CU_SUCCESS)
+        return ckpt_seterr(CKPT_EDEVICE, "cannot create the CUDA copy stream on device "
+                           "%d: %s", ordinal, errstr(cu, err, buf, sizeof buf));
+    return CKPT_OK;
 }
 
 /* --------------------------------------------------------------- save side */
 
 int dcuda_snapshot_reserve(dcuda *cu, const ckpt_tensor *t, const ckpt_memory *mem,
-                           size_t count, int *staged)
+                           size_t count, int ordinal, int *staged)
 {
     *staged = 0;
     cu->scratch_on = 0;
     cu->planned = 0;
     cu->nregions = 0;
     cu->cur_region = 0;
-    if (cu->mode != CKPT_SNAPSHOT_DEVICE)
-        return CKPT_OK;
+    int rc0 = ordinal >= 0 ? rehome(cu, ordinal) : CKPT_OK;
+    if (rc0 != CKPT_OK || cu->mode != CKPT_SNAPSHOT_DEVICE)
+        return rc0;
     uint64_t total = 0;
     for (size_t i = 0; i < count; i++) {
         if (mem[i] != CKPT_MEM_DEVICE || t[i].bytes == 0)
@@ -449,12 +553,20 @@ int dcuda_snapshot_reserve(dcuda *cu, const ckpt_tensor *t, const ckpt_memory *m
     if (rc != CKPT_OK)
         return rc;
     cu_err err;
+    if (cu->scratch && cu->scratch_bytes < total) {
+        /* Growing would cudaFree the old scratch here, and cudaFree waits
+         * for the whole device: the training thread would stall on its own
+         * queued work.  This save goes through the host; dcuda_trim frees
+         * the scratch off the caller's thread, and the next save allocates
+         * one of the new size. */
+        cu->scratch_want = total;
+        dcuda_note(cu, "device snapshot mode used the host path once: the state grew "
+                   "to %llu bytes, beyond the %llu bytes of spare device memory "
+                   "reserved", (unsigned long long)total,
+                   (unsigned long long)cu->scratch_bytes);
+        goto done;
+    }
     if (cu->scratch_bytes < total) {
-        if (cu->scratch) {
-            cu->api->Free(cu->scratch); /* no save is using it: begin waits */
-            cu->scratch = NULL;
-            cu->scratch_bytes = 0;
-        }
         size_t free_b = 0, total_b = 0;
         err = cu->api->MemGetInfo(&free_b, &total_b);
         if (err != CU_SUCCESS) {
@@ -517,7 +629,25 @@ int dcuda_snapshot_start(dcuda *cu, void *caller_stream)
         return rc;
     const char *what = "cannot order the snapshot after the caller's CUDA stream";
     const char *name = "";
-    cu_err err = cu->api->EventRecord(cu->start, caller_stream);
+    int capturing = 0;
+    cu_err err = CU_SUCCESS;
+    if (caller_stream && cu->api->StreamIsCapturing)
+        err = cu->api->StreamIsCapturing(caller_stream, &capturing);
+    if (err == CU_SUCCESS && capturing) {
+        /* Recording our start event there would pull the copy stream into
+         * the capture: the copies would be recorded into the application's
+         * graph instead of running, and its capture would fail unjoined. */
+        guard_leave(cu, prev);
+        return ckpt_seterr(CKPT_EINVAL, "the CUDA stream %p given to the save is "
+                           "capturing a CUDA graph: a checkpoint cannot be part of a "
+                           "graph; save before cudaStreamBeginCapture or after "
+                           "cudaStreamEndCapture", caller_stream);
+    }
+    if (err == CU_SUCCESS)
+        err = cu->api->EventRecord(cu->start, caller_stream);
+    if (err == CU_ERR_INVALID_HANDLE)
+        what = "cannot order the snapshot after the caller's CUDA stream (it must "
+               "belong to the device the tensors are on)";
     if (err == CU_SUCCESS)
         err = cu->api->StreamWaitEvent(cu->copy, cu->start, 0);
     /* Scratch is rewritten from the start: not before the last drain has
@@ -649,13 +779,15 @@ static int record_staged(dcuda *cu, device_event *ev, cu_err *err)
     return CKPT_OK;
 }
 
-int dcuda_record(dcuda *cu, int on_stream, void *stream, device_event **out)
+int dcuda_record(dcuda *cu, int on_stream, void *stream, int ordinal, device_event **out)
 {
     char buf[256];
     device_event *ev = calloc(1, sizeof *ev);
     if (!ev)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory allocating a device event");
-    int prev, rc = guard_enter(cu, &prev);
+    if (!on_stream || ordinal < 0)
+        ordinal = cu->ordinal;
+    int prev, rc = guard_enter_on(cu, ordinal, &prev);
     if (rc != CKPT_OK) {
         free(ev);
         return rc;
@@ -665,8 +797,17 @@ int dcuda_record(dcuda *cu, int on_stream, void *stream, device_event **out)
         pthread_mutex_lock(&cu->mu);
         snprintf(ev->tensor, sizeof ev->tensor, "%s", cu->last_h2d);
         pthread_mutex_unlock(&cu->mu);
-        if ((rc = shared_new(cu, 1, &ev->data)) == CKPT_OK)
+        if ((rc = shared_new_on(cu, ordinal, 1, &ev->data)) == CKPT_OK)
             err = cu->api->EventRecord(ev->data->e, stream);
+        if (err == CU_ERR_INVALID_HANDLE) {
+            guard_leave(cu, prev);
+            rc = ckpt_seterr(CKPT_EINVAL, "tensor '%s': the CUDA stream %p is not on "
+                             "device %d, where the tensor lives: pass a stream of that "
+                             "device (or NULL)", ev->tensor, stream, ordinal);
+            cu->api->GetLastError();
+            dcuda_event_free(cu, ev);
+            return rc;
+        }
     } else if (cu->scratch_on && cu->snap) {
         snprintf(ev->tensor, sizeof ev->tensor, "%s", cu->last_tensor);
         rc = record_staged(cu, ev, &err);
@@ -690,10 +831,27 @@ int dcuda_record(dcuda *cu, int on_stream, void *stream, device_event **out)
     return CKPT_OK;
 }
 
+int dcuda_event_dup(dcuda *cu, const device_event *ev, device_event **out)
+{
+    device_event *d = malloc(sizeof *d);
+    if (!d)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory allocating a device event");
+    *d = *ev;
+    pthread_mutex_lock(&cu->mu);
+    if (d->data)
+        shared_take_locked(d->data);
+    if (d->snap)
+        shared_take_locked(d->snap);
+    pthread_mutex_unlock(&cu->mu);
+    *out = d;
+    return CKPT_OK;
+}
+
 int dcuda_event_wait(dcuda *cu, device_event *ev, int snapshot_only)
 {
     /* A failed D2D shows on `snap`, not on the drain's event. */
     cu_err err = CU_SUCCESS;
+    bind_library_thread(cu, ev->data ? ev->data->dev : cu->ordinal);
     if (ev->snap)
         err = cu->api->EventSynchronize(ev->snap->e);
     if (err == CU_SUCCESS && ev->data && !(snapshot_only && ev->snap)) {
@@ -728,12 +886,18 @@ int dcuda_fence(dcuda *cu, device_event *ev, void *stream)
 /* ------------------------------------------------------------ restore side */
 
 int dcuda_copy_h2d(dcuda *cu, void *dst, const void *src, size_t n, void *stream,
-                   const char *tensor)
+                   int ordinal, const char *tensor)
 {
     pthread_mutex_lock(&cu->mu);
     snprintf(cu->last_h2d, sizeof cu->last_h2d, "%s", tensor ? tensor : "");
     pthread_mutex_unlock(&cu->mu);
+    /* The tensor's device current: a NULL stream is that device's legacy
+     * stream, and a worker never touches another device. */
+    int prev, rc = guard_enter_on(cu, ordinal >= 0 ? ordinal : cu->ordinal, &prev);
+    if (rc != CKPT_OK)
+        return rc;
     cu_err err = cu->api->MemcpyAsync(dst, src, n, CU_MEMCPY_DEFAULT, stream);
+    guard_leave(cu, prev);
     if (err != CU_SUCCESS) {
         char buf[256];
         return ckpt_seterr(CKPT_EDEVICE, "tensor '%s': CUDA error while copying %zu "
@@ -741,6 +905,21 @@ int dcuda_copy_h2d(dcuda *cu, void *dst, const void *src, size_t n, void *stream
                            errstr(cu, err, buf, sizeof buf));
     }
     return CKPT_OK;
+}
+
+void dcuda_trim(dcuda *cu)
+{
+    if (!cu || !cu->scratch || cu->scratch_want <= cu->scratch_bytes)
+        return;
+    int prev;
+    if (guard_enter(cu, &prev) != CKPT_OK)
+        return;
+    if (cu->api->Free(cu->scratch) != CU_SUCCESS)
+        cu->api->GetLastError();
+    guard_leave(cu, prev);
+    cu->scratch = NULL;
+    cu->scratch_bytes = 0;
+    cu->scratch_want = 0;
 }
 
 /* ------------------------------------------------------------- environment */

@@ -25,22 +25,30 @@ int dcuda_pointer_type(const cuda_api *api, const void *ptr, int *type, int *ord
 int dcuda_host_alloc(dcuda *cu, size_t bytes, void **ptr);
 void dcuda_host_free(dcuda *cu, void *ptr);
 
+/* `ordinal` (>= 0): the CUDA device of this save's tensors; the save side
+ * moves there first if it lives elsewhere. */
 int dcuda_snapshot_reserve(dcuda *cu, const ckpt_tensor *t, const ckpt_memory *mem,
-                           size_t count, int *staged);
+                           size_t count, int ordinal, int *staged);
 int dcuda_snapshot_start(dcuda *cu, void *caller_stream);
 int dcuda_copy_d2h(dcuda *cu, void *dst, const void *src, size_t n, const char *tensor);
 
 typedef struct device_event device_event;
 /* on_stream 0: mark the copies on our own streams (save side); 1: mark the
- * work enqueued so far on `stream` (restore side; NULL is legacy default). */
-int dcuda_record(dcuda *cu, int on_stream, void *stream, device_event **ev);
+ * work enqueued so far on `stream` of device `ordinal` (restore side; NULL
+ * is that device's legacy default stream; -1: our device). */
+int dcuda_record(dcuda *cu, int on_stream, void *stream, int ordinal, device_event **ev);
 int dcuda_event_wait(dcuda *cu, device_event *ev, int snapshot_only);
+/* A second handle on the same marker (freed on its own). */
+int dcuda_event_dup(dcuda *cu, const device_event *ev, device_event **out);
 int dcuda_fence(dcuda *cu, device_event *ev, void *stream);
 void dcuda_event_free(dcuda *cu, device_event *ev);
 void dcuda_quiesce(dcuda *cu);
 
 int dcuda_copy_h2d(dcuda *cu, void *dst, const void *src, size_t n, void *stream,
-                   const char *tensor);
+                   int ordinal, const char *tensor);
+/* Free spare device memory found too small by the last reserve (cudaFree
+ * synchronizes the device: call it from a library thread, between saves). */
+void dcuda_trim(dcuda *cu);
 
 /* Keep a note for the manifest's environment record (a fallback taken). */
 void dcuda_note(dcuda *cu, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

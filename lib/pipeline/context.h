@@ -41,6 +41,13 @@ struct ckpt_store {
     size_t arena_cap;
     int arena_pinned;
     int arena_asked_pinned;
+    /* Pinned pool for device tensors when they do not fit in pinned_limit
+     * (or are too many to queue from the caller's thread): filled in
+     * passes on the persist thread.  Same lifetime rules as the arena. */
+    unsigned char *dpool;
+    size_t dpool_cap;
+    int dpool_pinned;
+    int dpool_asked_pinned;
     struct ckpt_save *inflight; /* the save not yet waited for, or NULL */
 };
 

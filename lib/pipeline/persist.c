@@ -163,8 +163,11 @@ void *save_persist_thread(void *arg)
 {
     ckpt_save *s = arg;
     int rc = CKPT_OK;
+    pool_mark_library_thread();
     if (s->deferred) {
-        rc = save_snapshot_chunks(s, s->deferred, s->ndeferred, s->deferred_mem, 1);
+        ckpt_store *st = s->store;
+        rc = save_snapshot_chunks(s, s->deferred, s->ndeferred, s->deferred_mem,
+                                  PASS_DEVICE, st->dpool, st->dpool_cap);
         if (rc)
             save_wait_jobs_idle(&s->group);
         pthread_mutex_lock(&s->lock);
@@ -177,6 +180,7 @@ void *save_persist_thread(void *arg)
     if (rc)
         device_quiesce(s->store->dev); /* copies of chunks never queued */
     save_release_events(s);
+    device_trim(s->store->dev); /* here, not in the next begin: it syncs the GPU */
     if (rc && s->tmp) {
         ckpt_error_state e; /* cleanup may overwrite this thread's error */
         ckpt_error_capture(&e, rc);

@@ -281,6 +281,7 @@ typedef struct chunk_task {
     unsigned char *dst;     /* NULL: verify only */
     ckpt_memory memory;
     void *stream;
+    int device;             /* CUDA device of dst (DEVICE memory) */
     ckpt_report *report;    /* verify: collect every problem */
     pool_group *group;
 } chunk_task;
@@ -341,9 +342,9 @@ static int chunk_job(void *arg, int worker)
          * with it; this worker waits for it only before reusing `out`. */
         const char *name = t->ck->m.tensors[t->e->tensor].name;
         rc = device_copy_h2d(s->dev, t->dst + t->e->offset, dst, (size_t)meta->raw_len,
-                             t->stream, name);
+                             t->stream, t->device, name);
         if (!rc)
-            rc = device_record_stream(s->dev, t->stream, &w->out_busy);
+            rc = device_record_stream(s->dev, t->stream, t->device, &w->out_busy);
         if (rc)
             return chunk_fail(t, rc);
     }
@@ -403,7 +404,7 @@ int reader_read(ckpt_checkpoint *ck, const reader_target *targets, size_t count)
         for (size_t c = 0; c < count_chunks(ck, ti); c++, k++)
             tasks[k] = (chunk_task){ck, &ck->ix[sh].entries[ck->first[ti] + c], sh,
                                     targets[i].dst, targets[i].memory, targets[i].stream,
-                                    NULL, NULL};
+                                    targets[i].device, NULL, NULL};
     }
     int rc = run_tasks(ck, tasks, n);
     int drc = drain_copies(ck->store);
@@ -427,7 +428,7 @@ int reader_verify_all(ckpt_checkpoint *ck, ckpt_report *report)
     for (uint32_t sh = 0; sh < ck->m.nshards; sh++)
         for (uint64_t e = 0; e < ck->ix[sh].count; e++, k++)
             tasks[k] = (chunk_task){ck, &ck->ix[sh].entries[e], sh, NULL, CKPT_MEM_HOST,
-                                    NULL, report ? report : local, NULL};
+                                    NULL, -1, report ? report : local, NULL};
     int rc = run_tasks(ck, tasks, n);
     free(tasks);
     ckpt_report_free(local);

@@ -50,6 +50,7 @@ typedef struct reader_target {
     void *dst;          /* tensor bytes, exactly its size */
     ckpt_memory memory; /* HOST or DEVICE */
     void *stream;       /* for DEVICE */
+    int device;         /* for DEVICE: its CUDA device */
 } reader_target;
 
 /* Decode and verify every chunk of the targets into their buffers. */

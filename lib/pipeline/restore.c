@@ -45,10 +45,12 @@ static int match(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count, int al
                                (unsigned long long)t[i].bytes);
         }
         ckpt_memory mem = CKPT_MEM_HOST;
-        int rc = t[i].bytes ? device_classify(s->dev, t[i].data, t[i].memory, &mem) : 0;
+        int ordinal = -1;
+        int rc = t[i].bytes ? device_classify(s->dev, t[i].data, t[i].memory, &mem,
+                                              &ordinal) : 0;
         if (rc)
             return ckpt_seterr(rc, "tensor '%s': %s", t[i].name, ckpt_error_last());
-        targets[k++] = (reader_target){(uint32_t)idx, t[i].data, mem, NULL};
+        targets[k++] = (reader_target){(uint32_t)idx, t[i].data, mem, NULL, ordinal};
     }
     *ntargets = k;
     return CKPT_OK;

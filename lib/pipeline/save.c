@@ -115,25 +115,39 @@ void save_wait_jobs_idle(pool_group *g)
 
 /* ------------------------------------------------------------------ begin */
 
-static int ensure_arena(ckpt_store *st, size_t need, int pinned)
+/* A host buffer of at least `need` bytes in *buf (pinned when asked and the
+ * pinned cap allows).  Grown only in begin, while no save is in flight. */
+static int ensure_buffer(ckpt_store *st, unsigned char **buf, size_t *cap, int *is_pinned,
+                         int *asked_pinned, size_t need, int pinned)
 {
     /* Asked for pinned before and the cap said no: pageable it stays. */
-    if (st->arena && st->arena_cap >= need &&
-        (st->arena_pinned || !pinned || st->arena_asked_pinned))
+    if (*buf && *cap >= need && (*is_pinned || !pinned || *asked_pinned))
         return CKPT_OK;
-    device_host_free(st->dev, st->arena, st->arena_cap, st->arena_pinned);
-    st->arena = NULL;
-    st->arena_cap = 0;
+    device_host_free(st->dev, *buf, *cap, *is_pinned);
+    *buf = NULL;
+    *cap = 0;
     void *p;
     int got_pinned;
     int rc = device_host_alloc(st->dev, need, pinned, &p, &got_pinned);
     if (rc)
         return rc;
-    st->arena = p;
-    st->arena_cap = need;
-    st->arena_pinned = got_pinned;
-    st->arena_asked_pinned = pinned;
+    *buf = p;
+    *cap = need;
+    *is_pinned = got_pinned;
+    *asked_pinned = pinned;
     return CKPT_OK;
+}
+
+static int ensure_arena(ckpt_store *st, size_t need, int pinned)
+{
+    return ensure_buffer(st, &st->arena, &st->arena_cap, &st->arena_pinned,
+                         &st->arena_asked_pinned, need, pinned);
+}
+
+static int ensure_dpool(ckpt_store *st, size_t need)
+{
+    return ensure_buffer(st, &st->dpool, &st->dpool_cap, &st->dpool_pinned,
+                         &st->dpool_asked_pinned, need, 1);
 }
 
 static int build_manifest(ckpt_save *s, const ckpt_tensor *t, size_t count,
@@ -179,15 +193,21 @@ static int build_manifest(ckpt_save *s, const ckpt_tensor *t, size_t count,
     return CKPT_OK;
 }
 
-/* Queue jobs [from, to): the caller's copy runs alone first, so workers do
- * not compete with it for the cores while the caller is stalled. */
+/* Queue the prepared, not yet queued jobs among [from, to): the caller's
+ * copy runs alone first, so workers do not compete with it for the cores
+ * while the caller is stalled. */
 static int submit_range(ckpt_save *s, size_t from, size_t to)
 {
     for (size_t k = from; k < to; k++) {
-        int rc = pool_submit(s->store->pool, &s->group, encode_job_run, &s->jobs[k]);
+        encode_job *j = &s->jobs[k];
+        if (!j->src || j->queued)
+            continue;
+        int rc = pool_submit(s->store->pool, &s->group, encode_job_run, j);
         if (rc)
             return rc;
-        s->njobs = k + 1;
+        j->queued = 1;
+        if (s->njobs < k + 1)
+            s->njobs = k + 1;
     }
     return CKPT_OK;
 }
@@ -195,33 +215,100 @@ static int submit_range(ckpt_save *s, size_t from, size_t to)
 /* Order the snapshot after the caller's stream; in DEVICE mode also issue
  * the D2D copies, after which the snapshot marker is known at once. */
 static int snapshot_start(ckpt_save *s, const ckpt_tensor *t, size_t count,
-                          const ckpt_memory *mem, void *stream)
+                          const ckpt_memory *mem, int ordinal, void *stream)
 {
     ckpt_store *st = s->store;
     int rc;
-    if ((rc = device_snapshot_reserve(st->dev, t, mem, count, &s->staged)) ||
+    if ((rc = device_snapshot_reserve(st->dev, t, mem, count, ordinal, &s->staged)) ||
         (rc = device_snapshot_start(st->dev, stream)) ||
         (s->staged && (rc = device_record(st->dev, &s->snap_ev))))
         return rc;
     return CKPT_OK;
 }
 
-/* Copy every chunk into the arena and queue its encode job. */
+/* Device chunks that are contiguous both in device memory and in the
+ * arena are copied by one cudaMemcpyAsync and marked by one event, up to
+ * RUN_MAX bytes: a stream holds about a thousand pending operations, and
+ * one copy + one event per 4 MiB chunk would fill it at 2 GiB. */
+#define RUN_MAX ((size_t)64 << 20)
+
+typedef struct copy_run {
+    unsigned char *dst;
+    const unsigned char *src;
+    size_t n;
+    size_t first_job;  /* jobs [first_job, end_job) inside [dst, dst + n) */
+    size_t end_job;
+    const char *tensor;
+} copy_run;
+
+static int run_flush(ckpt_save *s, copy_run *r)
+{
+    if (r->n == 0)
+        return CKPT_OK;
+    ckpt_store *st = s->store;
+    device_event *ev = NULL;
+    int rc = device_copy_d2h(st->dev, r->dst, r->src, r->n, r->tensor);
+    if (!rc)
+        rc = device_record(st->dev, &ev);
+    for (size_t k = r->first_job; k < r->end_job && !rc; k++) {
+        encode_job *j = &s->jobs[k];
+        if (j->ev || j->src < r->dst || j->src >= r->dst + r->n)
+            continue; /* a host chunk, or one of an earlier run */
+        if (!ev) {
+            rc = device_event_dup(st->dev, s->jobs[r->first_job].ev, &j->ev);
+        } else {
+            j->ev = ev; /* the first job owns the original */
+            ev = NULL;
+        }
+    }
+    device_event_free(st->dev, ev);
+    r->n = 0;
+    return rc;
+}
+
+static int run_add(ckpt_save *s, copy_run *r, unsigned char *dst, const unsigned char *src,
+                   size_t n, size_t job, const char *tensor)
+{
+    if (r->n && (dst != r->dst + r->n || src != r->src + r->n || r->n + n > RUN_MAX)) {
+        int rc = run_flush(s, r);
+        if (rc)
+            return rc;
+    }
+    if (r->n == 0) {
+        r->dst = dst;
+        r->src = src;
+        r->first_job = job;
+    }
+    r->n += n;
+    r->end_job = job + 1;
+    r->tensor = tensor;
+    return CKPT_OK;
+}
+
 int save_snapshot_chunks(ckpt_save *s, const ckpt_tensor *t, size_t count,
-                           const ckpt_memory *mem, int any_device)
+                         const ckpt_memory *mem, save_pass pass,
+                         unsigned char *arena, size_t cap)
 {
     ckpt_store *st = s->store;
     uint64_t chunk = st->opts.chunk_bytes;
     int rc;
     size_t used = 0, k = 0, queued = 0;
+    int any_device = 0;
+    copy_run run = {0};
     for (size_t i = 0; i < count; i++) {
+        int is_dev = mem[i] == CKPT_MEM_DEVICE;
+        if ((pass == PASS_HOST && is_dev) || (pass == PASS_DEVICE && !is_dev)) {
+            k += chunk_count(t[i].bytes, chunk);
+            continue;
+        }
+        any_device |= is_dev;
         for (uint64_t off = 0; off < t[i].bytes; off += chunk, k++) {
             size_t n = (size_t)(t[i].bytes - off < chunk ? t[i].bytes - off : chunk);
-            if (used + n > st->arena_cap) {
+            if (used + n > cap) {
                 /* The state is larger than the arena: encode what it holds,
                  * let it drain, then reuse it from the start (memory stays
-                 * bounded; the caller waits for that part). */
-                if ((rc = submit_range(s, queued, k)))
+                 * bounded; the thread running this waits for that part). */
+                if ((rc = run_flush(s, &run)) || (rc = submit_range(s, queued, k)))
                     return rc;
                 queued = k;
                 save_wait_jobs_idle(&s->group);
@@ -229,13 +316,13 @@ int save_snapshot_chunks(ckpt_save *s, const ckpt_tensor *t, size_t count,
                     return CKPT_OK; /* persist reports the job's error */
                 used = 0;
             }
-            unsigned char *dst = st->arena + used;
+            unsigned char *dst = arena + used;
             const unsigned char *src = (const unsigned char *)t[i].data + off;
             encode_job *j = &s->jobs[k];
-            *j = (encode_job){s, (uint32_t)i, off, dst, n, codec_shuffle_width(t[i].dtype), NULL};
-            if (mem[i] == CKPT_MEM_DEVICE) {
-                if ((rc = device_copy_d2h(st->dev, dst, src, n, t[i].name)) ||
-                    (rc = device_record(st->dev, &j->ev)))
+            *j = (encode_job){s, (uint32_t)i, off, dst, n, codec_shuffle_width(t[i].dtype),
+                              NULL, 0};
+            if (is_dev) {
+                if ((rc = run_add(s, &run, dst, src, n, k, t[i].name)))
                     return rc;
             } else {
                 memcpy(dst, src, n);
@@ -243,7 +330,7 @@ int save_snapshot_chunks(ckpt_save *s, const ckpt_tensor *t, size_t count,
             used += n;
         }
     }
-    if ((rc = submit_range(s, queued, k)))
+    if ((rc = run_flush(s, &run)) || (rc = submit_range(s, queued, k)))
         return rc;
     if (any_device && !s->staged) {
         device_event *ev;
@@ -256,6 +343,50 @@ int save_snapshot_chunks(ckpt_save *s, const ckpt_tensor *t, size_t count,
     return CKPT_OK;
 }
 
+/* Copy runs a save of device tensors queues at most from the caller's
+ * thread (each is a copy and an event); beyond that the device chunk loop
+ * goes to the persist thread, where a full stream may block. */
+#define CALLER_RUNS_MAX 128
+
+/* Where every device tensor of the save lives: one CUDA device. */
+static int save_device(const ckpt_tensor *t, const ckpt_memory *mem, const int *ord,
+                       size_t count, int *ordinal)
+{
+    size_t first = count;
+    for (size_t i = 0; i < count; i++) {
+        if (mem[i] != CKPT_MEM_DEVICE)
+            continue;
+        if (first == count) {
+            first = i;
+        } else if (ord[i] != ord[first]) {
+            return ckpt_seterr(CKPT_EINVAL, "tensor '%s' is on CUDA device %d and tensor "
+                               "'%s' on CUDA device %d: one save takes the device tensors "
+                               "of one device (use one store per device, as one process "
+                               "or thread per GPU does)", t[first].name, ord[first],
+                               t[i].name, ord[i]);
+        }
+    }
+    *ordinal = first == count ? -1 : ord[first];
+    return CKPT_OK;
+}
+
+/* Keep copies of the device tensors' descriptors for the persist thread. */
+static int defer_device(ckpt_save *s, const ckpt_tensor *t, size_t count, ckpt_memory **mem)
+{
+    s->deferred = malloc((count ? count : 1) * sizeof *s->deferred);
+    if (!s->deferred)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    for (size_t i = 0; i < count; i++) {
+        s->deferred[i] = t[i];
+        s->deferred[i].name = s->m.tensors[i].name;
+        s->deferred[i].shape = NULL; /* not needed for copying */
+    }
+    s->deferred_mem = *mem;
+    s->ndeferred = count;
+    *mem = NULL;
+    return CKPT_OK;
+}
+
 static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
                         const ckpt_save_options *opts)
 {
@@ -264,19 +395,33 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
     if (rc)
         return rc;
     ckpt_memory *mem = calloc(count ? count : 1, sizeof *mem);
-    if (!mem)
+    int *ord = calloc(count ? count : 1, sizeof *ord);
+    if (!mem || !ord) {
+        free(mem);
+        free(ord);
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
-    int any_device = 0;
-    uint64_t total = 0, chunks = 0;
+    }
+    int any_device = 0, ordinal = -1;
+    uint64_t total = 0, chunks = 0, dev_bytes = 0, host_bytes = 0, runs = 0;
     for (size_t i = 0; i < count && !rc; i++) {
+        ord[i] = -1;
         if (t[i].bytes == 0)
             mem[i] = CKPT_MEM_HOST;
-        else if ((rc = device_classify(st->dev, t[i].data, t[i].memory, &mem[i])))
+        else if ((rc = device_classify(st->dev, t[i].data, t[i].memory, &mem[i], &ord[i])))
             ckpt_seterr(rc, "tensor '%s': %s", t[i].name, ckpt_error_last());
-        any_device |= mem[i] == CKPT_MEM_DEVICE;
+        if (mem[i] == CKPT_MEM_DEVICE) {
+            any_device = 1;
+            dev_bytes += t[i].bytes;
+            runs += 1 + t[i].bytes / RUN_MAX;
+        } else {
+            host_bytes += t[i].bytes;
+        }
         total += t[i].bytes;
         chunks += chunk_count(t[i].bytes, st->opts.chunk_bytes);
     }
+    if (!rc)
+        rc = save_device(t, mem, ord, count, &ordinal);
+    free(ord);
     if (!rc)
         rc = build_manifest(s, t, count, opts);
     if (!rc && !(s->jobs = calloc(chunks ? chunks : 1, sizeof *s->jobs)))
@@ -285,16 +430,28 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
     if (!rc)
         s->jobs_total = (size_t)chunks;
     s->stats.raw_bytes = total;
-    /* The arena holds the whole state when the limit allows, else at least
-     * one chunk; it is grown only here, while no save is in flight. */
-    uint64_t need = total < st->opts.host_memory_limit ? total : st->opts.host_memory_limit;
-    if (any_device && st->opts.snapshot_mode == CKPT_SNAPSHOT_STREAM &&
-        need > st->opts.pinned_limit)
-        need = st->opts.pinned_limit; /* a bounded pinned pool, reused in passes */
-    if (need < st->opts.chunk_bytes && total > need)
-        need = st->opts.chunk_bytes;
-    if (!rc)
-        rc = ensure_arena(st, (size_t)need, any_device);
+    /* Device tensors beyond the pinned cap would otherwise land in pageable
+     * memory, where a D2H copy is synchronous: the caller would wait for
+     * its queued GPU work and the whole copy.  They go through a pinned
+     * pool in passes on the persist thread instead, as do device tensors
+     * too many to queue from here (DEVICE mode stages on the GPU). */
+    int split = any_device && st->opts.snapshot_mode != CKPT_SNAPSHOT_DEVICE &&
+                (dev_bytes > st->opts.pinned_limit || runs > CALLER_RUNS_MAX);
+    uint64_t limit = st->opts.host_memory_limit, chunk = st->opts.chunk_bytes;
+    uint64_t arena_bytes = split ? host_bytes : total;
+    uint64_t need = arena_bytes < limit ? arena_bytes : limit;
+    if (need < chunk && arena_bytes > need)
+        need = chunk;
+    if (!rc && (need > 0 || !split))
+        rc = ensure_arena(st, (size_t)need, any_device && !split);
+    if (!rc && split) {
+        uint64_t pool_bytes = dev_bytes < st->opts.pinned_limit ? dev_bytes : st->opts.pinned_limit;
+        if (pool_bytes > limit)
+            pool_bytes = limit;
+        if (pool_bytes < chunk)
+            pool_bytes = chunk;
+        rc = ensure_dpool(st, (size_t)pool_bytes);
+    }
     if (!rc)
         rc = layout_make_temp(&st->lay, s->m.step, &s->tmp);
     if (!rc) {
@@ -305,26 +462,15 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
         free(path);
     }
     if (!rc && any_device)
-        rc = snapshot_start(s, t, count, mem, opts ? opts->cuda_stream : NULL);
-    if (!rc && any_device && st->opts.snapshot_mode == CKPT_SNAPSHOT_STREAM &&
-        total > st->arena_cap) {
-        /* Several passes through the pool: let the persist thread run them
-         * so the caller is not held for compression and writing. */
-        s->deferred = malloc((count ? count : 1) * sizeof *s->deferred);
-        if (!s->deferred) {
-            rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
-        } else {
-            for (size_t i = 0; i < count; i++) {
-                s->deferred[i] = t[i];
-                s->deferred[i].name = s->m.tensors[i].name;
-                s->deferred[i].shape = NULL; /* not needed for copying */
-            }
-            s->deferred_mem = mem;
-            s->ndeferred = count;
-            mem = NULL;
-        }
+        rc = snapshot_start(s, t, count, mem, ordinal, opts ? opts->cuda_stream : NULL);
+    if (!rc && split) {
+        /* Host tensors now (their buffers are free when begin returns);
+         * device tensors on the persist thread. */
+        rc = save_snapshot_chunks(s, t, count, mem, PASS_HOST, st->arena, st->arena_cap);
+        if (!rc)
+            rc = defer_device(s, t, count, &mem);
     } else if (!rc) {
-        rc = save_snapshot_chunks(s, t, count, mem, any_device);
+        rc = save_snapshot_chunks(s, t, count, mem, PASS_ALL, st->arena, st->arena_cap);
         s->snapshot_done = 1;
     }
     free(mem);

@@ -19,7 +19,11 @@ typedef struct encode_job {
     size_t n;
     unsigned elem;
     device_event *ev;      /* copy completion for device chunks, else NULL */
+    int queued;            /* submitted to the pool */
 } encode_job;
+
+/* Which chunks one run of the chunk loop snapshots. */
+typedef enum save_pass { PASS_ALL, PASS_HOST, PASS_DEVICE } save_pass;
 
 struct ckpt_save {
     ckpt_store *store;
@@ -44,10 +48,11 @@ struct ckpt_save {
     size_t jobs_total;     /* allocated (events may sit in unqueued ones) */
     device_event *snap_ev;  /* all snapshot copies complete */
     int staged;             /* DEVICE mode: tensors staged in device memory */
-    /* STREAM mode with a state larger than the pinned pool: the chunk loop
-     * runs on the persist thread, from these copies of the caller's
-     * descriptors; the caller must leave its buffers alone until
-     * snapshot_done (ckpt_save_wait_snapshot). */
+    /* Device tensors larger than the pinned pool, or too many to queue
+     * from the caller's thread: their chunk loop (PASS_DEVICE, through
+     * store->dpool) runs on the persist thread, from these copies of the
+     * caller's descriptors; the caller must leave its device buffers alone
+     * until snapshot_done (ckpt_save_wait_snapshot, ckpt_save_fence). */
     ckpt_tensor *deferred;
     ckpt_memory *deferred_mem;
     size_t ndeferred;
@@ -75,9 +80,11 @@ void *save_persist_thread(void *arg);
 void save_release_events(ckpt_save *s);
 
 /* save.c */
-/* Copy every chunk into the arena and queue its encode job. */
+/* Copy the chunks of `pass` into `arena` (cap bytes, reused in passes when
+ * the state is larger) and queue their encode jobs. */
 int save_snapshot_chunks(ckpt_save *s, const ckpt_tensor *t, size_t count,
-                         const ckpt_memory *mem, int any_device);
+                         const ckpt_memory *mem, save_pass pass,
+                         unsigned char *arena, size_t cap);
 /* Wait until every queued job has run, without consuming their status. */
 void save_wait_jobs_idle(pool_group *g);
 

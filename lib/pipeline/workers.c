@@ -40,6 +40,9 @@ void context_stop(ckpt_store *s)
     if (s->arena)
         device_host_free(s->dev, s->arena, s->arena_cap, s->arena_pinned);
     s->arena = NULL;
+    if (s->dpool)
+        device_host_free(s->dev, s->dpool, s->dpool_cap, s->dpool_pinned);
+    s->dpool = NULL;
     device_free(s->dev);
     s->dev = NULL;
 }

@@ -39,6 +39,16 @@ typedef struct mock_api {
     int (*StreamSynchronize)(void *s);
     int (*LaunchHostFunc)(void *s, void (*fn)(void *), void *arg);
     int (*DeviceSynchronize)(void);
+    /* strict-mode controls and the calls that go with them */
+    void (*set_reported_free)(size_t bytes);
+    void (*set_queue_depth)(unsigned int ops);
+    void (*forget_contexts)(void);
+    void (*get_thread_counters)(mock_cuda_thread_counters *out);
+    int (*SetDevice)(int dev);
+    int (*GetDevice)(int *dev);
+    int (*StreamBeginCapture)(void *s, int mode);
+    int (*StreamEndCapture)(void *s, void **graph);
+    int (*GraphDestroy)(void *graph);
 } mock_api;
 
 static inline mock_api mock_api_open(void)
@@ -72,6 +82,15 @@ static inline mock_api mock_api_open(void)
     MOCK_SYM(StreamSynchronize, "cudaStreamSynchronize");
     MOCK_SYM(LaunchHostFunc, "cudaLaunchHostFunc");
     MOCK_SYM(DeviceSynchronize, "cudaDeviceSynchronize");
+    MOCK_SYM(set_reported_free, "mock_cuda_set_reported_free");
+    MOCK_SYM(set_queue_depth, "mock_cuda_set_queue_depth");
+    MOCK_SYM(forget_contexts, "mock_cuda_forget_contexts");
+    MOCK_SYM(get_thread_counters, "mock_cuda_get_thread_counters");
+    MOCK_SYM(SetDevice, "cudaSetDevice");
+    MOCK_SYM(GetDevice, "cudaGetDevice");
+    MOCK_SYM(StreamBeginCapture, "cudaStreamBeginCapture");
+    MOCK_SYM(StreamEndCapture, "cudaStreamEndCapture");
+    MOCK_SYM(GraphDestroy, "cudaGraphDestroy");
 #undef MOCK_SYM
     return m;
 }

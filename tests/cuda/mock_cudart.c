@@ -21,11 +21,26 @@ typedef struct mstream *cudaStream_t;
 typedef struct mevent *cudaEvent_t;
 typedef void (*cudaHostFn_t)(void *user);
 
+typedef struct mgraph *cudaGraph_t;
+
 enum {
     cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2,
     cudaErrorNoDevice = 100, cudaErrorInvalidDevice = 101,
     cudaErrorInvalidResourceHandle = 400, cudaErrorNotReady = 600,
+    cudaErrorIllegalAddress = 700, cudaErrorLaunchFailure = 719,
+    cudaErrorECCUncorrectable = 214,
+    cudaErrorStreamCaptureUnsupported = 900, cudaErrorStreamCaptureInvalidated = 901,
+    cudaErrorStreamCaptureUnjoined = 904,
 };
+
+#define MAX_DEVICES 8
+
+/* Errors that corrupt the context: every later call fails with them. */
+static int is_sticky_error(int err)
+{
+    return err == cudaErrorIllegalAddress || err == cudaErrorLaunchFailure ||
+           err == cudaErrorECCUncorrectable;
+}
 
 struct cudaPointerAttributes {
     int type;
@@ -53,6 +68,10 @@ struct op {
 };
 
 struct mstream {
+    int device;          /* the device current when it was created      */
+    int capturing;       /* ops are captured into a graph, not run      */
+    int invalidated;     /* origin: a forbidden call broke the capture  */
+    struct mstream *origin; /* the stream whose capture this one joined */
     struct op *head, *tail;
     uint64_t enq, done;  /* operations queued / finished */
     int pending_err;     /* first failure not yet reported */
@@ -66,6 +85,8 @@ struct mevent {
     int err;             /* stream error seen by the last record reached */
     int refs;
     unsigned flags;      /* as created: cudaEventBlockingSync is 0x1 */
+    int device;          /* the device current when it was created */
+    struct mstream *captured; /* last recorded inside this capture origin */
 };
 
 enum alloc_kind { A_DEVICE, A_PINNED, A_MANAGED };
@@ -73,6 +94,7 @@ struct alloc {
     char *p;
     size_t n;
     enum alloc_kind kind;
+    int device;
 };
 
 #define MAX_FAULTS 16
@@ -95,7 +117,7 @@ struct counted {
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
-static struct mstream *g_default;  /* legacy default stream */
+static struct mstream *g_default[MAX_DEVICES]; /* legacy default streams */
 static struct mstream *g_streams;  /* all live streams */
 static struct alloc *g_allocs;
 static size_t g_nallocs, g_capallocs;
@@ -105,9 +127,12 @@ static int g_sticky;
 static unsigned g_copy_delay_us;
 static int g_device_count = 1;
 static size_t g_device_total = (size_t)4 << 30;
+static size_t g_reported_free = SIZE_MAX; /* cudaMemGetInfo's lie, if any */
+static unsigned g_queue_depth = 1024;     /* pending operations per stream */
 static mock_cuda_counters g_cnt;
 static __thread int t_device;
 static __thread int t_last_error;
+static __thread mock_cuda_thread_counters t_cnt;
 
 /* ------------------------------------------------------------ utilities */
 
@@ -136,10 +161,39 @@ static int is_release(const char *fn)
  * except releases, which report it but still release (as a lost device
  * takes its resources along), so leak checks stay meaningful. */
 static int g_release_err;
+
+/* Calls that do not make the runtime create (or bind to) the calling
+ * thread's current device's primary context.  Every other call does, as
+ * the real runtime's lazy initialisation does: a library thread that never
+ * chose a device creates a context on device 0 with its first call. */
+static int needs_context(const char *fn)
+{
+    static const char *const free_calls[] = {
+        "cudaGetDevice", "cudaGetDeviceCount", "cudaDriverGetVersion",
+        "cudaRuntimeGetVersion", "cudaGetDeviceProperties", "cudaPointerGetAttributes",
+        "cudaSetDevice", /* counted for the device it selects */
+    };
+    for (size_t i = 0; i < sizeof free_calls / sizeof free_calls[0]; i++)
+        if (strcmp(fn, free_calls[i]) == 0)
+            return 0;
+    return 1;
+}
+
+static void touch_context(int dev)
+{
+    if (dev >= 0 && dev < MAX_DEVICES)
+        g_cnt.context_mask |= 1u << dev;
+}
+
 static int enter(const char *fn, int *async_err)
 {
     struct counted *c = counted_for(fn);
     c->calls++;
+    if (needs_context(fn)) {
+        if (getenv("MOCK_DEBUG_CTX") && !(g_cnt.context_mask & (1u << t_device)))
+            fprintf(stderr, "mock: %s creates a context on device %d\n", fn, t_device);
+        touch_context(t_device);
+    }
     if (async_err)
         *async_err = 0;
     g_release_err = 0;
@@ -159,7 +213,8 @@ static int enter(const char *fn, int *async_err)
         c->fired++;
         if (f->nth > 0)
             f->active = 0;
-        if (f->flags & MOCK_FAULT_STICKY)
+        if ((f->flags & MOCK_FAULT_STICKY) ||
+            (is_sticky_error(f->err) && !(f->flags & MOCK_FAULT_ASYNC)))
             g_sticky = f->err;
         if ((f->flags & MOCK_FAULT_ASYNC) && async_err) {
             *async_err = f->err;
@@ -204,7 +259,7 @@ static int add_alloc(char *p, size_t n, enum alloc_kind kind)
         g_allocs = a;
         g_capallocs = cap;
     }
-    g_allocs[g_nallocs++] = (struct alloc){ p, n, kind };
+    g_allocs[g_nallocs++] = (struct alloc){ p, n, kind, t_device };
     return 0;
 }
 
@@ -243,6 +298,8 @@ static void *stream_main(void *arg)
             if (op->err || g_sticky) { /* a lost device copies nothing */
                 if (!s->pending_err)
                     s->pending_err = op->err ? op->err : g_sticky;
+                if (is_sticky_error(op->err))
+                    g_sticky = op->err; /* the context is lost for good */
                 break;
             } else {
                 unsigned delay = g_copy_delay_us;
@@ -319,19 +376,41 @@ static struct mstream *stream_new(void)
 }
 
 /* g_mu held.  NULL, cudaStreamLegacy (1) and cudaStreamPerThread (2) are
- * the default stream. */
+ * the calling thread's current device's default stream. */
 static struct mstream *resolve_stream(cudaStream_t s)
 {
     if ((uintptr_t)s <= 2) {
-        if (!g_default)
-            g_default = stream_new();
-        return g_default;
+        int d = t_device >= 0 && t_device < MAX_DEVICES ? t_device : 0;
+        if (!g_default[d]) {
+            g_default[d] = stream_new();
+            if (g_default[d])
+                g_default[d]->device = d;
+        }
+        return g_default[d];
     }
     return s;
 }
 
-static void enqueue(struct mstream *s, struct op *op)
+/* g_mu held.  A stream in capture records the operation into its graph
+ * instead of running it (freed here: the mock's graphs hold nothing).
+ * Otherwise the operation is queued; past g_queue_depth pending operations
+ * the enqueueing thread blocks until the stream makes room, as CUDA's
+ * bounded push buffer does.  Returns 1 when the operation was captured. */
+static int enqueue(struct mstream *s, struct op *op)
 {
+    if (s->capturing) {
+        if (op->ev)
+            event_unref(op->ev);
+        free(op);
+        g_cnt.captured_ops++;
+        return 1;
+    }
+    if (s->enq - s->done >= g_queue_depth) {
+        g_cnt.enqueue_waits++;
+        t_cnt.enqueue_waits++;
+        while (s->enq - s->done >= g_queue_depth)
+            pthread_cond_wait(&g_cv, &g_mu);
+    }
     op->next = NULL;
     if (s->tail)
         s->tail->next = op;
@@ -340,6 +419,23 @@ static void enqueue(struct mstream *s, struct op *op)
     s->tail = op;
     s->enq++;
     pthread_cond_broadcast(&g_cv);
+    return 0;
+}
+
+/* g_mu held: the capture origin of s, or NULL. */
+static struct mstream *capture_origin(struct mstream *s)
+{
+    return s->capturing ? (s->origin ? s->origin : s) : NULL;
+}
+
+/* g_mu held: a call not allowed on a capturing stream breaks its capture. */
+static int capture_violation(struct mstream *s)
+{
+    struct mstream *o = capture_origin(s);
+    if (!o)
+        return 0;
+    o->invalidated = 1;
+    return cudaErrorStreamCaptureUnsupported;
 }
 
 /* g_mu held */
@@ -410,9 +506,12 @@ EXPORT cudaError_t cudaSetDevice(int dev)
     ENTER("cudaSetDevice");
     int n = g_device_count;
     pthread_mutex_unlock(&g_mu);
-    if (dev < 0 || dev >= n)
+    if (dev < 0 || dev >= n || dev >= MAX_DEVICES)
         return ret(cudaErrorInvalidDevice);
     t_device = dev;
+    pthread_mutex_lock(&g_mu);
+    touch_context(dev); /* CUDA 12 initializes the device's primary context */
+    pthread_mutex_unlock(&g_mu);
     return cudaSuccess;
 }
 
@@ -427,9 +526,11 @@ EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a,
         a->device = -2;
     } else if (al->kind == A_DEVICE) {
         a->type = 2;
+        a->device = al->device;
         a->devicePointer = (void *)p;
     } else if (al->kind == A_MANAGED) {
         a->type = 3;
+        a->device = al->device;
         a->devicePointer = (void *)p;
         a->hostPointer = (void *)p;
     } else {
@@ -447,6 +548,7 @@ EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags
     ENTER("cudaStreamCreateWithFlags");
     struct mstream *m = stream_new();
     if (m) {
+        m->device = t_device;
         g_cnt.streams++;
         g_cnt.streams_created++;
     }
@@ -480,7 +582,10 @@ EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s)
 EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s)
 {
     ENTER("cudaStreamSynchronize");
-    int err = stream_sync_locked(resolve_stream(s));
+    struct mstream *m = resolve_stream(s);
+    int err = capture_violation(m);
+    if (!err)
+        err = stream_sync_locked(m);
     pthread_mutex_unlock(&g_mu);
     return ret(err);
 }
@@ -516,6 +621,7 @@ EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned int flags)
     if (m) {
         m->refs = 1;
         m->flags = flags;
+        m->device = t_device;
         g_cnt.events++;
     }
     pthread_mutex_unlock(&g_mu);
@@ -552,11 +658,22 @@ EXPORT cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
         pthread_mutex_unlock(&g_mu);
         return ret(cudaErrorMemoryAllocation);
     }
+    struct mstream *m = resolve_stream(s);
+    if (e->device != m->device) {
+        /* "cudaEventRecord() will fail if the input event and input stream
+         * are associated to different devices." */
+        free(op);
+        g_cnt.cross_device_records++;
+        pthread_mutex_unlock(&g_mu);
+        return ret(cudaErrorInvalidResourceHandle);
+    }
     op->kind = OP_RECORD;
     op->ev = e;
-    op->gen = ++e->record_gen;
     e->refs++;
-    enqueue(resolve_stream(s), op);
+    e->captured = capture_origin(m);
+    if (!e->captured)
+        op->gen = ++e->record_gen;
+    enqueue(m, op);
     pthread_mutex_unlock(&g_mu);
     return cudaSuccess;
 }
@@ -564,6 +681,11 @@ EXPORT cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
 EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t e)
 {
     ENTER("cudaEventSynchronize");
+    if (e->captured) { /* recorded into a graph: nothing to wait for */
+        int err = capture_violation(e->captured);
+        pthread_mutex_unlock(&g_mu);
+        return ret(err ? err : cudaErrorStreamCaptureUnsupported);
+    }
     uint64_t target = e->record_gen;
     if (!(e->flags & 0x1u) && e->done_gen < target)
         g_cnt.spin_waits++; /* the real runtime would spin here */
@@ -580,6 +702,11 @@ EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t e)
 EXPORT cudaError_t cudaEventQuery(cudaEvent_t e)
 {
     ENTER("cudaEventQuery");
+    if (e->captured) {
+        int err = capture_violation(e->captured);
+        pthread_mutex_unlock(&g_mu);
+        return ret(err ? err : cudaErrorStreamCaptureUnsupported);
+    }
     int err = e->done_gen < e->record_gen ? cudaErrorNotReady : e->err;
     pthread_mutex_unlock(&g_mu);
     return err == cudaErrorNotReady ? err : ret(err);
@@ -598,7 +725,14 @@ EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned i
     op->ev = e;
     op->gen = e->record_gen;
     e->refs++;
-    enqueue(resolve_stream(s), op);
+    struct mstream *m = resolve_stream(s);
+    if (e->captured && e->captured->capturing && !m->capturing) {
+        /* Waiting on an event recorded in a capture pulls the stream into
+         * that capture (cross-stream capture). */
+        m->capturing = 1;
+        m->origin = e->captured;
+    }
+    enqueue(m, op);
     pthread_mutex_unlock(&g_mu);
     return cudaSuccess;
 }
@@ -617,6 +751,14 @@ EXPORT cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *arg
     enqueue(resolve_stream(s), op);
     pthread_mutex_unlock(&g_mu);
     return cudaSuccess;
+}
+
+/* g_mu held: one side device memory, the other plain (unpinned) host. */
+static int is_pageable_transfer(const void *dst, const void *src)
+{
+    struct alloc *d = find_alloc(dst), *s = find_alloc(src);
+    int dst_dev = d && d->kind == A_DEVICE, src_dev = s && s->kind == A_DEVICE;
+    return (dst_dev && !s) || (src_dev && !d);
 }
 
 /* A device pointer's range must lie inside its allocation; kinds 1..3 must
@@ -661,7 +803,17 @@ EXPORT cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, int kin
     op->src = src;
     op->n = n;
     op->err = async_err;
-    enqueue(resolve_stream(s), op);
+    struct mstream *m = resolve_stream(s);
+    int pageable = is_pageable_transfer(dst, src);
+    if (enqueue(m, op) == 0 && pageable) {
+        /* A transfer between device and pageable host memory is staged by
+         * the driver: the call returns only once the copy has run. */
+        g_cnt.pageable_copies++;
+        t_cnt.pageable_copies++;
+        uint64_t target = m->enq;
+        while (m->done < target)
+            pthread_cond_wait(&g_cv, &g_mu);
+    }
     pthread_mutex_unlock(&g_mu);
     return cudaSuccess;
 }
@@ -796,6 +948,13 @@ EXPORT cudaError_t cudaFree(void *p)
         pthread_mutex_unlock(&g_mu);
         return cudaSuccess;
     }
+    if (!find_alloc(p)) {
+        pthread_mutex_unlock(&g_mu);
+        return ret(cudaErrorInvalidValue);
+    }
+    /* cudaFree synchronizes the device: it waits for every stream. */
+    g_cnt.free_syncs++;
+    drain_all_locked();
     if (remove_alloc(p, A_DEVICE, &n) != 0 && remove_alloc(p, A_MANAGED, &n) != 0) {
         pthread_mutex_unlock(&g_mu);
         return ret(cudaErrorInvalidValue);
@@ -813,6 +972,8 @@ EXPORT cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
     ENTER("cudaMemGetInfo");
     *total = g_device_total;
     *free_bytes = g_device_total > g_cnt.device_bytes ? g_device_total - g_cnt.device_bytes : 0;
+    if (g_reported_free != SIZE_MAX)
+        *free_bytes = g_reported_free; /* another allocator's view, e.g. a cache */
     pthread_mutex_unlock(&g_mu);
     return cudaSuccess;
 }
@@ -883,7 +1044,108 @@ EXPORT const char *cudaGetErrorString(cudaError_t e)
     return "unrecognized error code";
 }
 
+/* ----------------------------------------------------------- graph capture */
+
+struct mgraph {
+    int unused;
+};
+
+EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t s, int mode)
+{
+    (void)mode;
+    ENTER("cudaStreamBeginCapture");
+    if ((uintptr_t)s <= 2 || s->capturing) {
+        pthread_mutex_unlock(&g_mu);
+        return ret(cudaErrorInvalidValue); /* no capture on the legacy stream */
+    }
+    s->capturing = 1;
+    s->origin = NULL;
+    s->invalidated = 0;
+    pthread_mutex_unlock(&g_mu);
+    return cudaSuccess;
+}
+
+/* Ends the capture begun on s.  Every stream that joined it must have been
+ * joined back (its last work waited for on s), else
+ * cudaErrorStreamCaptureUnjoined; a forbidden call during the capture makes
+ * it cudaErrorStreamCaptureInvalidated. */
+EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph)
+{
+    ENTER("cudaStreamEndCapture");
+    if ((uintptr_t)s <= 2 || !s->capturing || s->origin) {
+        pthread_mutex_unlock(&g_mu);
+        return ret(cudaErrorInvalidValue);
+    }
+    int err = s->invalidated ? cudaErrorStreamCaptureInvalidated : 0;
+    for (struct mstream *o = g_streams; o; o = o->next_all) {
+        if (o->origin == s) {
+            if (!err)
+                err = cudaErrorStreamCaptureUnjoined;
+            o->capturing = 0;
+            o->origin = NULL;
+        }
+    }
+    for (int d = 0; d < MAX_DEVICES; d++)
+        if (g_default[d] && g_default[d]->origin == s)
+            g_default[d]->capturing = 0, g_default[d]->origin = NULL;
+    s->capturing = 0;
+    s->invalidated = 0;
+    pthread_mutex_unlock(&g_mu);
+    if (err) {
+        *graph = NULL;
+        return ret(err);
+    }
+    *graph = calloc(1, sizeof **graph);
+    return *graph ? cudaSuccess : ret(cudaErrorMemoryAllocation);
+}
+
+/* status: 0 none, 1 active, 2 invalidated (cudaStreamCaptureStatus). */
+EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t s, int *status)
+{
+    ENTER("cudaStreamIsCapturing");
+    struct mstream *m = resolve_stream(s);
+    struct mstream *o = capture_origin(m);
+    *status = !o ? 0 : o->invalidated ? 2 : 1;
+    pthread_mutex_unlock(&g_mu);
+    return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t g)
+{
+    ENTER("cudaGraphDestroy");
+    pthread_mutex_unlock(&g_mu);
+    free(g);
+    return cudaSuccess;
+}
+
 /* --------------------------------------------------------------- control */
+
+EXPORT void mock_cuda_set_reported_free(size_t bytes)
+{
+    pthread_mutex_lock(&g_mu);
+    g_reported_free = bytes;
+    pthread_mutex_unlock(&g_mu);
+}
+
+EXPORT void mock_cuda_set_queue_depth(unsigned int ops)
+{
+    pthread_mutex_lock(&g_mu);
+    g_queue_depth = ops ? ops : 1;
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+}
+
+EXPORT void mock_cuda_get_thread_counters(mock_cuda_thread_counters *out)
+{
+    *out = t_cnt;
+}
+
+EXPORT void mock_cuda_forget_contexts(void)
+{
+    pthread_mutex_lock(&g_mu);
+    g_cnt.context_mask = 0;
+    pthread_mutex_unlock(&g_mu);
+}
 
 static void arm(const char *fn, long nth, int err, unsigned flags)
 {
@@ -975,6 +1237,9 @@ __attribute__((constructor)) static void mock_init(void)
     v = getenv("MOCK_CUDA_DEVICE_COUNT");
     if (v)
         g_device_count = atoi(v);
+    v = getenv("MOCK_CUDA_QUEUE_DEPTH");
+    if (v && atoi(v) > 0)
+        g_queue_depth = (unsigned)atoi(v);
     v = getenv("MOCK_CUDA_DEVICE_MEMORY");
     if (v)
         g_device_total = (size_t)strtoull(v, NULL, 10);

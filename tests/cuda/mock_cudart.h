@@ -15,6 +15,17 @@
 
 #include <stddef.h>
 
+/* Strictness, as the real runtime behaves: streams, events and allocations
+ * belong to the device current when they were made, and an event recorded
+ * on another device's stream fails; each thread has a current device (0
+ * until cudaSetDevice) and any call but a handful creates that device's
+ * context (counted in context_mask); device <-> pageable host copies block
+ * the caller until they ran; a stream holds a bounded number of pending
+ * operations; cudaFree waits for every stream; cudaErrorIllegalAddress,
+ * LaunchFailure and ECCUncorrectable are sticky; streams can capture
+ * (cudaStreamBeginCapture), and waiting on a captured event joins the
+ * waiter to the capture, which must be joined back before EndCapture. */
+
 /* Fault flags. */
 #define MOCK_FAULT_ASYNC 0x1u  /* a stream operation (cudaMemcpyAsync) is
                                   accepted but fails when the stream runs
@@ -37,6 +48,15 @@ typedef struct mock_cuda_counters {
     long spin_waits;      /* cudaEventSynchronize on an event created without
                              cudaEventBlockingSync: a CPU core spun (CUDA's
                              default) for the whole wait */
+    unsigned context_mask;   /* bit d: a thread used device d, creating its
+                                primary context (mock_cuda_forget_contexts) */
+    long pageable_copies;    /* device <-> pageable host transfers: the
+                                enqueueing thread waited for each to run  */
+    long enqueue_waits;      /* enqueues that blocked on a full stream    */
+    long free_syncs;         /* cudaFree calls: each synchronized the device */
+    long cross_device_records; /* cudaEventRecord refused: event and stream
+                                  on different devices                      */
+    long captured_ops;       /* operations captured into a graph, not run  */
 } mock_cuda_counters;
 
 /* Forget faults, the sticky error, errors streams have not reported yet and
@@ -44,7 +64,8 @@ typedef struct mock_cuda_counters {
  *   MOCK_CUDA_FAULTS="cudaMemcpyAsync:3:700:async,cudaHostAlloc:1:2"
  *       (function:nth:error[:async][:sticky], comma separated)
  *   MOCK_CUDA_COPY_DELAY_US=20000   MOCK_CUDA_DEVICE_COUNT=1
- *   MOCK_CUDA_DEVICE_MEMORY=bytes (total "device" memory, default 4 GiB) */
+ *   MOCK_CUDA_DEVICE_MEMORY=bytes (total "device" memory, default 4 GiB)
+ *   MOCK_CUDA_QUEUE_DEPTH=ops   MOCK_DEBUG_CTX=1 (print the call creating each context) */
 void mock_cuda_reset(void);
 
 /* Make the nth call (1 = next) of runtime function `fn` counted from now
@@ -60,5 +81,19 @@ void mock_cuda_set_copy_delay_us(unsigned int us);
 void mock_cuda_set_device_count(int n);
 void mock_cuda_set_device_memory(size_t total);
 void mock_cuda_get_counters(mock_cuda_counters *out);
+/* cudaMemGetInfo reports `bytes` free (SIZE_MAX: the truth), as it does
+ * when another allocator (PyTorch's cache) holds memory it would reuse. */
+void mock_cuda_set_reported_free(size_t bytes);
+/* Pending operations a stream holds before enqueueing blocks (default
+ * 1024, MOCK_CUDA_QUEUE_DEPTH). */
+void mock_cuda_set_queue_depth(unsigned int ops);
+void mock_cuda_forget_contexts(void);
+/* What the calling thread itself waited for: enqueues blocked on a full
+ * stream, and pageable transfers it had to wait out. */
+typedef struct mock_cuda_thread_counters {
+    long enqueue_waits;
+    long pageable_copies;
+} mock_cuda_thread_counters;
+void mock_cuda_get_thread_counters(mock_cuda_thread_counters *out);
 
 #endif

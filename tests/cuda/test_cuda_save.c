@@ -353,13 +353,14 @@ static void save_fault(const char *fn, int nth, int err, unsigned flags,
 /* 16 chunks per tensor: the 20th copy is layer2's 4th chunk */
 Test(cuda_save, illegal_address_at_enqueue)
 {
-    save_fault("cudaMemcpyAsync", 20, CU_ILLEGAL_ADDRESS, 0, "cudaErrorIllegalAddress",
+    /* one cudaMemcpyAsync per tensor: chunks of a tensor are coalesced */
+    save_fault("cudaMemcpyAsync", 2, CU_ILLEGAL_ADDRESS, 0, "cudaErrorIllegalAddress",
                "layer2");
 }
 
 Test(cuda_save, illegal_address_while_copying)
 {
-    save_fault("cudaMemcpyAsync", 20, CU_ILLEGAL_ADDRESS, MOCK_FAULT_ASYNC,
+    save_fault("cudaMemcpyAsync", 2, CU_ILLEGAL_ADDRESS, MOCK_FAULT_ASYNC,
                "cudaErrorIllegalAddress", "layer2");
 }
 
@@ -442,17 +443,23 @@ Test(cuda_save, host_only_saves_load_no_cuda)
 Test(cuda_save, failed_save_copies_do_not_reach_the_next_snapshot)
 {
     ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0, 0);
-    void *d = dmalloc();
+    void *dv[4];
+    ckpt_tensor td[4];
+    char names[4][8];
+    for (int i = 0; i < 4; i++) { /* separate allocations: one copy each */
+        dv[i] = dmalloc();
+        pattern_fill(dv[i], N, 1);
+        snprintf(names[i], sizeof names[i], "dev%d", i);
+        td[i] = dtensor(names[i], dv[i], CKPT_MEM_DEVICE);
+    }
     char *h = malloc(N);
-    pattern_fill(d, N, 1);
     pattern_fill(h, N, 2);
-    ckpt_tensor td = dtensor("dev", d, CKPT_MEM_DEVICE);
     ckpt_tensor th = dtensor("host", h, CKPT_MEM_HOST);
 
-    M.set_copy_delay_us(5000); /* 15 chunks in flight take 75 ms */
-    M.fault("cudaMemcpyAsync", 16, CU_ILLEGAL_ADDRESS, 0);
+    M.set_copy_delay_us(20000); /* 3 copies in flight take 60 ms */
+    M.fault("cudaMemcpyAsync", 4, CU_OOM, 0); /* not sticky: the store goes on */
     ckpt_save *save = NULL;
-    int rc = ckpt_save_begin(&save, st, 1, &td, 1, NULL);
+    int rc = ckpt_save_begin(&save, st, 1, td, 4, NULL);
     if (rc == CKPT_OK)
         rc = ckpt_save_wait(save);
     cr_assert_eq(rc, CKPT_EDEVICE, "%s", ckpt_error_last());
@@ -461,7 +468,8 @@ Test(cuda_save, failed_save_copies_do_not_reach_the_next_snapshot)
     cr_assert_eq(ckpt_save_sync(st, 2, &th, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
     expect_saved(st, 2, "host", 2);
     ckpt_store_free(st);
-    M.Free(d);
+    for (int i = 0; i < 4; i++)
+        M.Free(dv[i]);
     free(h);
     expect_no_leaks(&M);
 }

@@ -152,9 +152,10 @@ def test_device_fault_is_a_device_error_and_the_store_goes_on(cuda, stream,
                                                              root):
     x = DeviceArray(cuda, np.arange(100.0), stream)
     with open_store(root) as store:
-        # The copy is accepted and fails when the stream runs it (700:
-        # cudaErrorIllegalAddress), as a kernel's fault would.
-        cuda.mock_cuda_fault(b"cudaMemcpyAsync", 1, 700, 0x1)
+        # The copy is accepted and fails when the stream runs it (999:
+        # cudaErrorUnknown; an illegal address, 700, would poison the
+        # context for good, in the mock as on a GPU).
+        cuda.mock_cuda_fault(b"cudaMemcpyAsync", 1, 999, 0x1)
         with pytest.raises(libckpt.DeviceError) as e:
             store.save(1, {"x": x}).wait()
         assert e.value.message
@@ -171,7 +172,7 @@ def test_failed_save_nobody_waited_for_is_reported(cuda, stream, root):
     # already failed by then, else from close(): either way exactly once.
     with pytest.warns(RuntimeWarning, match="step 1 failed") as seen:
         try:
-            cuda.mock_cuda_fault(b"cudaMemcpyAsync", 1, 700, 0x1)
+            cuda.mock_cuda_fault(b"cudaMemcpyAsync", 1, 999, 0x1)
             store.save(1, {"x": x})  # handle dropped: the failure is not lost
             cuda.mock_cuda_reset()
         finally:

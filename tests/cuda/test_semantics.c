@@ -1,0 +1,355 @@
+/* The device path under the real runtime's rules, enforced by the strict
+ * mock (mock_cudart.h): several devices, device-bound streams and events,
+ * contexts created by stray calls, pageable copies that block, bounded
+ * stream queues, cudaFree that synchronizes, graph capture.  Each test
+ * failed against the device code before it followed these rules. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <criterion/criterion.h>
+
+#include "ckpt.h"
+#include "cuda_test_util.h"
+
+#define N ((size_t)1 << 20) /* bytes per device tensor */
+#define CHUNK ((uint64_t)64 << 10)
+
+static mock_api M;
+static char *root;
+
+static void setup(void)
+{
+    M = mock_api_open();
+    M.reset();
+    root = ct_mkdtemp();
+}
+
+static void teardown(void)
+{
+    ct_rmtree(root);
+    free(root);
+}
+
+TestSuite(semantics, .init = setup, .fini = teardown, .timeout = 120);
+
+static ckpt_store *open_store(ckpt_snapshot_mode mode, uint64_t pinned_limit)
+{
+    ckpt_store *st;
+    ckpt_store_options o = CKPT_STORE_OPTIONS_INIT;
+    o.fsync = 0;
+    o.threads = 2;
+    o.chunk_bytes = CHUNK;
+    o.snapshot_mode = mode;
+    o.pinned_limit = pinned_limit;
+    cr_assert_eq(ckpt_store_open(&st, root, &o), CKPT_OK, "%s", ckpt_error_last());
+    return st;
+}
+
+static int64_t g_shape[1] = { (int64_t)(N / 4) };
+
+static ckpt_tensor tensor(const char *name, void *p, size_t bytes, ckpt_memory mem)
+{
+    static int64_t shapes[512][1];
+    static int next;
+    int64_t *shape = bytes == N ? g_shape : shapes[next++ % 512];
+    shape[0] = (int64_t)(bytes / 4);
+    return (ckpt_tensor){ name, p, bytes, CKPT_F32, 1, shape, mem };
+}
+
+static void *dmalloc_on(int dev, size_t n)
+{
+    void *p = NULL;
+    cr_assert_eq(M.SetDevice(dev), 0);
+    cr_assert_eq(M.Malloc(&p, n), 0);
+    return p;
+}
+
+/* Read tensor `name` of `step` back and compare it with `seed`. */
+static void expect_saved(ckpt_store *st, int64_t step, const char *name, size_t n,
+                         unsigned seed)
+{
+    void *data = NULL;
+    uint64_t bytes = 0;
+    cr_assert_eq(ckpt_load(st, step, name, &data, &bytes, NULL), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_assert_eq(bytes, n);
+    long at = pattern_check(data, n, seed);
+    cr_expect_eq(at, -1, "step %lld tensor '%s' differs at byte %ld", (long long)step,
+                 name, at);
+    ckpt_free(data);
+}
+
+/* Tensors on GPU 1, the application's thread on GPU 1: saving and restoring
+ * (NULL stream: GPU 1's legacy stream) must never create a context on GPU 0
+ * — every library thread binds to GPU 1 — and must leave the caller on
+ * GPU 1. */
+Test(semantics, second_gpu_only_touches_that_gpu)
+{
+    M.set_device_count(2);
+    void *d = dmalloc_on(1, N);
+    pattern_fill(d, N, 1);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0);
+    ckpt_tensor t = tensor("w", d, N, CKPT_MEM_DEVICE);
+    M.forget_contexts();
+    cr_assert_eq(ckpt_save_sync(st, 1, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    memset(d, 0, N);
+    cr_assert_eq(ckpt_restore(st, 1, &t, 1, NULL, NULL), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_expect_eq(pattern_check(d, N, 1), -1, "restore landed wrong bytes");
+    mock_cuda_counters c;
+    M.get_counters(&c);
+    cr_expect_eq(c.context_mask, 0x2u, "contexts created on devices 0x%x, want only "
+                 "GPU 1 (0x2)", c.context_mask);
+    cr_expect_eq(c.cross_device_records, 0);
+    int cur = -1;
+    M.GetDevice(&cur);
+    cr_expect_eq(cur, 1, "the caller's current device changed to %d", cur);
+    ckpt_store_free(st);
+    M.Free(d);
+    expect_no_leaks(&M);
+}
+
+/* The same store may save from GPU 0 and later from GPU 1 (its copy
+ * stream moves), and restore into a tensor on either. */
+Test(semantics, store_moves_between_gpus_and_restores_anywhere)
+{
+    M.set_device_count(2);
+    void *d0 = dmalloc_on(0, N), *d1 = dmalloc_on(1, N);
+    pattern_fill(d0, N, 3);
+    pattern_fill(d1, N, 4);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0);
+    ckpt_tensor t0 = tensor("w", d0, N, CKPT_MEM_DEVICE);
+    ckpt_tensor t1 = tensor("w", d1, N, CKPT_MEM_DEVICE);
+    M.SetDevice(0);
+    cr_assert_eq(ckpt_save_sync(st, 1, &t0, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    M.SetDevice(1);
+    cr_assert_eq(ckpt_save_sync(st, 2, &t1, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    expect_saved(st, 1, "w", N, 3);
+    expect_saved(st, 2, "w", N, 4);
+    /* step 1 (from GPU 0) into GPU 1's buffer, from a thread on GPU 1 */
+    cr_assert_eq(ckpt_restore(st, 1, &t1, 1, NULL, NULL), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_expect_eq(pattern_check(d1, N, 3), -1);
+    mock_cuda_counters c;
+    M.get_counters(&c);
+    cr_expect_eq(c.cross_device_records, 0);
+    ckpt_store_free(st);
+    M.Free(d0);
+    M.Free(d1);
+    expect_no_leaks(&M);
+}
+
+Test(semantics, one_save_mixing_gpus_is_refused)
+{
+    M.set_device_count(2);
+    void *d0 = dmalloc_on(0, N), *d1 = dmalloc_on(1, N);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0);
+    ckpt_tensor t[2] = { tensor("a", d0, N, CKPT_MEM_DEVICE),
+                         tensor("b", d1, N, CKPT_MEM_DEVICE) };
+    ckpt_save *s = NULL;
+    cr_assert_eq(ckpt_save_begin(&s, st, 1, t, 2, NULL), CKPT_EINVAL);
+    const char *msg = ckpt_error_last();
+    cr_expect(strstr(msg, "'a' is on CUDA device 0") && strstr(msg, "'b' on CUDA device 1"),
+              "%s", msg);
+    int64_t *steps;
+    size_t n;
+    cr_assert_eq(ckpt_store_steps(st, &steps, &n), CKPT_OK);
+    cr_expect_eq(n, 0);
+    ckpt_free(steps);
+    ckpt_store_free(st);
+    M.Free(d0);
+    M.Free(d1);
+    expect_no_leaks(&M);
+}
+
+/* A stream of another device than the tensor's is a clear error. */
+Test(semantics, restore_stream_of_another_gpu_is_refused)
+{
+    M.set_device_count(2);
+    void *d1 = dmalloc_on(1, N);
+    pattern_fill(d1, N, 5);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0);
+    ckpt_tensor t = tensor("w", d1, N, CKPT_MEM_DEVICE);
+    cr_assert_eq(ckpt_save_sync(st, 1, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    void *s0;
+    M.SetDevice(0);
+    cr_assert_eq(M.StreamCreate(&s0), 0);
+    ckpt_restore_options ro = CKPT_RESTORE_OPTIONS_INIT;
+    ro.cuda_stream = s0;
+    int rc = ckpt_restore(st, 1, &t, 1, &ro, NULL);
+    cr_expect_eq(rc, CKPT_EINVAL, "got %d: %s", rc, ckpt_error_last());
+    cr_expect(strstr(ckpt_error_last(), "not on device 1"), "%s", ckpt_error_last());
+    M.StreamDestroy(s0);
+    ckpt_store_free(st);
+    M.Free(d1);
+    expect_no_leaks(&M);
+}
+
+/* Device tensors larger than pinned_limit: no device<->pageable copy may
+ * run on the caller's thread (it would wait for the caller's queued GPU
+ * work and the whole copy); host buffers are free when begin returns,
+ * device buffers once wait_snapshot returns; every byte is right. */
+static void large_state(ckpt_snapshot_mode mode)
+{
+    enum { K = 4 };
+    void *d[K];
+    char names[K][8];
+    ckpt_tensor t[K + 1];
+    for (int i = 0; i < K; i++) {
+        d[i] = dmalloc_on(0, N);
+        pattern_fill(d[i], N, 10 + (unsigned)i);
+        snprintf(names[i], sizeof names[i], "d%d", i);
+        t[i] = tensor(names[i], d[i], N, CKPT_MEM_DEVICE);
+    }
+    char *h = malloc(N);
+    pattern_fill(h, N, 20);
+    t[K] = tensor("host", h, N, CKPT_MEM_HOST);
+    ckpt_store *st = open_store(mode, 4 * CHUNK); /* 256 KiB of pinned memory */
+    M.set_copy_delay_us(2000);
+    mock_cuda_thread_counters before, after;
+    M.get_thread_counters(&before);
+    ckpt_save *s;
+    cr_assert_eq(ckpt_save_begin(&s, st, 1, t, K + 1, NULL), CKPT_OK, "%s",
+                 ckpt_error_last());
+    M.get_thread_counters(&after);
+    memset(h, 0, N); /* allowed: host tensors were copied */
+    cr_expect_eq(after.pageable_copies - before.pageable_copies, 0,
+                 "begin ran %ld device copies through pageable memory",
+                 after.pageable_copies - before.pageable_copies);
+    cr_assert_eq(ckpt_save_wait_snapshot(s), CKPT_OK, "%s", ckpt_error_last());
+    for (int i = 0; i < K; i++)
+        memset(d[i], 0, N); /* allowed now */
+    cr_assert_eq(ckpt_save_wait(s), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_save_free(s);
+    M.set_copy_delay_us(0);
+    cr_expect_leq(ckpt_store_pinned_bytes(st), 4 * CHUNK + 2 * CHUNK * 2,
+                 "pinned bytes %llu", (unsigned long long)ckpt_store_pinned_bytes(st));
+    for (int i = 0; i < K; i++)
+        expect_saved(st, 1, names[i], N, 10 + (unsigned)i);
+    expect_saved(st, 1, "host", N, 20);
+    ckpt_store_free(st);
+    for (int i = 0; i < K; i++)
+        M.Free(d[i]);
+    free(h);
+    expect_no_leaks(&M);
+}
+
+Test(semantics, host_mode_state_beyond_pinned_limit)
+{
+    large_state(CKPT_SNAPSHOT_HOST);
+}
+
+Test(semantics, stream_mode_state_beyond_pinned_limit)
+{
+    large_state(CKPT_SNAPSHOT_STREAM);
+}
+
+/* 300 separate device tensors and a stream that holds 32 operations: the
+ * caller's thread must not block on the full stream (the GPU would then
+ * hold the training loop); the copies still all land. */
+Test(semantics, many_tensors_do_not_fill_the_stream_from_begin)
+{
+    enum { K = 300, SZ = 4096 };
+    void **d = calloc(K, sizeof *d);
+    ckpt_tensor *t = calloc(K, sizeof *t);
+    char (*names)[16] = calloc(K, sizeof *names);
+    cr_assert(d && t && names);
+    for (int i = 0; i < K; i++) {
+        d[i] = dmalloc_on(0, SZ);
+        pattern_fill(d[i], SZ, 100 + (unsigned)i);
+        snprintf(names[i], sizeof names[i], "p%03d", i);
+        t[i] = tensor(names[i], d[i], SZ, CKPT_MEM_DEVICE);
+    }
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0);
+    M.set_queue_depth(32);
+    M.set_copy_delay_us(200);
+    mock_cuda_thread_counters before, after;
+    M.get_thread_counters(&before);
+    ckpt_save *s;
+    cr_assert_eq(ckpt_save_begin(&s, st, 1, t, K, NULL), CKPT_OK, "%s", ckpt_error_last());
+    M.get_thread_counters(&after);
+    cr_expect_eq(after.enqueue_waits - before.enqueue_waits, 0,
+                 "begin blocked %ld times on a full stream",
+                 after.enqueue_waits - before.enqueue_waits);
+    cr_assert_eq(ckpt_save_wait(s), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_save_free(s);
+    M.set_copy_delay_us(0);
+    M.set_queue_depth(1024);
+    for (int i = 0; i < K; i += 37)
+        expect_saved(st, 1, names[i], SZ, 100 + (unsigned)i);
+    expect_saved(st, 1, names[K - 1], SZ, 100 + K - 1);
+    ckpt_store_free(st);
+    for (int i = 0; i < K; i++)
+        M.Free(d[i]);
+    free(d);
+    free(t);
+    free(names);
+    expect_no_leaks(&M);
+}
+
+/* A caller stream in graph capture: the save is refused before anything is
+ * recorded on it, and the application's capture still ends cleanly. */
+Test(semantics, capturing_stream_is_refused_and_capture_survives)
+{
+    void *d = dmalloc_on(0, N);
+    pattern_fill(d, N, 7);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0);
+    ckpt_tensor t = tensor("w", d, N, CKPT_MEM_DEVICE);
+    void *s, *graph = NULL;
+    cr_assert_eq(M.StreamCreate(&s), 0);
+    cr_assert_eq(M.StreamBeginCapture(s, 0), 0);
+    ckpt_save_options so = CKPT_SAVE_OPTIONS_INIT;
+    so.cuda_stream = s;
+    ckpt_save *save = NULL;
+    int rc = ckpt_save_begin(&save, st, 1, &t, 1, &so);
+    cr_expect_eq(rc, CKPT_EINVAL, "got %d: %s", rc, ckpt_error_last());
+    cr_expect(strstr(ckpt_error_last(), "capturing a CUDA graph"), "%s", ckpt_error_last());
+    if (save) {
+        ckpt_save_wait(save);
+        ckpt_save_free(save);
+    }
+    cr_expect_eq(M.StreamEndCapture(s, &graph), 0, "the application's capture broke");
+    M.GraphDestroy(graph);
+    /* and outside the capture the same stream works */
+    so.cuda_stream = s;
+    cr_assert_eq(ckpt_save_begin(&save, st, 1, &t, 1, &so), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_assert_eq(ckpt_save_wait(save), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_save_free(save);
+    expect_saved(st, 1, "w", N, 7);
+    M.StreamDestroy(s);
+    ckpt_store_free(st);
+    M.Free(d);
+    expect_no_leaks(&M);
+}
+
+/* DEVICE mode: a state that outgrows the spare device memory reserved by
+ * an earlier save must not make begin call cudaFree (it would wait for the
+ * whole GPU, the caller's queued work included). */
+Test(semantics, device_mode_begin_never_frees_device_memory)
+{
+    void *a = dmalloc_on(0, N), *b = dmalloc_on(0, N);
+    pattern_fill(a, N, 30);
+    pattern_fill(b, N, 31);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_DEVICE, 0);
+    ckpt_tensor t[2] = { tensor("a", a, N, CKPT_MEM_DEVICE),
+                         tensor("b", b, N, CKPT_MEM_DEVICE) };
+    cr_assert_eq(ckpt_save_sync(st, 1, t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    for (int64_t step = 2; step <= 3; step++) {
+        long frees = M.calls("cudaFree");
+        ckpt_save *s;
+        cr_assert_eq(ckpt_save_begin(&s, st, step, t, 2, NULL), CKPT_OK, "%s",
+                     ckpt_error_last());
+        cr_expect_eq(M.calls("cudaFree") - frees, 0, "begin of step %lld called cudaFree",
+                     (long long)step);
+        cr_assert_eq(ckpt_save_wait(s), CKPT_OK, "%s", ckpt_error_last());
+        ckpt_save_free(s);
+        expect_saved(st, step, "a", N, 30);
+        expect_saved(st, step, "b", N, 31);
+    }
+    ckpt_store_free(st);
+    M.Free(a);
+    M.Free(b);
+    expect_no_leaks(&M);
+}

@@ -353,3 +353,26 @@ Test(semantics, device_mode_begin_never_frees_device_memory)
     M.Free(b);
     expect_no_leaks(&M);
 }
+
+/* cudaMemGetInfo sees memory a caching allocator holds as used and may
+ * also claim more than cudaMalloc then grants: either way DEVICE mode
+ * falls back to the host path and the save is whole. */
+Test(semantics, device_mode_survives_a_lying_mem_get_info)
+{
+    void *a = dmalloc_on(0, N);
+    pattern_fill(a, N, 40);
+    M.set_device_memory(N + N / 2); /* room for a, not for a staged copy */
+    M.set_reported_free((size_t)64 << 30);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_DEVICE, 0);
+    ckpt_tensor t = tensor("a", a, N, CKPT_MEM_DEVICE);
+    cr_assert_eq(ckpt_save_sync(st, 1, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    expect_saved(st, 1, "a", N, 40);
+    M.set_reported_free(0); /* and claiming nothing is free: host path too */
+    cr_assert_eq(ckpt_save_sync(st, 2, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    expect_saved(st, 2, "a", N, 40);
+    M.set_reported_free(SIZE_MAX);
+    M.set_device_memory((size_t)4 << 30);
+    ckpt_store_free(st);
+    M.Free(a);
+    expect_no_leaks(&M);
+}

@@ -293,6 +293,13 @@ int device_record_stream(device *dev, void *stream, int ordinal, device_event **
     return cu ? dcuda_record(cu, 1, stream, ordinal, ev) : CKPT_OK;
 }
 
+void device_note_reset(device *dev)
+{
+    dcuda *cu = cuda_of(dev);
+    if (cu)
+        dcuda_note_reset(cu);
+}
+
 void device_describe(device *dev, struct json_t *env)
 {
     dcuda *cu = cuda_of(dev);

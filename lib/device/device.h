@@ -117,5 +117,8 @@ int device_record_stream(device *dev, void *stream, int ordinal, device_event **
  * otherwise.  `env` is a json_t object. */
 struct json_t;
 void device_describe(device *dev, struct json_t *env);
+/* Forget the fallback note: a save calls it first, so that its manifest
+ * (described after its snapshot has started) names its own fallbacks. */
+void device_note_reset(device *dev);
 
 #endif

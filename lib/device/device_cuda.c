@@ -107,6 +107,7 @@ struct dcuda {
     /* environment facts, looked up once (cudaGetDeviceProperties is slow) */
     int described, runtime_version, driver_version;
     uint64_t scratch_want;  /* API/persist thread: scratch found too small */
+
     char gpu_name[256];
 
     pthread_mutex_t pool_mu; /* guards the pools                          */
@@ -181,6 +182,13 @@ static int grow(void **arr, size_t *cap, size_t need, size_t size)
     *arr = p;
     *cap = n;
     return 0;
+}
+
+void dcuda_note_reset(dcuda *cu)
+{
+    pthread_mutex_lock(&cu->mu);
+    cu->note[0] = 0;
+    pthread_mutex_unlock(&cu->mu);
 }
 
 void dcuda_note(dcuda *cu, const char *fmt, ...)
@@ -969,6 +977,7 @@ void dcuda_describe(dcuda *cu, struct json_t *env, uint64_t pinned_bytes)
     json_object_set_new(o, "pinned_bytes", json_integer((json_int_t)pinned_bytes));
     if (cu->note[0])
         json_object_set_new(o, "note", json_string(cu->note));
+
     pthread_mutex_unlock(&cu->mu);
     json_object_set_new((json_t *)env, "cuda", o);
 }

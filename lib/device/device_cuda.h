@@ -52,6 +52,7 @@ void dcuda_trim(dcuda *cu);
 
 /* Keep a note for the manifest's environment record (a fallback taken). */
 void dcuda_note(dcuda *cu, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void dcuda_note_reset(dcuda *cu);
 void dcuda_describe(dcuda *cu, struct json_t *env, uint64_t pinned_bytes);
 
 #endif

@@ -394,6 +394,7 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
     int rc = validate_tensors(t, count, 0);
     if (rc)
         return rc;
+    device_note_reset(st->dev);
     ckpt_memory *mem = calloc(count ? count : 1, sizeof *mem);
     int *ord = calloc(count ? count : 1, sizeof *ord);
     if (!mem || !ord) {
@@ -463,6 +464,8 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
     }
     if (!rc && any_device)
         rc = snapshot_start(s, t, count, mem, ordinal, opts ? opts->cuda_stream : NULL);
+    if (!rc && any_device)
+        device_describe(st->dev, s->m.env); /* with this save's fallbacks */
     if (!rc && split) {
         /* Host tensors now (their buffers are free when begin returns);
          * device tensors on the persist thread. */

@@ -376,3 +376,28 @@ Test(semantics, device_mode_survives_a_lying_mem_get_info)
     M.Free(a);
     expect_no_leaks(&M);
 }
+
+/* A fallback is recorded in the manifest of the save that took it, and
+ * not in the next one's. */
+Test(semantics, fallback_note_lands_in_its_own_manifest)
+{
+    void *a = dmalloc_on(0, N);
+    pattern_fill(a, N, 41);
+    M.set_device_memory(N + N / 2); /* no room for a staged copy */
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_DEVICE, 0);
+    ckpt_tensor t = tensor("a", a, N, CKPT_MEM_DEVICE);
+    cr_assert_eq(ckpt_save_sync(st, 1, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    M.set_device_memory((size_t)4 << 30);
+    cr_assert_eq(ckpt_save_sync(st, 2, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    for (int64_t step = 1; step <= 2; step++) {
+        ckpt_checkpoint *ck;
+        cr_assert_eq(ckpt_checkpoint_open(&ck, st, step, CKPT_VERIFY_QUICK), CKPT_OK);
+        const char *env = ckpt_checkpoint_env(ck);
+        int noted = env && strstr(env, "fell back to host") != NULL;
+        cr_expect_eq(noted, step == 1, "step %lld env: %s", (long long)step, env);
+        ckpt_checkpoint_free(ck);
+    }
+    ckpt_store_free(st);
+    M.Free(a);
+    expect_no_leaks(&M);
+}

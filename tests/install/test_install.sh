@@ -17,8 +17,8 @@
 #   - `import libckpt` in the configured interpreter finds the package in the
 #     user site directory and the library meson installed: save/load round
 #     trip, and the C program's checkpoint read back;
-#   - the binding without meson's _install.py (as `pip install
-#     ./bindings/python` installs it) names LIBCKPT_LIBRARY=<prefix>/<libdir>/
+#   - the binding without meson's _install.py and without a bundled library
+#     (a copy of the package on PYTHONPATH) names LIBCKPT_LIBRARY=<prefix>/<libdir>/
 #     libckpt.so.0 when it cannot find the library, and finds it through
 #     PKG_CONFIG_PATH or LIBCKPT_LIBRARY;
 #   - the h5zstd plugin lands in <libdir>/hdf5/plugins under the prefix;
@@ -224,8 +224,9 @@ EOF
     fail "import libckpt from the user site"
 
 # ------------------------------------ Python, binding without _install.py
-# What `pip install ./bindings/python` installs: the package alone.
-step "binding without _install.py (pip)"
+# The package alone, copied elsewhere (`pip install ./bindings/python`
+# bundles a library instead: test_pip.sh).
+step "binding without _install.py or a bundled library"
 mkdir -p "$tmp/pip"
 cp -r "$pydir/libckpt" "$tmp/pip/"
 rm -f "$tmp/pip/libckpt/_install.py"

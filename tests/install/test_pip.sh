@@ -17,7 +17,10 @@
 #     not meson's _install.py;
 #   - a nested state saves and loads back (NumPy, ints of any size, None,
 #     int keys) and verifies;
-#   - `pip uninstall` removes the package and the library with it.
+#   - `pip uninstall` removes the package and the library with it;
+#   - the sdist meson-python makes (PEP 517 build_sdist) carries the C
+#     library's sources, and `pip install` of that file alone gives the
+#     same working package (needs git, which meson dist uses).
 #
 # Usage: test_pip.sh SOURCE_ROOT
 # Environment: PYTHON (default /usr/bin/python3; it needs meson-python and
@@ -99,6 +102,32 @@ if ! (cd "$tmp/src" && "${clean[@]}" "$vpy" -m pip install --no-build-isolation 
 fi
 grep -E 'Successfully|wheel for libckpt' "$tmp/pip.log" || true
 echo "built and installed in $((SECONDS - t0))s"
+
+# The sdist, from the copy made a git repository (meson dist archives HEAD).
+sdist=
+if command -v git >/dev/null 2>&1; then
+    step "sdist (meson-python build_sdist)"
+    git=(git -C "$tmp/src" -c user.name=test -c user.email=test@invalid)
+    "${git[@]}" init -q && "${git[@]}" add -A && "${git[@]}" commit -qm copy
+    mkdir -p "$tmp/dist"
+    if (cd "$tmp/src/bindings/python" && "${clean[@]}" "$vpy" -c \
+        'import sys, mesonpy; print(mesonpy.build_sdist(sys.argv[1]))' "$tmp/dist") \
+        >"$tmp/sdist.log" 2>&1; then
+        sdist=$(find "$tmp/dist" -name 'libckpt-*.tar.gz')
+        echo "$sdist"
+        tar -tzf "$sdist" >"$tmp/sdist.list"
+        for f in subprojects/libckpt/meson.build subprojects/libckpt/include/ckpt.h \
+            subprojects/libckpt/lib/libckpt.map subprojects/libckpt/lib/store.c \
+            libckpt/__init__.py; do
+            grep -q "^libckpt-[0-9.]*/$f\$" "$tmp/sdist.list" || fail "sdist lacks $f"
+        done
+    else
+        tail -n 40 "$tmp/sdist.log"
+        fail "meson-python build_sdist"
+    fi
+else
+    echo "no git: sdist not checked (meson dist needs it)"
+fi
 # Nothing may depend on the source copy from here on.
 rm -rf "$tmp/src"
 
@@ -154,6 +183,21 @@ modules=$(cd "$src/bindings/python/libckpt" && printf '%s ' *.py py.typed)
 echo "source modules: $modules"
 (cd "$tmp/elsewhere" && "${clean[@]}" "$vpy" "$tmp/use.py" "$modules" "$tmp") ||
     fail "import libckpt after pip install"
+
+# ------------------------------------------------------ from the sdist
+if [[ -n $sdist ]]; then
+    step "pip install the sdist into a second venv"
+    "${clean[@]}" "$python" -m venv --system-site-packages "$tmp/venv2"
+    if (cd "$tmp/elsewhere" && "${clean[@]}" "$tmp/venv2/bin/python" -m pip install \
+        --no-build-isolation --no-index --no-deps "$sdist") >"$tmp/pip2.log" 2>&1; then
+        rm -rf "$tmp/elsewhere/store"
+        (cd "$tmp/elsewhere" && "${clean[@]}" "$tmp/venv2/bin/python" "$tmp/use.py" \
+            "$modules" "$tmp/elsewhere") || fail "import libckpt installed from the sdist"
+    else
+        tail -n 40 "$tmp/pip2.log"
+        fail "pip install $sdist"
+    fi
+fi
 
 # ------------------------------------------------------------ uninstall
 step "pip uninstall"

@@ -7,6 +7,8 @@ import json
 import os
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -143,20 +145,46 @@ def test_zstd_needs_the_plugin(tmp):
     check(doc["step"] == SEED, "import takes the step attribute")
 
 
+def hdf5_default_plugin_path():
+    """HDF5's search path with HDF5_PLUGIN_PATH unset, as libhdf5 reports it
+    (H5PLget through h5py in a fresh interpreter), ':'-joined; None without
+    h5py."""
+    if h5py is None:
+        return None
+    env = {k: v for k, v in os.environ.items() if k != "HDF5_PLUGIN_PATH"}
+    code = ("import h5py; print(':'.join(h5py.h5pl.get(i).decode() "
+            "for i in range(h5py.h5pl.size())))")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                       text=True, timeout=60, check=True)
+    return r.stdout.strip()
+
+
 def test_zstd_export_names_the_plugin_directory(tmp):
-    """Without the plugin on HDF5_PLUGIN_PATH, export --codec zstd says what
-    to export (stderr); with it there, or another codec, it says nothing."""
+    """Without the plugin on HDF5's search path, export --codec zstd says what
+    to export (stderr): the plugin's directory, then what HDF5 searched
+    before (HDF5_PLUGIN_PATH replaces HDF5's default directory, so other
+    plugins stay found); with it there, or another codec, it says nothing."""
     need_hdf5()
     root = source_root(tmp)
     out = os.path.join(tmp, "z.h5")
-    note = "export HDF5_PLUGIN_PATH=" + H5ZSTD_DIR
-    for env in ({"HDF5_PLUGIN_PATH": ""}, {"HDF5_PLUGIN_PATH": "/elsewhere:/else"}):
+    note = "export HDF5_PLUGIN_PATH="
+    for value, want in (("", H5ZSTD_DIR), ("/elsewhere:/else", H5ZSTD_DIR + ":/elsewhere:/else")):
+        env = {"HDF5_PLUGIN_PATH": value}
         r = expect_rc(ckpt("export", root, out, "--codec", "zstd", "--force", env=env), 0)
-        check(note in r.err and r.out.startswith("exported step"), "no plugin note", r)
+        check(r.err.endswith(note + want + "\n") and r.out.startswith("exported step"),
+              "no plugin note naming " + want, r)
         r = expect_rc(ckpt("--json", "export", root, out, "--codec", "zstd", "--force",
                            env=env), 0)
-        check(note in r.err and r.json()["hdf5_plugin_path"] == H5ZSTD_DIR,
+        check(r.err.endswith(note + want + "\n") and r.json()["hdf5_plugin_path"] == H5ZSTD_DIR,
               "no plugin note with --json", r)
+    default = hdf5_default_plugin_path()
+    if default is not None:  # HDF5_PLUGIN_PATH unset: HDF5's default kept after it
+        env = {k: v for k, v in os.environ.items() if k != "HDF5_PLUGIN_PATH"}
+        p = subprocess.run([CKPT, "export", root, out, "--codec", "zstd", "--force"], env=env,
+                           capture_output=True, text=True, timeout=120)
+        want = H5ZSTD_DIR + (":" + default if default else "")
+        check(p.returncode == 0 and p.stderr.endswith(note + want + "\n"),
+              "no plugin note naming %s (HDF5_PLUGIN_PATH unset)" % want, p)
     for env in ({"HDF5_PLUGIN_PATH": H5ZSTD_DIR},
                 {"HDF5_PLUGIN_PATH": "/elsewhere:" + H5ZSTD_DIR + "/"}):
         r = expect_rc(ckpt("export", root, out, "--codec", "zstd", "--force", env=env), 0)

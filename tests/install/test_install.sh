@@ -17,14 +17,18 @@
 #   - `import libckpt` in the configured interpreter finds the package in the
 #     user site directory and the library meson installed: save/load round
 #     trip, and the C program's checkpoint read back;
-#   - the binding without meson's _install.py (as `pip install
-#     ./bindings/python` installs it) names LIBCKPT_LIBRARY=<prefix>/<libdir>/
+#   - the binding without meson's _install.py and without a bundled library
+#     (a copy of the package on PYTHONPATH) names LIBCKPT_LIBRARY=<prefix>/<libdir>/
 #     libckpt.so.0 when it cannot find the library, and finds it through
 #     PKG_CONFIG_PATH or LIBCKPT_LIBRARY;
-#   - `ckpt export --codec zstd` names the installed plugin directory (stderr
-#     and --json) and h5dump reads the file with HDF5_PLUGIN_PATH set to it;
+#   - the h5zstd plugin lands in <libdir>/hdf5/plugins under the prefix;
+#     `ckpt export --codec zstd` names that directory (stderr and --json), and
+#     h5dump and h5py read the file with HDF5_PLUGIN_PATH set to it;
 #   - a configure for another prefix prints the PYTHONPATH to export and it is
-#     where the package goes.
+#     where the package goes; -Dhdf5_plugin_dir=DIR moves the plugin there;
+#   - a configure for the system prefix /usr/local puts the plugin into the
+#     directory libhdf5 searches by default (H5PLget, asked by a small C
+#     program), so HDF5 programs need no HDF5_PLUGIN_PATH.
 #
 # Usage: test_install.sh SOURCE_ROOT
 # Environment: MESON (default meson), PYTHON (the interpreter the build's
@@ -150,6 +154,11 @@ for f in "$prefix/bin/ckpt" "$libdir/libckpt.so.0" "$libdir/libckpt.a" \
     "$pydir/libckpt/__init__.py" "$pydir/libckpt/_install.py"; do
     [[ -e $f ]] || fail "not installed: $f"
 done
+if [[ $plugindir != - ]]; then
+    [[ $plugindir == "$libdir/hdf5/plugins" ]] ||
+        fail "h5zstd plugin goes to $plugindir, not $libdir/hdf5/plugins"
+    [[ -f $plugindir/libh5zstd.so ]] || fail "not installed: $plugindir/libh5zstd.so"
+fi
 if command -v readelf >/dev/null 2>&1; then
     runpath=$(readelf -d "$prefix/bin/ckpt" | sed -n 's/.*(\(RUN\)\{0,1\}PATH).*\[\(.*\)\]/\2/p')
     [[ $runpath == "$libdir" ]] || fail "RUNPATH of ckpt is '$runpath', not $libdir"
@@ -215,8 +224,9 @@ EOF
     fail "import libckpt from the user site"
 
 # ------------------------------------ Python, binding without _install.py
-# What `pip install ./bindings/python` installs: the package alone.
-step "binding without _install.py (pip)"
+# The package alone, copied elsewhere (`pip install ./bindings/python`
+# bundles a library instead: test_pip.sh).
+step "binding without _install.py or a bundled library"
 mkdir -p "$tmp/pip"
 cp -r "$pydir/libckpt" "$tmp/pip/"
 rm -f "$tmp/pip/libckpt/_install.py"
@@ -262,24 +272,100 @@ else
             fail "h5dump with HDF5_PLUGIN_PATH=$plugindir: $out"
         [[ $out == *"15.5"* ]] || fail "h5dump did not print the weights: $out"
     fi
+    if "$python" -c 'import h5py' >/dev/null 2>&1; then
+        # h5py (libhdf5 underneath) decodes the zstd chunks through the
+        # installed plugin: the same values as the checkpoint.
+        "${user[@]}" "${pythonpath[@]}" "HDF5_PLUGIN_PATH=$plugindir" "$python" - \
+            "$tmp/out.h5" "$tmp/store" <<'EOF' || fail "h5py with HDF5_PLUGIN_PATH=$plugindir"
+import sys
+import h5py, numpy as np
+import libckpt
+with h5py.File(sys.argv[1], "r") as f:
+    dset = f["weights"]
+    dcpl = dset.id.get_create_plist()
+    filters = [dcpl.get_filter(i)[0] for i in range(dcpl.get_nfilters())]
+    assert 32015 in filters, filters
+    data = dset[()]
+with libckpt.Store(sys.argv[2], readonly=True) as s:
+    step, state = s.load()
+assert np.array_equal(data, state["weights"]), (data, state["weights"])
+print("h5py read", data.shape, data.dtype, "through the plugin: equal to step", step)
+EOF
+    fi
 fi
 
 # --------------------------------------------- another prefix: PYTHONPATH
-step "meson setup --prefix $tmp/opt (configure only)"
+# Where a configured tree installs the binding (python) or the plugin (h5zstd).
+installed_dir() {
+    "$meson" introspect "$1" --installed | "$python" -c '
+import json, os, sys
+for dest in json.load(sys.stdin).values():
+    if sys.argv[1] == "python" and dest.endswith("/libckpt/__init__.py"):
+        print(os.path.dirname(os.path.dirname(dest)))
+    if sys.argv[1] == "h5zstd" and os.path.basename(dest) == "libh5zstd.so":
+        print(os.path.dirname(dest))' "$2"
+}
+
+step "meson setup --prefix $tmp/opt -Dhdf5_plugin_dir=lib/h5plugins (configure only)"
 "${clean[@]}" "$meson" setup "$tmp/build2" "$src" --prefix "$tmp/opt" -Dtests=disabled \
-    >"$tmp/setup2.log" 2>&1 || {
+    -Dhdf5_plugin_dir=lib/h5plugins >"$tmp/setup2.log" 2>&1 || {
     cat "$tmp/setup2.log"
     exit 1
 }
-pydir2=$("$meson" introspect "$tmp/build2" --installed | "$python" -c '
-import json, os, sys
-for dest in json.load(sys.stdin).values():
-    if dest.endswith("/libckpt/__init__.py"):
-        print(os.path.dirname(os.path.dirname(dest)))')
-grep -E 'PYTHONPATH|pkg-config|RUNPATH' "$tmp/setup2.log"
+pydir2=$(installed_dir "$tmp/build2" python)
+grep -E 'PYTHONPATH|pkg-config|RUNPATH|HDF5 zstd' "$tmp/setup2.log"
 grep -q "PYTHONPATH *: export PYTHONPATH=$pydir2\$" "$tmp/setup2.log" ||
     fail "meson setup for $tmp/opt does not print PYTHONPATH=$pydir2"
+if [[ $plugindir != - ]]; then
+    got=$(installed_dir "$tmp/build2" h5zstd)
+    [[ $got == "$tmp/opt/lib/h5plugins" ]] ||
+        fail "-Dhdf5_plugin_dir=lib/h5plugins installs the plugin into '$got'"
+    grep -q "HDF5 zstd plugin *: $tmp/opt/lib/h5plugins (export HDF5_PLUGIN_PATH=" \
+        "$tmp/setup2.log" || fail "meson setup does not print HDF5_PLUGIN_PATH for lib/h5plugins"
+fi
 rm -rf "$tmp/build2"
+
+# ------------------------------------- a system prefix: HDF5's own directory
+if [[ $plugindir != - ]]; then
+    step "meson setup --prefix /usr/local (configure only): the plugin directory"
+    # What libhdf5 searches with HDF5_PLUGIN_PATH unset, from libhdf5 itself.
+    cat >"$tmp/h5pl.c" <<'EOF'
+#include <hdf5.h>
+#include <stdio.h>
+int main(void)
+{
+    unsigned int n = 0;
+    char dir[4096];
+    if (H5PLsize(&n) < 0)
+        return 1;
+    for (unsigned int i = 0; i < n; i++)
+        if (H5PLget(i, dir, sizeof dir) > 0)
+            printf("%s\n", dir);
+    return 0;
+}
+EOF
+    # shellcheck disable=SC2046 # pkg-config's flags are words
+    if cc "$tmp/h5pl.c" -o "$tmp/h5pl" $(pkg-config --cflags --libs hdf5) >"$tmp/h5pl.log" 2>&1; then
+        mapfile -t h5default < <(env -u HDF5_PLUGIN_PATH "$tmp/h5pl")
+        echo "libhdf5's default plugin path: ${h5default[*]}"
+        "${clean[@]}" "$meson" setup "$tmp/build3" "$src" --prefix /usr/local -Dtests=disabled \
+            >"$tmp/setup3.log" 2>&1 || {
+            cat "$tmp/setup3.log"
+            exit 1
+        }
+        got=$(installed_dir "$tmp/build3" h5zstd)
+        grep 'HDF5 zstd' "$tmp/setup3.log"
+        if ((${#h5default[@]} == 0)) || [[ $got != "${h5default[0]}" ]]; then
+            fail "prefix /usr/local installs the plugin into '$got', not libhdf5's default '${h5default[*]}'"
+        fi
+        grep -q "HDF5 zstd plugin *: $got (HDF5's default)" "$tmp/setup3.log" ||
+            fail "meson setup for /usr/local does not call $got HDF5's default"
+        rm -rf "$tmp/build3"
+    else
+        cat "$tmp/h5pl.log"
+        fail "cannot build a program with pkg-config hdf5"
+    fi
+fi
 
 echo
 if ((failures)); then

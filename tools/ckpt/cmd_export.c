@@ -30,9 +30,8 @@ const cli_cmd cli_cmd_export = {
     1, cmd_export};
 
 /* The h5zstd plugin's directory (tools/meson.build): the build tree's when
- * this ckpt runs from the build tree, else where `meson install` put it.
- * *is_default: HDF5 searches it without HDF5_PLUGIN_PATH. */
-static const char *h5zstd_plugin_dir(int *is_default)
+ * this ckpt runs from the build tree, else where `meson install` put it. */
+static const char *h5zstd_plugin_dir(void)
 {
     char exe[PATH_MAX], bdir[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -41,53 +40,72 @@ static const char *h5zstd_plugin_dir(int *is_default)
         char *slash = strrchr(exe, '/');
         if (slash)
             *slash = '\0';
-        if (realpath(CKPT_CLI_BUILD_DIR, bdir) && strcmp(exe, bdir) == 0) {
-            *is_default = 0;
+        if (realpath(CKPT_CLI_BUILD_DIR, bdir) && strcmp(exe, bdir) == 0)
             return CKPT_H5ZSTD_BUILD_DIR;
-        }
     }
-    *is_default = CKPT_H5ZSTD_IS_DEFAULT;
     return CKPT_H5ZSTD_INSTALL_DIR;
 }
 
-/* 1 when `dir` is one of the ':'-separated entries of $HDF5_PLUGIN_PATH. */
-static int on_plugin_path(const char *dir)
+/* Length of `dir` without trailing slashes ("/" stays "/"). */
+static size_t dir_len(const char *dir, size_t len)
 {
-    const char *p = getenv("HDF5_PLUGIN_PATH");
-    size_t len = strlen(dir);
     while (len > 1 && dir[len - 1] == '/')
         len--;
-    while (p && *p) {
-        size_t n = strcspn(p, ":");
-        size_t m = n;
-        while (m > 1 && p[m - 1] == '/')
-            m--;
-        if (m == len && strncmp(p, dir, len) == 0)
-            return 1;
-        p += n;
-        if (*p == ':')
-            p++;
-    }
-    return 0;
+    return len;
 }
 
-/* After writing a --codec zstd file: which directory other HDF5 programs
- * need, on stderr unless HDF5 already looks there. */
-static void zstd_plugin_note(const char *dir, int is_default)
+/* HDF5's plugin search path as any HDF5 program started with this
+ * environment has it: $HDF5_PLUGIN_PATH when set (it replaces HDF5's
+ * default directory; set but empty, nothing is searched), else the default
+ * compiled into libhdf5 (Debian: /usr/lib/<triplet>/hdf5/serial/plugins).
+ * ckpt never changes it.  Returns the ':'-joined entries in `path` and
+ * whether `dir` is one of them. */
+static int hdf5_searches(const char *dir, char *path, size_t size)
 {
-    char so[PATH_MAX];
+    unsigned int count = 0;
+    int found = 0;
+    size_t used = 0, want = dir_len(dir, strlen(dir));
+    path[0] = '\0';
+    if (H5PLsize(&count) < 0)
+        return 0;
+    for (unsigned int i = 0; i < count; i++) {
+        char entry[PATH_MAX];
+        ssize_t n = H5PLget(i, entry, sizeof entry);
+        if (n <= 0 || (size_t)n >= sizeof entry)
+            continue;
+        if (dir_len(entry, (size_t)n) == want && strncmp(entry, dir, want) == 0)
+            found = 1;
+        int w = snprintf(path + used, size - used, "%s%s", used ? ":" : "", entry);
+        if (w < 0 || (size_t)w >= size - used) {
+            path[used] = '\0';
+            break;
+        }
+        used += (size_t)w;
+    }
+    return found;
+}
+
+/* After writing a --codec zstd file: the HDF5_PLUGIN_PATH other HDF5
+ * programs need (the plugin's directory first, then what HDF5 searches now,
+ * which setting the variable would otherwise hide), on stderr unless HDF5
+ * searches that directory already. */
+static void zstd_plugin_note(const char *dir)
+{
+    char so[PATH_MAX], searched[4096], value[PATH_MAX + sizeof searched + 1];
+    int found = hdf5_searches(dir, searched, sizeof searched);
+    snprintf(value, sizeof value, "%s%s%s", dir, searched[0] ? ":" : "", searched);
     snprintf(so, sizeof so, "%s/libh5zstd.so", dir);
     if (access(so, R_OK) != 0)
         fprintf(stderr,
                 "ckpt export: note: h5py, h5dump and other HDF5 programs read these zstd "
                 "chunks (filter 32015) with the h5zstd plugin, which is not in %s: build "
-                "and install tools/h5zstd, then export HDF5_PLUGIN_PATH=%s\n",
-                dir, dir);
-    else if (!is_default && !on_plugin_path(dir))
+                "and install tools/h5zstd%s%s\n",
+                dir, found ? "" : ", then export HDF5_PLUGIN_PATH=", found ? "" : value);
+    else if (!found)
         fprintf(stderr,
                 "ckpt export: note: h5py, h5dump and other HDF5 programs read these zstd "
                 "chunks (filter 32015) with the h5zstd plugin: export HDF5_PLUGIN_PATH=%s\n",
-                dir);
+                value);
 }
 
 /* Chunk shape of about `target` bytes: trailing dimensions whole first. */
@@ -447,8 +465,7 @@ int cmd_export(cli_ctx *ctx, int argc, char **argv)
     }
     struct stat sb;
     uint64_t fbytes = stat(out, &sb) == 0 ? (uint64_t)sb.st_size : 0;
-    int plugin_default = 0;
-    const char *plugin_dir = codec == CODEC_ZSTD ? h5zstd_plugin_dir(&plugin_default) : NULL;
+    const char *plugin_dir = codec == CODEC_ZSTD ? h5zstd_plugin_dir() : NULL;
     if (ctx->json) {
         json_t *doc = json_pack("{s:s, s:s, s:I, s:s, s:I, s:I, s:I}", "file", out, "root",
                                 ckpt_store_path(store), "step",
@@ -466,7 +483,7 @@ int cmd_export(cli_ctx *ctx, int argc, char **argv)
     }
     if (plugin_dir) {
         fflush(stdout);
-        zstd_plugin_note(plugin_dir, plugin_default);
+        zstd_plugin_note(plugin_dir);
     }
     ret = CLI_EXIT_OK;
     goto done;

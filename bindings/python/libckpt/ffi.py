@@ -10,7 +10,8 @@ libckpt call can overwrite it.
 The library is loaded with ``ctypes.CDLL``, which releases the GIL for the
 duration of every foreign call, so a blocking wait lets other Python threads
 run.  Search order: ``$LIBCKPT_LIBRARY`` (only that file when set), a
-``libckpt.so*`` next to this package, the library directory ``meson
+``libckpt.so*`` next to this package (``pip install`` bundles
+``libckpt.so`` there), the library directory ``meson
 install`` put it in, the directory ``pkg-config --variable=libdir libckpt``
 names, then ``ctypes.util.find_library("ckpt")`` and the dynamic loader's
 search for ``libckpt.so.0``.

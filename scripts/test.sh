@@ -123,6 +123,25 @@ fi
 # interpreter unless the sanitizer runtimes are preloaded: the python suite
 # gets them through LD_PRELOAD, without leak checking (CPython keeps memory
 # until exit).
+# 0 when the report file holds leaks only, each of exactly two frames:
+# an allocator, then libcriterion.
+criterion_runner_leak_only() {
+    grep -q 'ERROR: LeakSanitizer' "$1" || return 1
+    grep -q -E 'ERROR: AddressSanitizer|runtime error:' "$1" && return 1
+    awk '
+        /^(Direct|Indirect) leak/ { inleak = 1; frames = 0; next }
+        inleak && /^ *#[0-9]+ / {
+            frames++
+            if (frames == 1 && $0 !~ /(calloc|malloc|realloc)/) bad = 1
+            if (frames == 2 && $0 !~ /libcriterion\.so/) bad = 1
+            if (frames > 2) bad = 1
+            next
+        }
+        inleak && /^$/ { inleak = 0 }
+        END { exit bad ? 1 : 0 }
+    ' "$1"
+}
+
 asan_tests() {
     local logs=$root/$asan_build/sanitizer-logs rc=0
     rm -rf "$logs"
@@ -131,7 +150,10 @@ asan_tests() {
     asan+=:detect_stack_use_after_return=1:check_initialization_order=1
     asan+=:log_path=$logs/asan
     local ubsan=print_stacktrace=1:halt_on_error=1:log_path=$logs/ubsan
-    ASAN_OPTIONS=$asan:detect_leaks=1:fast_unwind_on_malloc=0 \
+    # Leaks do not fail the test process (exitcode=0; other errors abort):
+    # the report scan below decides, so that it can tell Criterion's own
+    # runner leak apart.
+    ASAN_OPTIONS=$asan:detect_leaks=1:fast_unwind_on_malloc=0:exitcode=0 \
     LSAN_OPTIONS=suppressions=$root/scripts/lsan.supp:print_suppressions=0 \
     UBSAN_OPTIONS=$ubsan \
         run_tests "$asan_build" --no-suite python --timeout-multiplier 3 || rc=1
@@ -141,11 +163,18 @@ asan_tests() {
         LD_PRELOAD=$preload ASAN_OPTIONS=$asan:detect_leaks=0 UBSAN_OPTIONS=$ubsan \
             run_tests "$asan_build" --suite python --timeout-multiplier 3 || rc=1
     fi
-    # A file holding only a "Suppressions used" table is no report.
+    # A file holding only a "Suppressions used" table is no report, nor one
+    # whose every leak is Criterion's runner block: allocated by calloc
+    # straight from a static function of libcriterion, a two-frame stack
+    # that no suppression can name (seen about once in ten runs).
     local f n=0
     for f in "$logs"/*; do
         [[ -e $f ]] || continue
         grep -q -E 'ERROR: [A-Za-z]*Sanitizer|runtime error:|SUMMARY: [A-Za-z]*Sanitizer' "$f" || continue
+        if criterion_runner_leak_only "$f"; then
+            echo "sanitizers: ignored Criterion's runner leak in $f"
+            continue
+        fi
         ((n == 0)) && echo "sanitizer reports:"
         n=$((n + 1))
         echo "---- $f"

@@ -807,9 +807,40 @@ static void multi_gpu(void)
     CHECK(rc == 0 || rc == 77, "the multi-GPU child failed (status %d)", rc);
 }
 
-int main(void)
+/* --probe: what the CUDA runtime sees, for tests/gpu/run.sh: exit 0 with
+ * one line per device, or 1 naming the runtime's error. */
+static int probe(void)
+{
+    int n = 0, drv = 0, rt = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    printf("CUDA driver API %d.%d, runtime %d.%d\n", drv / 1000, drv % 1000 / 10, rt / 1000,
+           rt % 1000 / 10);
+    if (e != cudaSuccess || n == 0) {
+        printf("cudaGetDeviceCount: %s\n",
+               e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return 1;
+    }
+    for (int i = 0; i < n; i++) {
+        struct cudaDeviceProp prop;
+        e = cudaGetDeviceProperties(&prop, i);
+        if (e != cudaSuccess) {
+            printf("device %d: cudaGetDeviceProperties: %s\n", i, cudaGetErrorString(e));
+            return 1;
+        }
+        printf("device %d: %s, %.1f GiB, compute %d.%d\n", i, prop.name,
+               (double)prop.totalGlobalMem / (double)(1u << 30), prop.major, prop.minor);
+    }
+    printf("devices: %d\n", n);
+    return 0;
+}
+
+int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc > 1 && strcmp(argv[1], "--probe") == 0)
+        return probe();
     const char *required = getenv("CKPT_GPU_REQUIRED");
     int require = required && *required && strcmp(required, "0") != 0;
     multi_gpu(); /* first: it forks, which CUDA allows only before any call */

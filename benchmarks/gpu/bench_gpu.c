@@ -27,14 +27,14 @@
  *               into host buffers plus one pinned H2D copy (target <= 1.2);
  *               also over pinned H2D bandwidth alone
  * Then once:
- *   --big G     begin time of a HOST-mode save of G GiB (default 16) with the
- *               default pinned_limit (bounded pinned passes), per GiB
- *   --many N    begin time of a save of N tensors of 64 KiB (default 10000)
+ *   --big G     begin time of a HOST-mode save of G GiB with the default
+ *               pinned_limit (bounded pinned passes), per GiB (run.sh: 16)
+ *   --many N    begin time of a save of N tensors of 64 KiB (run.sh: 10000)
  *
  * Usage: bench_gpu [--sizes 1,4] [--modes host,device,stream] [--dir DIR]
  *                  [--big GIB] [--many N] [--fsync] [--verify none|quick|full]
  *                  [--threads N] [--chunk-mib N] [--json FILE] [--enforce]
- * --big 0 and --many 0 leave those parts out.  Defaults: fsync off and quick
+ * --big and --many default to 0, which leaves those parts out.  Defaults: fsync off and quick
  * verification after each save, so that the numbers are the pipeline's and
  * not the disk's; DIR defaults to /dev/shm when it has room, else $TMPDIR.
  * Exits 77 with "SKIP: no CUDA device" without a GPU (1 instead with
@@ -58,6 +58,10 @@
 #include <unistd.h>
 
 #include "ckpt.h"
+
+/* Weak: the mock runtime of tests/cuda (which also runs this source) may
+ * lack it; CPU wall time around a synchronize stands in for it there. */
+extern __typeof__(cudaEventElapsedTime) cudaEventElapsedTime __attribute__((weak));
 
 #define GIB ((uint64_t)1 << 30)
 #define MIB ((uint64_t)1 << 20)
@@ -205,12 +209,15 @@ static double time_copy(void *dst, const void *src, size_t n, enum cudaMemcpyKin
     CU(cudaEventCreate(&a));
     CU(cudaEventCreate(&b));
     CU(cudaMemcpyAsync(dst, src, warm, kind, s));
+    CU(cudaStreamSynchronize(s));
     CU(cudaEventRecord(a, s));
+    double t0 = now();
     CU(cudaMemcpyAsync(dst, src, n, kind, s));
     CU(cudaEventRecord(b, s));
     CU(cudaEventSynchronize(b));
-    float ms = 0;
-    CU(cudaEventElapsedTime(&ms, a, b));
+    float ms = (float)((now() - t0) * 1e3);
+    if (cudaEventElapsedTime)
+        CU(cudaEventElapsedTime(&ms, a, b));
     CU(cudaEventDestroy(a));
     CU(cudaEventDestroy(b));
     return ms * 1e-3;
@@ -226,8 +233,8 @@ static int parse(int argc, char **argv, options *o)
     o->modes[1] = CKPT_SNAPSHOT_DEVICE;
     o->modes[2] = CKPT_SNAPSHOT_STREAM;
     o->verify = CKPT_VERIFY_QUICK;
-    o->big = 16;
-    o->many = 10000;
+    o->big = 0;
+    o->many = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--fsync")) {
@@ -385,8 +392,9 @@ static void measure_save(ckpt_store *st, int mode, const ckpt_tensor *t, size_t 
     CU(cudaStreamSynchronize(s));
     if (held)
         hold_destroy(&h);
-    float fence_ms = 0;
-    CU(cudaEventElapsedTime(&fence_ms, e0, e1));
+    float fence_ms = -1e3f; /* -1 s: not measured (no cudaEventElapsedTime) */
+    if (cudaEventElapsedTime)
+        CU(cudaEventElapsedTime(&fence_ms, e0, e1));
     CU(cudaEventDestroy(e0));
     CU(cudaEventDestroy(e1));
     if (rc != CKPT_OK) {
@@ -690,11 +698,11 @@ int main(int argc, char **argv)
             b[m] = r->done[m] ? r->begin[m] * 1e3 / r->gib : -1;
             f[m] = -1;
         }
-        if (r->done[0])
+        if (r->done[0] && r->fence[0] >= 0)
             f[0] = r->fence[0] / r->d2h;
-        if (r->done[1] && r->d2d > 0)
+        if (r->done[1] && r->fence[1] >= 0 && r->d2d > 0)
             f[1] = r->fence[1] / r->d2d;
-        if (r->done[2])
+        if (r->done[2] && r->fence[2] >= 0)
             f[2] = r->fence[2] / r->d2h;
         double sv = r->done[0] ? r->d2h / r->save[0] : -1;
         double rb = r->restore > 0 && r->restore_host > 0
@@ -727,9 +735,10 @@ int main(int argc, char **argv)
     double big_ms_gib = big_begin > 0 ? big_begin * 1e3 / ((double)big_bytes / GIB) : -1;
     double many_gib = (double)o.many * 65536.0 / GIB;
     double many_ms_gib = many_begin > 0 ? many_begin * 1e3 / many_gib : -1;
-    printf("begin, %g GiB default options: %.2f ms/GiB; %d tensors of 64 KiB: %.1f ms "
-           "(%.2f ms/GiB)%s\n", o.big, big_ms_gib, o.many, many_begin * 1e3, many_ms_gib,
-           (big_ms_gib < 0 || big_ms_gib < 1) ? "" : "  MISSED (target < 1 ms/GiB)");
+    if (o.big > 0 || o.many > 0)
+        printf("begin, %g GiB default options: %.2f ms/GiB; %d tensors of 64 KiB: %.1f ms "
+               "(%.2f ms/GiB)%s\n", o.big, big_ms_gib, o.many, many_begin * 1e3, many_ms_gib,
+               (big_ms_gib < 0 || big_ms_gib < 1) ? "" : "  MISSED (target < 1 ms/GiB)");
     missed += big_ms_gib >= 1;
     printf("(-1: not measured)\n");
     if (js) {

@@ -412,12 +412,15 @@ static void measure_save(ckpt_store *st, int mode, const ckpt_tensor *t, size_t 
     r->cpu_other[mode] = (c1 - c0) - (m1 - m0);
     r->wait_spin[mode] = t2 - tw > 1e-3 ? (w1 - w0) / (t2 - tw) : 0;
     double base = mode == CKPT_SNAPSHOT_DEVICE && r->d2d > 0 ? r->d2d : r->d2h;
-    printf("  %-6s begin %.2f ms/GiB; fence %.1f ms = %.2fx %s copy%s; stall %.1f ms; "
-           "save %.2fx D2H; other threads %.2f core-s/GiB (%.1f cores); caller CPU in "
-           "wait_snapshot %.2f of wall; pinned %.2f GiB\n", mode_name(mode),
-           r->begin[mode] * 1e3 / r->gib, r->fence[mode] * 1e3, r->fence[mode] / base,
-           base == r->d2d ? "D2D" : "D2H", held ? "" : " (not held)", r->stall[mode] * 1e3,
-           r->d2h / r->save[mode], r->cpu_other[mode] / r->gib,
+    char fence[96] = "fence not measured (no cudaEventElapsedTime)";
+    if (r->fence[mode] >= 0)
+        snprintf(fence, sizeof fence, "fence %.1f ms = %.2fx %s copy%s", r->fence[mode] * 1e3,
+                 r->fence[mode] / base, base == r->d2d ? "D2D" : "D2H",
+                 held ? "" : " (not held)");
+    printf("  %-6s begin %.2f ms/GiB; %s; stall %.1f ms; save %.2fx D2H; other threads "
+           "%.2f core-s/GiB (%.1f cores); caller CPU in wait_snapshot %.2f of wall; pinned "
+           "%.2f GiB\n", mode_name(mode), r->begin[mode] * 1e3 / r->gib, fence,
+           r->stall[mode] * 1e3, r->d2h / r->save[mode], r->cpu_other[mode] / r->gib,
            r->cpu_other[mode] / r->save[mode], r->wait_spin[mode],
            (double)ckpt_store_pinned_bytes(st) / GIB);
 }

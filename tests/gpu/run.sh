@@ -26,6 +26,11 @@
 #              has CUDA (else NOT RUN: the Debian torch is CPU-only).
 #   mock       MOCK=1 adds the mock-runtime suite (CI runs it anyway).
 #
+# DRY_RUN=mock runs this script's own logic without a GPU, for CI (meson
+# test gpu-run-dry): test_gpu and bench_gpu as built against tests/cuda's
+# mock runtime (test_gpu_on_mock, bench_gpu_on_mock) in BUILD_DIR as it is
+# (no setup.sh), no demo, no torch; MOCK_CUDA_DEVICE_COUNT=2 also takes the
+# multi-GPU path there.
 # Every stage has its own time limit, shortened so that the whole run stays
 # inside BUDGET seconds (default 285); a stage that runs out of time is a
 # failure.  The results table is printed at the end and written as JSON to
@@ -96,8 +101,9 @@ finish() {
     local dest=${OUT:-$build}
     mkdir -p "$dest" 2>/dev/null
     {
-        printf '{"total_s":%d,"budget_s":%d,"passed":%s,"stages":[' \
-            $((SECONDS - t_start)) "$budget" "$( ((failed)) && echo false || echo true)"
+        printf '{"total_s":%d,"budget_s":%d,"dry_run":%s,"passed":%s,"stages":[' \
+            $((SECONDS - t_start)) "$budget" "$([[ -n $dry ]] && echo true || echo false)" \
+            "$( ((failed)) && echo false || echo true)"
         for i in "${!names[@]}"; do
             ((i)) && printf ','
             printf '{"name":%s,"status":%s,"seconds":%s,"note":%s}' "$(json_str "${names[$i]}")" \
@@ -133,6 +139,9 @@ not_run() { # every later stage, when an earlier one makes them pointless
     finish
 }
 
+dry=${DRY_RUN:-}
+case $dry in "" | mock) ;; *) echo "run.sh: DRY_RUN=$dry: only DRY_RUN=mock exists"; exit 2 ;; esac
+
 # ------------------------------------------------------------------ gpu
 nodes=$(ls /dev/nvidia[0-9]* 2>/dev/null | tr '\n' ' ')
 procs=$(ls /proc/driver/nvidia/gpus 2>/dev/null | wc -l)
@@ -144,7 +153,7 @@ if command -v nvidia-smi >/dev/null 2>&1; then
     smi="nvidia-smi lists $smi_gpus GPU(s)"
     ((smi_gpus)) || smi="nvidia-smi: $(head -n 1 <<<"$smi_out")"
 fi
-if [[ -z $nodes ]] && ((procs == 0 && smi_gpus == 0)); then
+if [[ -z $dry && -z $nodes ]] && ((procs == 0 && smi_gpus == 0)); then
     echo "SKIP: no CUDA device: no /dev/nvidiaN device node, no GPU under" \
         "/proc/driver/nvidia/gpus, $smi"
     exit 77
@@ -153,7 +162,11 @@ logs=${OUT:+$OUT/logs}
 logs=${logs:-$build/gpu-run}
 mkdir -p "$logs" || { echo "FAIL: cannot create $logs"; exit 1; }
 ((smi_gpus)) && printf '%s\n' "$smi_out" | head -n 8
-record gpu PASS 0 "device nodes: ${nodes:-none}; /proc/driver/nvidia/gpus: $procs; $smi"
+if [[ -n $dry ]]; then
+    record gpu "DRY RUN" 0 "the mock CUDA runtime of tests/cuda stands in for a GPU"
+else
+    record gpu PASS 0 "device nodes: ${nodes:-none}; /proc/driver/nvidia/gpus: $procs; $smi"
+fi
 
 # -------------------------------------------------------------- toolkit
 cuda_home=${CUDA_HOME:-${CUDA_PATH:-/usr/local/cuda}}
@@ -173,7 +186,10 @@ if [[ ! -f $cuda_home/include/cuda_runtime_api.h ]] &&
     not_run build runtime test_gpu demo bench
 fi
 export CUDA_PATH=$cuda_home
-if [[ -n $nvcc ]]; then
+if [[ -n $dry ]]; then
+    nvcc= # the demo needs a GPU
+    record toolkit PASS 0 "$cuda_home (headers for the programs built on the mock)"
+elif [[ -n $nvcc ]]; then
     record toolkit PASS 0 "$cuda_home; $("$nvcc" --version | grep -o 'release [0-9.]*')"
 else
     record toolkit PASS 0 "$cuda_home; NO nvcc: the CUDA demo cannot be built"
@@ -185,7 +201,12 @@ fi
 # torch) is for CI.
 export CKPT_PACKAGES="meson ninja-build pkg-config gcc g++ libzstd-dev libxxhash-dev
     libjansson-dev libcriterion-dev python3 python3-numpy python3-pytest"
-run_stage build 170 "$logs/build.log" bash "$root/scripts/setup.sh" "$build" --buildtype=release
+if [[ -n $dry ]]; then
+    stage_rc=0 stage_s=0
+    [[ -f $build/build.ninja ]] || { stage_rc=1; echo "dry run: $build is not a build directory" >"$logs/build.log"; }
+else
+    run_stage build 170 "$logs/build.log" bash "$root/scripts/setup.sh" "$build" --buildtype=release
+fi
 if ((stage_rc)); then
     tail -n 30 "$logs/build.log"
     record build "$( ((stage_rc == 124)) && echo TIMEOUT || echo FAIL)" "$stage_s" \
@@ -195,6 +216,10 @@ if ((stage_rc)); then
 fi
 test_gpu=$build/tests/gpu/test_gpu
 bench_gpu=$build/benchmarks/gpu/bench_gpu
+if [[ -n $dry ]]; then
+    test_gpu=$build/tests/cuda/test_gpu_on_mock
+    bench_gpu=$build/tests/cuda/bench_gpu_on_mock
+fi
 train_cuda=$build/examples/cuda/train_cuda
 missing=()
 [[ -x $test_gpu ]] || missing+=(test_gpu)
@@ -206,7 +231,8 @@ if ((${#missing[@]})); then
     reason="the build lacks GPU programs"
     not_run runtime test_gpu demo bench
 fi
-record build PASS "$stage_s" "$build"
+record build "$([[ -n $dry ]] && echo "NOT RUN" || echo PASS)" "$stage_s" \
+    "$build$([[ -n $dry ]] && echo " (dry run: used as built)")"
 
 # -------------------------------------------------------------- runtime
 run_stage runtime 30 "$logs/probe.log" "$test_gpu" --probe
@@ -255,6 +281,8 @@ if [[ -n $nvcc ]]; then
         record demo FAIL "$stage_s" "status $stage_rc, see demo.log"
         ;;
     esac
+elif [[ -n $dry ]]; then
+    record demo "NOT RUN" 0 "dry run: the demo needs a GPU"
 else
     record demo "NOT RUN" 0 "no nvcc: examples/cuda/train_cuda cannot be built"
 fi
@@ -281,7 +309,9 @@ case $stage_rc in
 esac
 
 # ---------------------------------------------------------------- torch
-if /usr/bin/python3 -c 'import sys, torch, numpy, pytest; sys.exit(0 if torch.cuda.is_available() else 1)' \
+if [[ -n $dry ]]; then
+    record torch "NOT RUN" 0 "dry run: needs a GPU"
+elif /usr/bin/python3 -c 'import sys, torch, numpy, pytest; sys.exit(0 if torch.cuda.is_available() else 1)' \
     >/dev/null 2>&1; then
     run_stage torch 40 "$logs/torch.log" env LIBCKPT_LIBRARY="$build/lib/libckpt.so" \
         PYTHONPATH="$root/bindings/python:$root/tests/pyhelpers" PYTHONDONTWRITEBYTECODE=1 \

@@ -564,13 +564,13 @@ static void device_fallback(void)
     void *hog[512];
     int nhog = 0;
     CU(cudaMemGetInfo(&fr, &tot));
-    while (fr > 320 * MIB && nhog < 512) {
-        size_t want = fr - 256 * MIB;
-        if (want > ((size_t)4 << 30))
-            want = (size_t)4 << 30;
+    size_t piece = (size_t)4 << 30;
+    while (fr > 320 * MIB && nhog < 512 && piece >= 16 * MIB) {
+        size_t want = fr - 256 * MIB < piece ? fr - 256 * MIB : piece;
         if (cudaMalloc(&hog[nhog], want) != cudaSuccess) {
             (void)cudaGetLastError(); /* our own failed allocation */
-            break;
+            piece /= 2;               /* fragmentation, or a reserve: smaller */
+            continue;
         }
         nhog++;
         CU(cudaMemGetInfo(&fr, &tot));

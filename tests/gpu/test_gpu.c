@@ -411,7 +411,9 @@ static void state_make(state *x, int n, const size_t *bytes, unsigned seed)
         x->bytes[i] = bytes[i];
         x->shape[i] = (int64_t)bytes[i];
         snprintf(x->name[i], sizeof x->name[i], "t%d", i);
-        x->h[i] = malloc(bytes[i]);
+        /* pinned: an async copy from pageable memory may block the caller
+         * until its stream gets there, and the tests gate their streams */
+        CU(cudaHostAlloc((void **)&x->h[i], bytes[i], cudaHostAllocDefault));
         fill(x->h[i], bytes[i], seed + (unsigned)i);
         CU(cudaMalloc(&x->d[i], bytes[i]));
         CU(cudaMemcpy(x->d[i], x->h[i], bytes[i], cudaMemcpyHostToDevice));
@@ -453,7 +455,7 @@ static void state_free(state *x)
 {
     for (int i = 0; i < x->n; i++) {
         CU(cudaFree(x->d[i]));
-        free(x->h[i]);
+        CU(cudaFreeHost(x->h[i]));
     }
 }
 

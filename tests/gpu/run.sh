@@ -197,10 +197,11 @@ else
 fi
 
 # ---------------------------------------------------------------- build
-# What this run needs; the rest of scripts/setup.sh's list (valgrind, HDF5,
-# torch) is for CI.
+# What this run needs (g++: nvcc's host compiler); the rest of
+# scripts/setup.sh's list (valgrind, HDF5, Python, torch) is for CI, and the
+# torch stage checks for its own.
 export CKPT_PACKAGES="meson ninja-build pkg-config gcc g++ libzstd-dev libxxhash-dev
-    libjansson-dev libcriterion-dev python3 python3-numpy python3-pytest"
+    libjansson-dev libcriterion-dev"
 if [[ -n $dry ]]; then
     stage_rc=0 stage_s=0
     [[ -f $build/build.ninja ]] || { stage_rc=1; echo "dry run: $build is not a build directory" >"$logs/build.log"; }

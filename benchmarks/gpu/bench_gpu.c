@@ -333,7 +333,7 @@ static size_t make_tensors(void *d, uint64_t bytes, uint64_t each, ckpt_tensor *
     size_t n = 0;
     for (uint64_t off = 0; off < bytes && n < max; n++) {
         uint64_t len = bytes - off < each ? bytes - off : each;
-        snprintf(names[n], 32, "layer%05zu.weight", n);
+        snprintf(names[n], 32, "layer%zu.w", n);
         shapes[n] = (int64_t)(len / 4);
         t[n] = (ckpt_tensor){ names[n], (char *)d + off, len, CKPT_F32, 1, &shapes[n],
                               CKPT_MEM_DEVICE };

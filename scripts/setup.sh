@@ -5,7 +5,9 @@
 # Usage: scripts/setup.sh [BUILD_DIR [MESON_SETUP_OPTION...]]
 #   BUILD_DIR defaults to $BUILD_DIR, else "build" (relative to the repo).
 #   Extra options go to `meson setup` (e.g. -Db_sanitize=address,undefined).
-# Environment: CKPT_SKIP_PACKAGES=1 skips the package step.
+# Environment: CKPT_SKIP_PACKAGES=1 skips the package step; CKPT_PACKAGES
+# (names separated by blanks) replaces the package list, for a run that
+# needs less (tests/gpu/run.sh).
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -23,6 +25,9 @@ packages=(
     python3-mesonpy python3-venv
     valgrind
 )
+if [[ -n ${CKPT_PACKAGES:-} ]]; then
+    read -r -d '' -a packages <<<"$CKPT_PACKAGES" || true
+fi
 
 log() { printf 'setup: %s\n' "$*"; }
 

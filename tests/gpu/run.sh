@@ -1,125 +1,340 @@
 #!/usr/bin/env bash
-# tests/gpu/run.sh -- everything that needs a real GPU, in under five minutes:
+# tests/gpu/run.sh -- everything that needs a real GPU, in one run of under
+# five minutes on a fresh machine with one (or two) GPUs:
 #
-#   1. build libckpt, the GPU tests, the CUDA example and bench_gpu into
-#      BUILD_DIR (meson + ninja; nvcc for the example when it is on PATH);
-#   2. the mock-runtime suite (meson test --suite cuda), as a sanity check;
-#   3. tests/gpu/test_gpu: fences, wait_snapshot, restore, AUTO, pinned cap,
-#      in every snapshot mode, on the device;
-#   4. examples/cuda/demo.sh: SIGKILL a CUDA training loop, resume, compare
-#      bitwise with an uninterrupted run;
-#   5. benchmarks/gpu/bench_gpu: pinned D2H/H2D and D2D bandwidth, then
-#      libckpt's stall, save and restore throughput on 1, 4 and 16 GiB of
-#      device buffers, as ratios to those bandwidths.
+#   gpu        is there a GPU at all: a /dev/nvidiaN node, a GPU under
+#              /proc/driver/nvidia/gpus, or one listed by nvidia-smi.  None of
+#              them: "SKIP: no CUDA device" and exit 77, before building.
+#   toolkit    the CUDA toolkit (cuda_runtime_api.h, libcudart) must already
+#              be installed; nvcc is looked for on PATH, in $CUDA_HOME/bin and
+#              /usr/local/cuda/bin.  No nvcc: the CUDA demo cannot be built,
+#              which is reported (NOT RUN, and a warning at the end).
+#   build      scripts/setup.sh: the packages this run needs (only those
+#              missing; CKPT_SKIP_PACKAGES=1 skips that), meson, ninja.
+#   runtime    test_gpu --probe: cudaGetDeviceCount and each device's
+#              properties.  A GPU that the runtime cannot use (an old driver:
+#              "driver version is insufficient") is a failure, not a skip.
+#   test_gpu   tests/gpu/test_gpu with CKPT_GPU_REQUIRED=1 (its header lists
+#              the checks); the multi-GPU row is its device-1 part (run when
+#              there are two GPUs or more).
+#   demo       examples/cuda/demo.sh: SIGKILL a CUDA training loop, resume,
+#              compare bitwise (required whenever nvcc exists).
+#   bench      benchmarks/gpu/bench_gpu (its header lists the figures and
+#              targets): ratios are reported; ENFORCE_TARGETS=1 makes a
+#              missed target a failure.
+#   torch      the torch tests of tests/python on the GPU, when torch there
+#              has CUDA (else NOT RUN: the Debian torch is CPU-only).
+#   mock       MOCK=1 adds the mock-runtime suite (CI runs it anyway).
 #
-# Without a GPU it says "SKIP: no CUDA device" and exits 77.
-# Environment: BUILD_DIR (default build-gpu), SIZES (bench sizes in GiB,
-# default 1,4,16), MODES (default host,device,stream), OUT (a directory for
-# bench_gpu.json and the logs; default BUILD_DIR/gpu-run), JOBS.
-# Exit status: 0 all passed (benchmark targets are reported, not enforced),
-# 1 a test failed, 77 no GPU.
+# DRY_RUN=mock runs this script's own logic without a GPU, for CI (meson
+# test gpu-run-dry): test_gpu and bench_gpu as built against tests/cuda's
+# mock runtime (test_gpu_on_mock, bench_gpu_on_mock) in BUILD_DIR as it is
+# (no setup.sh), no demo, no torch; MOCK_CUDA_DEVICE_COUNT=2 also takes the
+# multi-GPU path there.
+# Every stage has its own time limit, shortened so that the whole run stays
+# inside BUDGET seconds (default 285); a stage that runs out of time is a
+# failure.  The results table is printed at the end and written as JSON to
+# $OUT/gpu-results.json when OUT is set, else to BUILD_DIR/gpu-results.json;
+# logs go next to it (OUT/logs or BUILD_DIR/gpu-run).
+#
+# Environment: BUILD_DIR (default build-gpu), OUT, BUDGET, SIZES (bench sizes
+# in GiB, default 1,4), BIG_GIB (default 16), MANY (default 10000), MODES
+# (default host,device,stream), ENFORCE_TARGETS, MOCK, CUDA_HOME.
+# Exit status: 0 every stage passed (or was not applicable), 1 a stage
+# failed or timed out, 77 no GPU on this machine.
 set -uo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=${BUILD_DIR:-$root/build-gpu}
 case $build in /*) ;; *) build=$root/$build ;; esac
-out=${OUT:-$build/gpu-run}
-jobs=${JOBS:-$(nproc)}
+budget=${BUDGET:-285}
 t_start=$SECONDS
-mkdir -p "$out"
 
-step() { printf '\n== [%3ds] %s\n' $((SECONDS - t_start)) "$*"; }
-failed=()
-
-# ------------------------------------------------------------------ build
-step "build in $build"
-if command -v meson >/dev/null && command -v ninja >/dev/null; then
-    if [[ ! -f $build/build.ninja ]]; then
-        meson setup "$build" "$root" --buildtype=release >"$out/configure.log" 2>&1 ||
-            { tail -n 30 "$out/configure.log"; echo "FAIL: meson setup"; exit 1; }
-    fi
-    timeout 180 ninja -C "$build" -j "$jobs" >"$out/build.log" 2>&1 ||
-        { tail -n 40 "$out/build.log"; echo "FAIL: build"; exit 1; }
-    grep -E "^Message: tests/gpu" "$out/configure.log" 2>/dev/null || true
-else
-    echo "meson/ninja not found: using what $build already holds"
-fi
-
-# Without meson's tests (no Criterion there) or a CUDA dependency, compile
-# the GPU test and benchmark directly against the library that was built.
-cuda_home=${CUDA_HOME:-/usr/local/cuda}
-direct() { # name source
-    local exe=$build/direct/$1
-    mkdir -p "$build/direct"
-    cc -O2 -std=c11 -D_GNU_SOURCE -I"$root/include" -I"$cuda_home/include" "$2" \
-        -L"$build/lib" -lckpt -L"$cuda_home/lib64" -lcudart \
-        -Wl,-rpath,"$build/lib:$cuda_home/lib64" -o "$exe" >&2 && echo "$exe"
+names=() states=() secs=() notes=() warnings=()
+record() { # name status seconds note
+    names+=("$1")
+    states+=("$2")
+    secs+=("$3")
+    notes+=("$4")
+    printf '== %-10s %-8s %4ss  %s\n' "$1" "$2" "$3" "$4"
 }
-test_gpu=$build/tests/gpu/test_gpu
-[[ -x $test_gpu ]] || test_gpu=$(direct test_gpu "$root/tests/gpu/test_gpu.c") || test_gpu=
-bench_gpu=$build/benchmarks/gpu/bench_gpu
-[[ -x $bench_gpu ]] || bench_gpu=$(direct bench_gpu "$root/benchmarks/gpu/bench_gpu.c") ||
-    bench_gpu=
-[[ -n $test_gpu ]] || { echo "FAIL: test_gpu could not be built"; exit 1; }
+left() { echo $((budget - (SECONDS - t_start))); }
 
-# --------------------------------------------------------------- is there a GPU
-command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | head -n 4
-
-# ------------------------------------------------------------- mock suite
-if [[ -f $build/build.ninja ]] && command -v meson >/dev/null; then
-    step "mock CUDA runtime suite (meson test --suite cuda)"
-    if timeout 240 meson test -C "$build" --suite cuda --num-processes "$jobs" \
-        --print-errorlogs >"$out/mock.log" 2>&1; then
-        grep -E "^ *[0-9]+/[0-9]+ " "$out/mock.log"
-    else
-        tail -n 40 "$out/mock.log"
-        failed+=("mock suite")
+# run_stage NAME LIMIT LOG CMD...: runs CMD under min(LIMIT, time left),
+# output in LOG; sets stage_rc (124: timed out) and stage_s.
+run_stage() {
+    local name=$1 limit=$2 log=$3
+    shift 3
+    local l
+    l=$(left)
+    ((l < limit)) && limit=$l
+    stage_s=0
+    if ((limit < 5)); then
+        stage_rc=124
+        echo "no time left for $name (budget ${budget}s)" >"$log"
+        return
     fi
-fi
+    printf '\n-- [%3ds] %s (limit %ss)\n' $((SECONDS - t_start)) "$name" "$limit"
+    local t0=$SECONDS
+    timeout -k 5 "$limit" "$@" >"$log" 2>&1
+    stage_rc=$?
+    ((stage_rc == 137)) && stage_rc=124
+    stage_s=$((SECONDS - t0))
+}
 
-# -------------------------------------------------------------- GPU tests
-step "tests/gpu/test_gpu"
-timeout 180 "$test_gpu" 2>&1 | tee "$out/test_gpu.log"
-rc=${PIPESTATUS[0]}
-if ((rc == 77)); then
-    echo "SKIP: no CUDA device: nothing else to run here"
+json_str() { # a JSON string literal
+    local s=${1//\\/\\\\}
+    s=${s//\"/\\\"}
+    s=${s//$'\t'/ }
+    s=${s//$'\n'/ }
+    printf '"%s"' "$(printf '%s' "$s" | tr -d '\000-\037')"
+}
+
+finish() {
+    local failed=0 i
+    printf '\n%-10s %-8s %6s  %s\n' stage status seconds note
+    for i in "${!names[@]}"; do
+        printf '%-10s %-8s %6s  %s\n' "${names[$i]}" "${states[$i]}" "${secs[$i]}" "${notes[$i]}"
+        case ${states[$i]} in FAIL | TIMEOUT) failed=1 ;; esac
+    done
+    local dest=${OUT:-$build}
+    mkdir -p "$dest" 2>/dev/null
+    {
+        printf '{"total_s":%d,"budget_s":%d,"dry_run":%s,"passed":%s,"stages":[' \
+            $((SECONDS - t_start)) "$budget" "$([[ -n $dry ]] && echo true || echo false)" \
+            "$( ((failed)) && echo false || echo true)"
+        for i in "${!names[@]}"; do
+            ((i)) && printf ','
+            printf '{"name":%s,"status":%s,"seconds":%s,"note":%s}' "$(json_str "${names[$i]}")" \
+                "$(json_str "${states[$i]}")" "${secs[$i]}" "$(json_str "${notes[$i]}")"
+        done
+        printf '],"warnings":['
+        for i in "${!warnings[@]}"; do
+            ((i)) && printf ','
+            json_str "${warnings[$i]}"
+        done
+        printf '],"bench":'
+        if [[ -s $logs/bench_gpu.json ]] && python3 -m json.tool "$logs/bench_gpu.json" \
+            >/dev/null 2>&1; then
+            cat "$logs/bench_gpu.json"
+        else
+            printf 'null'
+        fi
+        printf '}\n'
+    } >"$dest/gpu-results.json" 2>/dev/null && echo "results: $dest/gpu-results.json"
+    ((${#warnings[@]})) && printf 'WARNING: %s\n' "${warnings[@]}"
+    echo "total $((SECONDS - t_start)) s; logs in $logs"
+    if ((failed)); then
+        echo "FAILED"
+        exit 1
+    fi
+    echo "PASS"
+    exit 0
+}
+
+not_run() { # every later stage, when an earlier one makes them pointless
+    local s
+    for s in "$@"; do record "$s" "NOT RUN" 0 "$reason"; done
+    finish
+}
+
+dry=${DRY_RUN:-}
+case $dry in "" | mock) ;; *) echo "run.sh: DRY_RUN=$dry: only DRY_RUN=mock exists"; exit 2 ;; esac
+
+# ------------------------------------------------------------------ gpu
+nodes=$(ls /dev/nvidia[0-9]* 2>/dev/null | tr '\n' ' ')
+procs=$(ls /proc/driver/nvidia/gpus 2>/dev/null | wc -l)
+smi="nvidia-smi not installed"
+smi_gpus=0
+if command -v nvidia-smi >/dev/null 2>&1; then
+    smi_out=$(timeout 30 nvidia-smi -L 2>&1)
+    smi_gpus=$(grep -c '^GPU ' <<<"$smi_out")
+    smi="nvidia-smi lists $smi_gpus GPU(s)"
+    ((smi_gpus)) || smi="nvidia-smi: $(head -n 1 <<<"$smi_out")"
+fi
+if [[ -z $dry && -z $nodes ]] && ((procs == 0 && smi_gpus == 0)); then
+    echo "SKIP: no CUDA device: no /dev/nvidiaN device node, no GPU under" \
+        "/proc/driver/nvidia/gpus, $smi"
     exit 77
 fi
-((rc == 0)) || failed+=("test_gpu (status $rc)")
-
-# ------------------------------------------------------------- CUDA demo
-step "examples/cuda/demo.sh (SIGKILL, resume, bitwise compare)"
-if [[ -x $build/examples/cuda/train_cuda ]]; then
-    BUILD_DIR=$build STEPS=${DEMO_STEPS:-400} EVERY=${DEMO_EVERY:-40} SLEEP_MS=5 \
-        KILL_AFTER=${DEMO_KILL_AFTER:-120} DEMO_DIR=$out/demo \
-        timeout 180 bash "$root/examples/cuda/demo.sh" >"$out/demo.log" 2>&1
-    rc=$?
-    grep -E "^(PASS|FAIL|SKIP)|^== |demo took" "$out/demo.log"
-    ((rc == 0)) || { tail -n 30 "$out/demo.log"; failed+=("CUDA demo (status $rc)"); }
+logs=${OUT:+$OUT/logs}
+logs=${logs:-$build/gpu-run}
+mkdir -p "$logs" || { echo "FAIL: cannot create $logs"; exit 1; }
+((smi_gpus)) && printf '%s\n' "$smi_out" | head -n 8
+if [[ -n $dry ]]; then
+    record gpu "DRY RUN" 0 "the mock CUDA runtime of tests/cuda stands in for a GPU"
 else
-    echo "train_cuda was not built (no nvcc when $build was configured): demo skipped"
+    record gpu PASS 0 "device nodes: ${nodes:-none}; /proc/driver/nvidia/gpus: $procs; $smi"
 fi
 
-# -------------------------------------------------------------- benchmark
-step "benchmarks/gpu/bench_gpu"
-if [[ -n $bench_gpu ]]; then
-    left=$((290 - (SECONDS - t_start)))
-    ((left > 30)) || left=30
-    timeout "$left" "$bench_gpu" --sizes "${SIZES:-1,4,16}" --modes "${MODES:-host,device,stream}" \
-        --json "$out/bench_gpu.json" --enforce 2>&1 | tee "$out/bench_gpu.log"
-    rc=${PIPESTATUS[0]}
-    case $rc in
-    0) echo "benchmark: all targets met" ;;
-    3) echo "benchmark: some targets missed (see the summary above)" ;;
-    124) echo "benchmark: stopped at the time limit (${left}s)" ;;
-    *) failed+=("bench_gpu (status $rc)") ;;
+# -------------------------------------------------------------- toolkit
+cuda_home=${CUDA_HOME:-${CUDA_PATH:-/usr/local/cuda}}
+nvcc=$(command -v nvcc 2>/dev/null)
+for c in "$cuda_home/bin/nvcc" /usr/local/cuda/bin/nvcc; do
+    [[ -z $nvcc && -x $c ]] && nvcc=$c
+done
+if [[ -n $nvcc ]]; then
+    PATH="$(dirname "$nvcc"):$PATH" # meson finds nvcc (and the toolkit) on PATH
+    export PATH
+    cuda_home=$(cd "$(dirname "$nvcc")/.." && pwd)
+fi
+if [[ ! -f $cuda_home/include/cuda_runtime_api.h ]] &&
+    [[ ! -f /usr/include/cuda_runtime_api.h ]]; then
+    record toolkit FAIL 0 "no CUDA toolkit (cuda_runtime_api.h not in $cuda_home/include or /usr/include): install it; test_gpu and bench_gpu need its headers and libcudart"
+    reason="no CUDA toolkit"
+    not_run build runtime test_gpu demo bench
+fi
+export CUDA_PATH=$cuda_home
+if [[ -n $dry ]]; then
+    nvcc= # the demo needs a GPU
+    record toolkit PASS 0 "$cuda_home (headers for the programs built on the mock)"
+elif [[ -n $nvcc ]]; then
+    record toolkit PASS 0 "$cuda_home; $("$nvcc" --version | grep -o 'release [0-9.]*')"
+else
+    record toolkit PASS 0 "$cuda_home; NO nvcc: the CUDA demo cannot be built"
+    warnings+=("a GPU is present but nvcc is not (PATH, $cuda_home/bin): examples/cuda was not built or run")
+fi
+
+# ---------------------------------------------------------------- build
+# What this run needs (g++: nvcc's host compiler); the rest of
+# scripts/setup.sh's list (valgrind, HDF5, Python, torch) is for CI, and the
+# torch stage checks for its own.
+export CKPT_PACKAGES="meson ninja-build pkg-config gcc g++ libzstd-dev libxxhash-dev
+    libjansson-dev libcriterion-dev"
+if [[ -n $dry ]]; then
+    stage_rc=0 stage_s=0
+    [[ -f $build/build.ninja ]] || { stage_rc=1; echo "dry run: $build is not a build directory" >"$logs/build.log"; }
+else
+    run_stage build 170 "$logs/build.log" bash "$root/scripts/setup.sh" "$build" --buildtype=release
+fi
+if ((stage_rc)); then
+    tail -n 30 "$logs/build.log"
+    record build "$( ((stage_rc == 124)) && echo TIMEOUT || echo FAIL)" "$stage_s" \
+        "scripts/setup.sh (status $stage_rc): see build.log"
+    reason="the build failed"
+    not_run runtime test_gpu demo bench
+fi
+test_gpu=$build/tests/gpu/test_gpu
+bench_gpu=$build/benchmarks/gpu/bench_gpu
+if [[ -n $dry ]]; then
+    test_gpu=$build/tests/cuda/test_gpu_on_mock
+    bench_gpu=$build/tests/cuda/bench_gpu_on_mock
+fi
+train_cuda=$build/examples/cuda/train_cuda
+missing=()
+[[ -x $test_gpu ]] || missing+=(test_gpu)
+[[ -x $bench_gpu ]] || missing+=(bench_gpu)
+[[ -n $nvcc && ! -x $train_cuda ]] && missing+=("train_cuda (nvcc is $nvcc)")
+if ((${#missing[@]})); then
+    grep -iE "cuda|nvcc" "$logs/build.log" | tail -n 10
+    record build FAIL "$stage_s" "built, but not: ${missing[*]} (meson found no CUDA?)"
+    reason="the build lacks GPU programs"
+    not_run runtime test_gpu demo bench
+fi
+record build "$([[ -n $dry ]] && echo "NOT RUN" || echo PASS)" "$stage_s" \
+    "$build$([[ -n $dry ]] && echo " (dry run: used as built)")"
+
+# -------------------------------------------------------------- runtime
+run_stage runtime 30 "$logs/probe.log" "$test_gpu" --probe
+cat "$logs/probe.log"
+ndev=$(sed -n 's/^devices: //p' "$logs/probe.log")
+if ((stage_rc)); then
+    record runtime "$( ((stage_rc == 124)) && echo TIMEOUT || echo FAIL)" "$stage_s" \
+        "a GPU is visible but CUDA cannot use it: $(grep -v '^devices' "$logs/probe.log" | tr '\n' ' ')"
+    reason="CUDA cannot use the GPU"
+    not_run test_gpu demo bench
+fi
+record runtime PASS "$stage_s" "$ndev device(s); $(head -n 1 "$logs/probe.log")"
+
+# ------------------------------------------------------------- test_gpu
+run_stage test_gpu 120 "$logs/test_gpu.log" env CKPT_GPU_REQUIRED=1 "$test_gpu"
+rc=$stage_rc
+grep -E "^(FAIL|PASS|FAILED|multi-GPU)|done$" "$logs/test_gpu.log"
+case $rc in
+0) record test_gpu PASS "$stage_s" "$(grep -E '^PASS' "$logs/test_gpu.log")" ;;
+124) record test_gpu TIMEOUT "$stage_s" "stopped at its time limit" ;;
+*)
+    grep -E "FAIL|FATAL" "$logs/test_gpu.log" | head -n 20
+    record test_gpu FAIL "$stage_s" "status $rc: $(grep -cE '^FAIL ' "$logs/test_gpu.log") failed check(s), see test_gpu.log"
+    ;;
+esac
+multi=$(grep -E '^multi-GPU: ' "$logs/test_gpu.log" | tail -n 1)
+case $multi in
+"multi-GPU: done"*) record multi-gpu PASS 0 "$multi" ;;
+"multi-GPU: skipped"*) record multi-gpu "NOT RUN" 0 "${multi#multi-GPU: } (needs 2 GPUs)" ;;
+"") record multi-gpu "$( ((ndev >= 2)) && echo FAIL || echo "NOT RUN")" 0 "no multi-GPU line in test_gpu.log" ;;
+*) record multi-gpu FAIL 0 "$multi" ;;
+esac
+
+# ----------------------------------------------------------------- demo
+if [[ -n $nvcc ]]; then
+    run_stage demo 90 "$logs/demo.log" env BUILD_DIR="$build" TRAIN_CUDA="$train_cuda" \
+        STEPS=400 EVERY=40 SLEEP_MS=5 KILL_AFTER=120 DEMO_DIR="$logs/demo" \
+        bash "$root/examples/cuda/demo.sh"
+    grep -E "^(PASS|FAIL|SKIP)" "$logs/demo.log"
+    case $stage_rc in
+    0) record demo PASS "$stage_s" "kill, resume, bitwise identical" ;;
+    124) record demo TIMEOUT "$stage_s" "stopped at its time limit" ;;
+    77) record demo FAIL "$stage_s" "skipped though a GPU is visible: $(grep -m1 SKIP "$logs/demo.log")" ;;
+    *)
+        tail -n 20 "$logs/demo.log"
+        record demo FAIL "$stage_s" "status $stage_rc, see demo.log"
+        ;;
+    esac
+elif [[ -n $dry ]]; then
+    record demo "NOT RUN" 0 "dry run: the demo needs a GPU"
+else
+    record demo "NOT RUN" 0 "no nvcc: examples/cuda/train_cuda cannot be built"
+fi
+
+# ---------------------------------------------------------------- bench
+bench_args=(--sizes "${SIZES:-1,4}" --modes "${MODES:-host,device,stream}"
+    --big "${BIG_GIB:-16}" --many "${MANY:-10000}" --json "$logs/bench_gpu.json")
+[[ ${ENFORCE_TARGETS:-0} == 1 ]] && bench_args+=(--enforce)
+rm -f "$logs/bench_gpu.json"
+# The torch stage (when it applies) keeps 40 s.
+bench_limit=$(($(left) - 40))
+run_stage bench "$bench_limit" "$logs/bench_gpu.log" env CKPT_GPU_REQUIRED=1 "$bench_gpu" \
+    "${bench_args[@]}"
+sed -n '/^summary/,$p' "$logs/bench_gpu.log"
+missed=$(grep -o '"targets_missed":[0-9]*' "$logs/bench_gpu.json" 2>/dev/null | cut -d: -f2)
+case $stage_rc in
+0) record bench PASS "$stage_s" "targets missed: ${missed:-?} (reported; ENFORCE_TARGETS=1 enforces)" ;;
+3) record bench FAIL "$stage_s" "targets missed: ${missed:-?} (ENFORCE_TARGETS=1)" ;;
+124) record bench TIMEOUT "$stage_s" "stopped at its time limit" ;;
+*)
+    tail -n 15 "$logs/bench_gpu.log"
+    record bench FAIL "$stage_s" "status $stage_rc, see bench_gpu.log"
+    ;;
+esac
+
+# ---------------------------------------------------------------- torch
+if [[ -n $dry ]]; then
+    record torch "NOT RUN" 0 "dry run: needs a GPU"
+elif /usr/bin/python3 -c 'import sys, torch, numpy, pytest; sys.exit(0 if torch.cuda.is_available() else 1)' \
+    >/dev/null 2>&1; then
+    run_stage torch 40 "$logs/torch.log" env LIBCKPT_LIBRARY="$build/lib/libckpt.so" \
+        PYTHONPATH="$root/bindings/python:$root/tests/pyhelpers" PYTHONDONTWRITEBYTECODE=1 \
+        /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider "$root/tests/python/test_torch.py" \
+        "$root/tests/python/test_torch_state.py" "$root/tests/python/test_streams.py"
+    tail -n 3 "$logs/torch.log"
+    case $stage_rc in
+    0) record torch PASS "$stage_s" "$(tail -n 1 "$logs/torch.log")" ;;
+    124) record torch TIMEOUT "$stage_s" "stopped at its time limit" ;;
+    *) record torch FAIL "$stage_s" "status $stage_rc, see torch.log" ;;
+    esac
+else
+    record torch "NOT RUN" 0 "no python3 with a CUDA-enabled torch, numpy and pytest"
+fi
+
+# ----------------------------------------------------------------- mock
+if [[ ${MOCK:-0} == 1 ]]; then
+    run_stage mock 90 "$logs/mock.log" meson test -C "$build" --suite cuda --print-errorlogs
+    case $stage_rc in
+    0) record mock PASS "$stage_s" "meson test --suite cuda" ;;
+    124) record mock TIMEOUT "$stage_s" "stopped at its time limit" ;;
+    *) record mock FAIL "$stage_s" "status $stage_rc, see mock.log" ;;
     esac
 fi
-
-step "done in $((SECONDS - t_start)) s; logs in $out"
-if ((${#failed[@]})); then
-    printf 'FAILED: %s\n' "${failed[@]}"
-    exit 1
-fi
-echo "PASS"
+finish

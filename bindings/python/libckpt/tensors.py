@@ -90,10 +90,10 @@ class Tensor:
     """One described buffer: where it is, what it holds, who owns it."""
 
     __slots__ = ("name", "ptr", "nbytes", "dtype", "shape", "memory",
-                 "stream", "owner")
+                 "stream", "owner", "device")
 
     def __init__(self, name, ptr, nbytes, dtype, shape, memory, stream,
-                 owner):
+                 owner, device=None):
         self.name = name
         self.ptr = ptr
         self.nbytes = nbytes
@@ -102,6 +102,7 @@ class Tensor:
         self.memory = memory
         self.stream = stream  # CUDA stream handle (int) or None
         self.owner = owner    # keeps the memory alive
+        self.device = device  # CUDA device index when known (torch), else None
 
     def _replace_owner(self, owner):
         self.owner = owner
@@ -137,16 +138,25 @@ def _from_torch(name, t, torch, writable):
     if not t.is_contiguous():
         raise _not_contiguous(name, "pass t.contiguous() (a copy) to save; "
                               "restore into a contiguous tensor")
+    device = None
     if t.device.type == "cpu":
         memory, stream = ffi.CKPT_MEM_HOST, None
     elif t.device.type == "cuda":
-        memory = ffi.CKPT_MEM_DEVICE
-        stream = torch.cuda.current_stream(t.device).cuda_stream or None
+        memory, device = ffi.CKPT_MEM_DEVICE, t.device.index
+        stream = torch_stream(torch, t.device)
     else:
         raise TypeError("tensor %r: device %s is not supported (cpu and "
                         "cuda are)" % (name, t.device))
     return Tensor(name, t.data_ptr(), t.numel() * t.element_size(), dtype,
-                  tuple(t.shape), memory, stream, t)
+                  tuple(t.shape), memory, stream, t, device)
+
+
+def torch_stream(torch, device):
+    """torch's current CUDA stream on `device` (the tensor's device, not the
+    caller's current one) as a cudaStream_t int, or None for the legacy
+    default stream (cuda_stream 0).  The save is ordered after the work
+    queued there and fenced on it; a restore copies on it."""
+    return torch.cuda.current_stream(device).cuda_stream or None
 
 
 def _c_contiguous(shape, strides, itemsize):
@@ -288,8 +298,17 @@ def c_array(described):
 
 def one_stream(described):
     """The single CUDA stream the device tensors were written on (None for
-    the legacy default stream or host-only saves)."""
-    streams = {t.stream for t in described if t.memory == ffi.CKPT_MEM_DEVICE}
+    the legacy default stream or host-only saves).  Device tensors on
+    several GPUs are refused here, naming them, as the C library would."""
+    device = [t for t in described if t.memory == ffi.CKPT_MEM_DEVICE]
+    gpus = sorted({t.device for t in device if t.device is not None})
+    if len(gpus) > 1:
+        raise InvalidArgumentError(
+            "device tensors of one save or restore are on several GPUs (%s); "
+            "libckpt copies one device's tensors per call: use one store per "
+            "GPU, or move the tensors to one device"
+            % ", ".join("cuda:%d" % g for g in gpus))
+    streams = {t.stream for t in device}
     if len(streams) > 1:
         raise InvalidArgumentError(
             "device tensors of one save or restore come from different CUDA "

@@ -4,6 +4,8 @@
 #include "device.h"
 
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -291,6 +293,19 @@ int device_record_stream(device *dev, void *stream, int ordinal, device_event **
     dcuda *cu = cuda_of(dev);
     *ev = NULL;
     return cu ? dcuda_record(cu, 1, stream, ordinal, ev) : CKPT_OK;
+}
+
+void device_note(device *dev, const char *fmt, ...)
+{
+    dcuda *cu = cuda_of(dev);
+    if (!cu)
+        return;
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    dcuda_note(cu, "%s", buf);
 }
 
 void device_note_reset(device *dev)

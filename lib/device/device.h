@@ -120,5 +120,7 @@ void device_describe(device *dev, struct json_t *env);
 /* Forget the fallback note: a save calls it first, so that its manifest
  * (described after its snapshot has started) names its own fallbacks. */
 void device_note_reset(device *dev);
+/* Record a fallback for this save's manifest (no-op without CUDA). */
+void device_note(device *dev, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #endif

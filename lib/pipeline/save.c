@@ -436,8 +436,9 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
      * its queued GPU work and the whole copy.  They go through a pinned
      * pool in passes on the persist thread instead, as do device tensors
      * too many to queue from here (DEVICE mode stages on the GPU). */
-    int split = any_device && st->opts.snapshot_mode != CKPT_SNAPSHOT_DEVICE &&
-                (dev_bytes > st->opts.pinned_limit || runs > CALLER_RUNS_MAX);
+    int many = runs > CALLER_RUNS_MAX;
+    int stage = st->opts.snapshot_mode == CKPT_SNAPSHOT_DEVICE && !many;
+    int split = any_device && !stage && (dev_bytes > st->opts.pinned_limit || many);
     uint64_t limit = st->opts.host_memory_limit, chunk = st->opts.chunk_bytes;
     uint64_t arena_bytes = split ? host_bytes : total;
     uint64_t need = arena_bytes < limit ? arena_bytes : limit;
@@ -462,8 +463,13 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
                   : ckpt_seterr(CKPT_ENOMEM, "out of memory");
         free(path);
     }
-    if (!rc && any_device)
-        rc = snapshot_start(s, t, count, mem, ordinal, opts ? opts->cuda_stream : NULL);
+    if (!rc && any_device && !stage && st->opts.snapshot_mode == CKPT_SNAPSHOT_DEVICE)
+        device_note(st->dev, "device snapshot mode used the host path: %llu copies "
+                    "(separate device tensors) are too many to stage from the "
+                    "training thread", (unsigned long long)runs);
+    if (!rc && any_device) /* staging nothing when `stage` is off */
+        rc = snapshot_start(s, t, stage ? count : 0, mem, ordinal,
+                            opts ? opts->cuda_stream : NULL);
     if (!rc && any_device)
         device_describe(st->dev, s->m.env); /* with this save's fallbacks */
     if (!rc && split) {

@@ -248,7 +248,7 @@ Test(semantics, stream_mode_state_beyond_pinned_limit)
 /* 300 separate device tensors and a stream that holds 32 operations: the
  * caller's thread must not block on the full stream (the GPU would then
  * hold the training loop); the copies still all land. */
-Test(semantics, many_tensors_do_not_fill_the_stream_from_begin)
+static void many_tensors(ckpt_snapshot_mode mode)
 {
     enum { K = 300, SZ = 4096 };
     void **d = calloc(K, sizeof *d);
@@ -261,7 +261,7 @@ Test(semantics, many_tensors_do_not_fill_the_stream_from_begin)
         snprintf(names[i], sizeof names[i], "p%03d", i);
         t[i] = tensor(names[i], d[i], SZ, CKPT_MEM_DEVICE);
     }
-    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0);
+    ckpt_store *st = open_store(mode, 0);
     M.set_queue_depth(32);
     M.set_copy_delay_us(200);
     mock_cuda_thread_counters before, after;
@@ -286,6 +286,16 @@ Test(semantics, many_tensors_do_not_fill_the_stream_from_begin)
     free(t);
     free(names);
     expect_no_leaks(&M);
+}
+
+Test(semantics, many_tensors_do_not_fill_the_stream_from_begin)
+{
+    many_tensors(CKPT_SNAPSHOT_HOST);
+}
+
+Test(semantics, many_tensors_in_device_mode_do_not_fill_the_stream_from_begin)
+{
+    many_tensors(CKPT_SNAPSHOT_DEVICE);
 }
 
 /* A caller stream in graph capture: the save is refused before anything is

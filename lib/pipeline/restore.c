@@ -54,7 +54,7 @@ static int match(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count, int al
     return CKPT_OK;
 }
 
-static int restore_one(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
+int restore_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
                        const ckpt_restore_options *o, int *caller_error)
 {
     ckpt_checkpoint *ck;
@@ -95,7 +95,7 @@ int restore_run(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
     int restored = 0;
     for (size_t i = n; i-- > 0 && !rc;) {
         int caller_error;
-        int r1 = restore_one(s, steps[i], t, count, o, &caller_error);
+        int r1 = restore_step(s, steps[i], t, count, o, &caller_error);
         if (r1 == CKPT_OK) {
             r->step = steps[i];
             restored = 1;

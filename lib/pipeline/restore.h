@@ -12,6 +12,12 @@
 int restore_run(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
                 const ckpt_restore_options *o, ckpt_report *r);
 
+/* Restore the tensors from the one step `step` (>= 0).  *caller_error is
+ * set when the failure is the caller's (a name not found, a mismatch), not
+ * damage to the step.  Same locking as restore_run. */
+int restore_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
+                 const ckpt_restore_options *o, int *caller_error);
+
 /* Verify `step` (CKPT_NEWEST, CKPT_LATEST or a number) at `level`; every
  * problem goes to `r`, whose step is set to the step checked.  Same locking
  * as restore_run. */

@@ -5,9 +5,11 @@
 # timeout, the previous step restores on all ranks), one rank's shard
 # corrupted (all ranks fall back together, each reporting why), and a
 # 4-rank checkpoint loaded by name into 2 ranks and into 1 process.
-# Usage: run_dist.sh DIST_JOB   (tests/dist/dist_job.c)
+# The ckpt command checks, lists, inspects and exports the multi-rank steps.
+# Usage: run_dist.sh DIST_JOB CKPT   (tests/dist/dist_job.c, tools/ckpt)
 set -u
 job=$1
+ckpt=$2
 if ! command -v mpirun >/dev/null; then
     echo "SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev)"
     exit 77
@@ -43,6 +45,19 @@ done
 
 run 4 "$job" busy "$root" || fail "a second job on the same root was not refused"
 
+"$ckpt" verify "$root" || fail "ckpt verify of a 4-rank step"
+"$ckpt" --json list "$root" | python3 -c 'import json, sys; d = json.load(sys.stdin); s = d["steps"]; assert [x["step"] for x in s] == [1, 2] and all(x["status"] == "valid" for x in s), d' ||
+    fail "ckpt list"
+"$ckpt" --json inspect "$root" | python3 -c 'import json, sys; d = json.load(sys.stdin); assert d["world_size"] == 4 and sorted((t["name"], t["rank"]) for t in d["tensors"]) == sorted(("r%d.%s" % (r, k), r) for r in range(4) for k in "wb"), d' ||
+    fail "ckpt inspect does not show the 4 ranks' tensors"
+if "$ckpt" export "$root" "$tmp/x.h5" >/dev/null 2>&1; then
+    if command -v h5ls >/dev/null; then
+        [ "$(h5ls "$tmp/x.h5" | grep -c Dataset)" = 8 ] || fail "ckpt export lost tensors"
+    fi
+else
+    "$ckpt" export "$root" "$tmp/x.h5"; [ $? = 3 ] || fail "ckpt export" # 3: built without HDF5
+fi
+
 # Rank 2 dies mid-save: with --enable-recovery mpirun lets the others run on,
 # and each one's wait must fail (CKPT_EPEER) within the timeout.
 DIST_TIMEOUT_MS=3000 run 4 --enable-recovery "$job" kill "$root" 3 2
@@ -66,6 +81,8 @@ flip "$root/step-000000000002/rank-00002.shard" 80
 run 4 "$job" restore "$root" 1 1 || fail "the ranks did not fall back together"
 [ "$(grep -c "skipped step 2 (corrupt).*rank-00002.shard" "$tmp/out")" = 4 ] ||
     fail "not every rank reported why step 2 was skipped"
+"$ckpt" verify --step 2 "$root" >"$tmp/verify" 2>&1 && fail "ckpt verify passed a damaged step"
+grep -q rank-00002.shard "$tmp/verify" || fail "ckpt verify did not name the damaged shard"
 
 # Resharding: the intact 4-rank step 2 into 2 ranks, and into one process.
 rm -rf "$root" && mv "$tmp/good" "$root"

@@ -339,7 +339,8 @@ typedef enum ckpt_snapshot_mode {
  *
  * ckpt_restore(CKPT_LATEST) agrees: every rank restores the newest step
  * that every rank could restore (each verifies the chunks of the tensors
- * it restores), found with all-reduces (minimum); a rank that had to skip
+ * it restores; a rank other than 0 whose tensors are all in its own part
+ * reads only that part and its shard), found with all-reduces (minimum); a rank that had to skip
  * a newer step for a reason found on another rank lists it in its report
  * with that rank's reason.  Tensors are looked up by name in the global
  * manifest, so a rank may restore or load (ckpt_load, ckpt_checkpoint_read)

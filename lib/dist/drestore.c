@@ -16,12 +16,49 @@
 #include "layout.h"
 #include "reader.h"
 #include "restore.h"
+#include "util.h"
 
 typedef struct skip_reason {
     int32_t status;
     int32_t rank;
     char message[504];
 } skip_reason;
+
+/* Restore from `step` through this rank's part manifest when the step has
+ * one and it holds every tensor asked for: the rank then reads its own
+ * part and shard only, whatever the world size (docs/SCALING.md).  Rank
+ * 0, and any rank that needs another's tensors (resharding), opens the
+ * global manifest, which checks every shard's index: a step whose commit
+ * record is damaged is skipped by rank 0, so by all. */
+static int restore_rank_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
+                             const ckpt_restore_options *o, int *caller_error)
+{
+    *caller_error = 0;
+    if (s->rank == 0)
+        return restore_step(s, step, t, count, o, caller_error);
+    char part[DIST_PART_NAME_SIZE];
+    dist_part_name(s->rank, part);
+    char *dir = layout_step_path(&s->lay, step), *path = dir ? util_join(dir, part) : NULL;
+    int kind = FSIO_KIND_NONE, own = 0, rc = CKPT_OK;
+    ckpt_checkpoint *ck = NULL;
+    if (!path)
+        rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    else if (fsio_kind(&s->lay.fs, path, 0, &kind) == 0 && kind == FSIO_KIND_FILE &&
+             !(rc = layout_check_trusted(&s->lay, dir)) &&
+             !(rc = reader_open_manifest(s, dir, part, step, &ck))) {
+        own = 1;
+        for (size_t i = 0; i < count && own; i++)
+            own = reader_find(ck, t[i].name) >= 0;
+    }
+    if (!rc && own)
+        rc = restore_from(ck, t, count, o, caller_error);
+    reader_close(ck);
+    free(path);
+    free(dir);
+    if (rc || own)
+        return rc;
+    return restore_step(s, step, t, count, o, caller_error);
+}
 
 /* The newest step <= bound this rank restores; -1 if none.  A failure
  * that is not damage (the caller's mistake, no memory) ends the restore:
@@ -36,7 +73,7 @@ static int64_t newest_restorable(ckpt_store *s, const int64_t *steps, size_t n, 
         if (steps[i] == have)
             return have; /* restored in an earlier round: the buffers hold it */
         int caller_error;
-        int rc = restore_step(s, steps[i], t, count, o, &caller_error);
+        int rc = restore_rank_step(s, steps[i], t, count, o, &caller_error);
         if (rc == CKPT_OK)
             return steps[i];
         if (caller_error || !reader_is_damage(rc)) {

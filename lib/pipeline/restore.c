@@ -62,6 +62,16 @@ int restore_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count
     int rc = reader_open_step(s, step, &ck);
     if (rc)
         return rc;
+    rc = restore_from(ck, t, count, o, caller_error);
+    reader_close(ck);
+    return rc;
+}
+
+int restore_from(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count,
+                 const ckpt_restore_options *o, int *caller_error)
+{
+    int rc;
+    *caller_error = 0;
     reader_target *targets = calloc(count ? count : 1, sizeof *targets);
     size_t n = 0;
     if (!targets) {
@@ -74,7 +84,6 @@ int restore_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count
         rc = reader_read(ck, targets, n);
     }
     free(targets);
-    reader_close(ck);
     return rc;
 }
 

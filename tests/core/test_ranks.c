@@ -12,7 +12,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "fstrace.h"
 #include "helpers.h"
+#include "testing.h"
 
 TestSuite(ranks, .init = tc_setup, .fini = tc_teardown, .timeout = 240);
 
@@ -133,6 +135,7 @@ typedef struct job {
     size_t skipped;
     int status;
     char message[512];
+    fsio *fs; /* NULL: the real file system, untraced */
 } job;
 
 static void *rank_main(void *arg)
@@ -142,7 +145,8 @@ static void *rank_main(void *arg)
     ckpt_coordinator c;
     rank_opts(&o, &c, &j->u);
     ckpt_store *st = NULL;
-    j->status = ckpt_store_open(&st, tc_root, &o);
+    j->status = j->fs ? ckpt_store_open_with_fsio(&st, tc_root, &o, j->fs)
+                      : ckpt_store_open(&st, tc_root, &o);
     if (j->status == CKPT_OK)
         j->status = j->body(j, st);
     if (j->status)
@@ -241,6 +245,37 @@ Test(ranks, save_commit_restore_agreed)
 static int restore_only(job *j, ckpt_store *st)
 {
     return restore_latest(j, st);
+}
+
+/* A rank whose tensors are all its own reads its part and its shard only,
+ * never the global manifest or another rank's shard: its restore costs the
+ * same at any world size (docs/SCALING.md). */
+Test(ranks, a_rank_restores_from_its_own_part)
+{
+    job jobs[WORLD] = {0};
+    run_ranks(jobs, save_two);
+    fstrace *t = ft_new(tc_root);
+    fsio fs = {0};
+    ft_hook(t, &fs);
+    ft_record(t, 1);
+    memset(jobs, 0, sizeof jobs);
+    jobs[1].fs = &fs;
+    run_ranks(jobs, restore_only);
+    int own = 0;
+    for (size_t i = 0; i < ft_count(t); i++) {
+        const ft_event *e = ft_get(t, i);
+        if (e->op != FSIO_OPEN || !e->path)
+            continue;
+        cr_assert_null(strstr(e->path, "manifest.json"), "rank 1 opened %s", e->path);
+        cr_assert_null(strstr(e->path, "rank-00000"), "rank 1 opened %s", e->path);
+        own += strstr(e->path, "step-000000000002/rank-00001.shard") != NULL;
+    }
+    cr_assert_gt(own, 0, "rank 1 did not read its own shard");
+    for (int r = 0; r < WORLD; r++) {
+        cr_assert_eq(jobs[r].status, CKPT_OK, "rank %d: %s", r, jobs[r].message);
+        cr_assert_eq(jobs[r].restored, 2);
+    }
+    ft_free(t);
 }
 
 Test(ranks, damaged_shard_of_one_rank_makes_all_fall_back)

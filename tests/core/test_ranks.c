@@ -247,6 +247,35 @@ static int restore_only(job *j, ckpt_store *st)
     return restore_latest(j, st);
 }
 
+/* gc is rank 0's, the lock holder's; a dry run is anyone's. */
+static int gc_where(job *j, ckpt_store *st)
+{
+    ckpt_report *rep = NULL;
+    int rc = ckpt_store_gc(st, 1, 0, &rep);
+    ckpt_report_free(rep);
+    if (j->u.rank == 0)
+        return rc;
+    cr_assert_eq(rc, CKPT_EINVAL, "rank %d gc: %d", j->u.rank, rc);
+    rep = NULL;
+    rc = ckpt_store_gc(st, 1, 1, &rep);
+    ckpt_report_free(rep);
+    return rc;
+}
+
+Test(ranks, gc_runs_on_rank_0)
+{
+    job jobs[WORLD] = {0};
+    run_ranks(jobs, save_two);
+    memset(jobs, 0, sizeof jobs);
+    run_ranks(jobs, gc_where);
+    for (int r = 0; r < WORLD; r++)
+        cr_assert_eq(jobs[r].status, CKPT_OK, "rank %d: %s", r, jobs[r].message);
+    ckpt_store *ro = tc_open_ro(tc_root);
+    int64_t want[] = {2};
+    tc_assert_steps(ro, want, 1); /* rank 0 retired step 1 */
+    ckpt_store_free(ro);
+}
+
 /* A rank whose tensors are all its own reads its part and its shard only,
  * never the global manifest or another rank's shard: its restore costs the
  * same at any world size (docs/SCALING.md). */

@@ -122,7 +122,9 @@ typedef enum ckpt_status {
     CKPT_ENODEVICE = -12, /* no CUDA runtime or no device                */
     CKPT_EACCES = -13,    /* permission denied (e.g. read-only root)     */
     CKPT_EINTERNAL = -14, /* a bug in libckpt                            */
-    CKPT_EINCOMPLETE = -15 /* a checkpoint file is missing or truncated  */
+    CKPT_EINCOMPLETE = -15, /* a checkpoint file is missing or truncated */
+    CKPT_EPEER = -16      /* another rank failed, died or did not answer
+                             within the store's timeout_ms (multi-rank) */
 } ckpt_status;
 
 /** Short, static description of a status code ("checkpoint is corrupt");
@@ -132,7 +134,8 @@ CKPT_API const char *ckpt_strerror(int status);
  * Stable machine name of a status code, the word the `ckpt` command and the
  * Python binding print: "ok", "invalid_argument", "no_memory", "io",
  * "no_space", "busy", "corrupt", "not_found", "no_checkpoint", "mismatch",
- * "version", "device", "no_device", "access", "internal", "incomplete".
+ * "version", "device", "no_device", "access", "internal", "incomplete",
+ * "peer".
  * NULL for a value not in ckpt_status.  Static storage; thread-safe.
  */
 CKPT_API const char *ckpt_status_name(int status);
@@ -303,9 +306,86 @@ typedef enum ckpt_snapshot_mode {
                                  pinned_limit; kept for compatibility         */
 } ckpt_snapshot_mode;
 
-#define CKPT_STORE_OPTIONS_VERSION 1
+/* ------------------------------------------------------------------ ranks */
+
+/*
+ * Several processes ("ranks"), one checkpoint (docs/SCALING.md).  Every
+ * rank opens the same root (a shared file system, or a local one when all
+ * ranks run on one node) with its rank, the world size and a coordinator:
+ * the job's own distributed runtime, reached through the callbacks below
+ * (libckpt has no network layer of its own).  include/ckpt_mpi.h makes one
+ * from an MPI communicator; the Python binding has one for
+ * torch.distributed.
+ *
+ * Collective calls: on a store with world_size > 1, ckpt_store_open,
+ * ckpt_save_begin (and ckpt_save_sync) and ckpt_restore with CKPT_LATEST
+ * must be called by every rank, in the same order, with the same step.
+ * Each rank saves its own tensors (names unique across the job) into its
+ * own shard file, rank-RRRRR.shard, in the step's shared temporary
+ * directory, and writes and fsyncs its part manifest; when every rank has
+ * reported its part durable, rank 0 writes the global manifest covering
+ * every rank, fsyncs it and renames the directory into place (the commit),
+ * then tells every rank the outcome: every rank's ckpt_save_wait returns
+ * the same status.  A rank that fails makes every rank's save fail (its
+ * status, with a message naming the rank); a rank that dies or hangs makes
+ * the others fail with CKPT_EPEER once a collective has waited timeout_ms.
+ * Nothing is committed then, and the next writer's open removes the
+ * temporary directory.  After a timeout the coordinator is out of step
+ * (a collective may still be pending): every later collective call on the
+ * store fails with CKPT_EPEER; open a new store with a fresh coordinator.
+ *
+ * Rank 0 takes the writer lock (one per job, not per process) and tells
+ * the others; they check that ROOT/.lock names rank 0 (so the root is the
+ * same directory for all) and take no lock themselves.  A second job on
+ * the same root gets CKPT_EBUSY on every rank.  Retention and gc run on
+ * rank 0 only.
+ *
+ * ckpt_restore(CKPT_LATEST) agrees: every rank restores the newest step
+ * that every rank could restore (each verifies the chunks of the tensors
+ * it restores; a rank other than 0 whose tensors are all in its own part
+ * reads only that part and its shard), found with all-reduces (minimum); a rank that had to skip
+ * a newer step for a reason found on another rank lists it in its report
+ * with that rank's reason.  Tensors are looked up by name in the global
+ * manifest, so a rank may restore or load (ckpt_load, ckpt_checkpoint_read)
+ * tensors that another rank saved, also with another world size:
+ * resharding (docs/SCALING.md has the recipe).  Other reading calls are
+ * local to the rank.
+ */
+
+#define CKPT_COORDINATOR_VERSION 1
+/**
+ * The collectives libckpt needs, supplied by the job's runtime.  Each
+ * callback is a collective on a channel reserved for libckpt (a duplicated
+ * communicator, a separate process group): every rank calls it in the same
+ * order.  libckpt calls them from the caller's thread in ckpt_store_open,
+ * ckpt_save_begin and ckpt_restore, and from the store's background thread
+ * that finishes a save, never two at once for one store.  Each returns 0
+ * on success and anything else on failure, and must give up and fail after
+ * `timeout_ms` milliseconds (a rank that died must not hang the others):
+ * libckpt cannot interrupt a callback, and treats one that returns late as
+ * failed.  Buffers are small (at most a few hundred bytes per rank).
+ */
+typedef struct ckpt_coordinator {
+    unsigned int version;   /* CKPT_COORDINATOR_VERSION                      */
+    void *user;             /* passed to every callback                      */
+    /* Wait until every rank has called it. */
+    int (*barrier)(void *user, int timeout_ms);
+    /* Copy `bytes` bytes of `buf` on rank `root` into `buf` on every rank. */
+    int (*broadcast)(void *user, void *buf, size_t bytes, int root, int timeout_ms);
+    /* Replace `*value` on every rank by the minimum over all ranks. */
+    int (*allreduce_min)(void *user, int64_t *value, int timeout_ms);
+    /* Rank `root` receives every rank's `bytes` bytes of `send`, in rank
+     * order, in `recv` (world_size * bytes); `recv` is NULL elsewhere. */
+    int (*gather)(void *user, const void *send, size_t bytes, void *recv, int root,
+                  int timeout_ms);
+} ckpt_coordinator;
+
+#define CKPT_TIMEOUT_MS_DEFAULT 600000 /* per collective: 10 minutes       */
+
+#define CKPT_STORE_OPTIONS_VERSION 2
 /** Options of ckpt_store_open(); start from CKPT_STORE_OPTIONS_INIT or
- *  ckpt_store_options_init().  A value out of range is CKPT_EINVAL. */
+ *  ckpt_store_options_init().  A value out of range is CKPT_EINVAL.
+ *  Version 1 (without the fields from `rank` on) is still accepted. */
 typedef struct ckpt_store_options {
     unsigned int version;       /* CKPT_STORE_OPTIONS_VERSION                  */
     unsigned int flags;         /* CKPT_OPEN_*; no other bits                  */
@@ -334,11 +414,21 @@ typedef struct ckpt_store_options {
     ckpt_snapshot_mode snapshot_mode;    /* device tensors; default HOST       */
     uint64_t pinned_limit;      /* cap on pinned host memory for device
                                    snapshots and restores; 0: 1 GiB           */
+    /* Version 2: several ranks (see "ranks" above). */
+    int rank;                   /* this process, 0..world_size-1              */
+    int world_size;             /* processes saving one checkpoint; 0 or 1:
+                                   this one only (then the two fields below
+                                   are ignored)                               */
+    const ckpt_coordinator *coordinator; /* needed when world_size > 1; copied
+                                   at open (`user` must live as long as the
+                                   store)                                      */
+    int timeout_ms;             /* how long one collective may wait; 0 means
+                                   CKPT_TIMEOUT_MS_DEFAULT                    */
 } ckpt_store_options;
 
 #define CKPT_STORE_OPTIONS_INIT \
     { CKPT_STORE_OPTIONS_VERSION, 0u, 0, 0, 0u, 0u, -1, 1, CKPT_VERIFY_FULL, \
-      CKPT_SNAPSHOT_HOST, 0u }
+      CKPT_SNAPSHOT_HOST, 0u, 0, 1, NULL, 0 }
 
 /**
  * Fill `opts` with the defaults of CKPT_STORE_OPTIONS_INIT for `version`
@@ -360,9 +450,13 @@ CKPT_API int ckpt_store_options_init(ckpt_store_options *opts, unsigned int vers
  * user may write, or that its group may write unless the group is trusted
  * (CKPT_OPEN_TRUST_GROUP) or is the owner's private group.
  *
+ * With world_size > 1 this is collective (see "ranks"): rank 0 locks and
+ * cleans, then every rank learns the outcome, and all fail together.
+ *
  * Returns CKPT_OK; CKPT_EINVAL (NULL `out` or `path`, empty `path`, a bad
  * option, or `path` is not a directory); CKPT_EVERSION (unknown
- * `opts->version`); CKPT_ENOTFOUND (a read-only root, or the parent of a
+ * `opts->version` or coordinator version); CKPT_EPEER (another rank failed
+ * to open, or a collective failed); CKPT_ENOTFOUND (a read-only root, or the parent of a
  * new root, does not exist); CKPT_EBUSY (another store handle holds the
  * writer lock); CKPT_EACCES (the root's owner or permissions, above, with
  * a message naming them and the fix; or permission denied); CKPT_ENOSPC,
@@ -505,7 +599,9 @@ CKPT_API int ckpt_save_options_init(ckpt_save_options *opts, unsigned int versio
  * docs/FORMAT.md for file systems without an atomic swap).  A step below
  * the newest committed one is refused unless the store was opened with
  * CKPT_OPEN_REWIND (restore would otherwise go on choosing the higher,
- * older step: a new run belongs in a new directory).  `opts` may
+ * older step: a new run belongs in a new directory).  On a store with
+ * world_size > 1 this is collective, and a rank whose call fails still
+ * tells the others (whose saves then fail with its status).  `opts` may
  * be NULL.  On success `*out` is a handle released with ckpt_save_free();
  * a failed call leaves nothing in the root.
  *
@@ -533,7 +629,8 @@ CKPT_API int ckpt_save_begin(ckpt_save **out, ckpt_store *store, int64_t step,
  * Returns CKPT_OK; CKPT_EINVAL (NULL `save`); or the save's failure:
  * CKPT_ENOSPC, CKPT_EACCES, CKPT_ENOTFOUND, CKPT_EIO (writing, fsync or
  * commit); CKPT_EBUSY (the lock file was removed or replaced while this
- * store held it); CKPT_EINVAL (the manifest would not be readable, e.g.
+ * store held it); CKPT_EPEER (multi-rank: another rank died or did not
+ * answer in time; a status another rank failed with is returned as is); CKPT_EINVAL (the manifest would not be readable, e.g.
  * metadata too large); CKPT_ECORRUPT, CKPT_EINCOMPLETE (verify_after_save
  * failed); CKPT_EDEVICE (a device copy failed); CKPT_ENOMEM;
  * CKPT_EINTERNAL.

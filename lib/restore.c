@@ -1,5 +1,6 @@
 /* restore: the public faces of ckpt_restore and ckpt_verify; the work is
  * pipeline/restore.c. */
+#include "dist.h"
 #include "error.h"
 #include "report.h"
 #include "restore.h"
@@ -46,14 +47,18 @@ CKPT_API int ckpt_restore(ckpt_store *s, int64_t step, const ckpt_tensor *t, siz
     if (step < 0 && step != CKPT_LATEST)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_restore: step must be >= 0 or CKPT_LATEST");
     int rc = validate_tensors(t, count, 1);
-    if (rc)
+    int agree = s->dist && step == CKPT_LATEST; /* several ranks: collective */
+    if (rc && !agree)
         return rc;
     ckpt_report *r = report_new();
     if (!r)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
     pthread_mutex_lock(&s->api_lock);
     save_drain(s); /* retention of the save in flight must not race us */
-    rc = restore_run(s, step, t, count, &o, r);
+    if (agree)
+        rc = dist_restore(s, rc, t, count, &o, r);
+    else
+        rc = restore_run(s, step, t, count, &o, r);
     pthread_mutex_unlock(&s->api_lock);
     give_report(r, report);
     return rc;

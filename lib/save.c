@@ -2,6 +2,8 @@
  * save.c and persist.c do the work. */
 #include "save.h"
 
+#include "dist.h"
+
 #include "error.h"
 
 CKPT_API int ckpt_save_options_init(ckpt_save_options *opts, unsigned int version)
@@ -16,9 +18,25 @@ CKPT_API int ckpt_save_options_init(ckpt_save_options *opts, unsigned int versio
     return CKPT_OK;
 }
 
+static int save_begin_checked(ckpt_save **out, ckpt_store *st, int64_t step,
+                              const ckpt_tensor *tensors, size_t count,
+                              const ckpt_save_options *opts);
+
 CKPT_API int ckpt_save_begin(ckpt_save **out, ckpt_store *st, int64_t step,
                              const ckpt_tensor *tensors, size_t count,
                              const ckpt_save_options *opts)
+{
+    if (!st || !st->dist_finish)
+        return save_begin_checked(out, st, step, tensors, count, opts);
+    /* Several ranks: a rank that fails here still answers the others. */
+    dist_save_prepare(st, step);
+    int rc = save_begin_checked(out, st, step, tensors, count, opts);
+    return rc ? dist_save_failed(st, step, rc) : CKPT_OK;
+}
+
+static int save_begin_checked(ckpt_save **out, ckpt_store *st, int64_t step,
+                              const ckpt_tensor *tensors, size_t count,
+                              const ckpt_save_options *opts)
 {
     if (out)
         *out = NULL;

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dist.h"
 #include "error.h"
 #include "reader.h"
 #include "report.h"
@@ -16,11 +17,17 @@ CKPT_API int ckpt_store_options_init(ckpt_store_options *opts, unsigned int vers
 {
     if (!opts)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_store_options_init: opts is NULL");
-    int rc = ckpt_check_version("ckpt_store_options", version, CKPT_STORE_OPTIONS_VERSION);
+    int rc = version == 1 ? CKPT_OK
+                          : ckpt_check_version("ckpt_store_options", version,
+                                               CKPT_STORE_OPTIONS_VERSION);
     if (rc)
         return rc;
     ckpt_store_options d = CKPT_STORE_OPTIONS_INIT;
-    *opts = d;
+    if (version == 1)
+        memcpy(opts, &d, DIST_OPTIONS_V1_SIZE); /* a v1 struct ends before `rank` */
+    else
+        *opts = d;
+    opts->version = version;
     return CKPT_OK;
 }
 
@@ -29,10 +36,18 @@ static int resolve_options(const ckpt_store_options *in, ckpt_store_options *o)
 {
     ckpt_store_options d = CKPT_STORE_OPTIONS_INIT;
     int rc;
-    if (in && (rc = ckpt_check_version("ckpt_store_options", in->version,
-                                       CKPT_STORE_OPTIONS_VERSION)))
+    if (in && in->version != 1 &&
+        (rc = ckpt_check_version("ckpt_store_options", in->version,
+                                 CKPT_STORE_OPTIONS_VERSION)))
         return rc;
-    *o = in ? *in : d;
+    *o = d;
+    if (in && in->version == 1)
+        memcpy(o, in, DIST_OPTIONS_V1_SIZE); /* the rest keeps its defaults */
+    else if (in)
+        *o = *in;
+    o->version = CKPT_STORE_OPTIONS_VERSION;
+    if ((rc = dist_resolve_options(o)))
+        return rc;
     if (o->flags & ~(CKPT_OPEN_READONLY | CKPT_OPEN_TRUST_GROUP | CKPT_OPEN_NO_CMDLINE |
                      CKPT_OPEN_REWIND))
         return ckpt_seterr(CKPT_EINVAL, "unknown open flags 0x%x", o->flags);
@@ -82,6 +97,7 @@ static void store_destroy(ckpt_store *s)
     if (!s)
         return;
     context_stop(s);
+    dist_free(s->dist);
     layout_close(&s->lay); /* releases the lock */
     pthread_mutex_destroy(&s->api_lock);
     free(s);
@@ -108,7 +124,9 @@ int ckpt_store_open_with_fsio(ckpt_store **out, const char *path,
         rc = layout_open(&s->lay, path, !s->readonly,
                          (s->opts.flags & CKPT_OPEN_TRUST_GROUP) != 0);
     }
-    if (!rc && !s->readonly && !(rc = layout_lock(&s->lay)))
+    if (!rc && s->opts.world_size > 1)
+        rc = dist_open(s); /* rank 0 locks and cleans, every rank agrees */
+    else if (!rc && !s->readonly && !(rc = layout_lock(&s->lay)))
         layout_clean_stale(&s->lay, 0, NULL); /* best effort: retried next open */
     if (!rc)
         rc = context_start(s);
@@ -183,6 +201,9 @@ CKPT_API int ckpt_store_gc(ckpt_store *s, int keep_last, int dry_run, ckpt_repor
     if (s->readonly && !dry_run)
         return ckpt_seterr(CKPT_EACCES, "%s was opened read-only: only a dry run can "
                            "list what gc would remove", s->lay.root);
+    if (!s->readonly && !dry_run && s->rank != 0)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_store_gc: rank %u is not the writer of %s; "
+                           "gc runs on rank 0, which holds the lock", s->rank, s->lay.root);
     ckpt_report *r = report_new();
     if (!r)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");

@@ -24,6 +24,7 @@ packages=(
     python3 python3-numpy python3-pytest python3-torch python3-h5py python3-jsonschema
     python3-mesonpy python3-venv
     valgrind
+    libopenmpi-dev openmpi-bin
 )
 if [[ -n ${CKPT_PACKAGES:-} ]]; then
     read -r -d '' -a packages <<<"$CKPT_PACKAGES" || true

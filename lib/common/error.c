@@ -31,6 +31,7 @@ static const struct {
     [-CKPT_EACCES] = {"access", "permission denied"},
     [-CKPT_EINTERNAL] = {"internal", "internal error"},
     [-CKPT_EINCOMPLETE] = {"incomplete", "checkpoint is incomplete"},
+    [-CKPT_EPEER] = {"peer", "another rank failed or did not answer"},
 };
 
 static int known(int status)

@@ -84,12 +84,19 @@ static json_t *build(const manifest *m)
         "chunks", u64(m->stats.chunks), "stall_s", quantize(m->stats.stall_s, 1e9),
         "persist_s", quantize(m->stats.persist_s, 1e9), "chunk_bytes", u64(m->chunk_bytes),
         "zstd_level", m->level);
-    return json_pack("{s:s, s:i, s:I, s:s, s:f, s:o, s:o, s:o, s:O, s:O}",
+    json_t *root = json_pack("{s:s, s:i, s:I, s:s, s:f, s:o, s:o, s:o, s:O, s:O}",
         "format", MANIFEST_FORMAT, "format_version", MANIFEST_VERSION,
         "step", (json_int_t)m->step, "checkpoint_id", id, "time", quantize(m->time, 1e3),
         "save", save, "tensors", tensors, "shards", shards,
         "env", m->env ? m->env : json_object(), "metadata",
         m->metadata ? m->metadata : json_null());
+    /* Only multi-rank steps carry it: one process's manifest is unchanged. */
+    if (root && m->world_size > 1 &&
+        json_object_set_new(root, "world_size", json_integer(m->world_size))) {
+        json_decref(root);
+        return NULL;
+    }
+    return root;
 }
 
 int manifest_encode(const manifest *m, char **text, size_t *len)
@@ -294,6 +301,16 @@ static int decode_root(json_t *root, const char *where, manifest *m)
             return rc;
         }
     free(names);
+    json_t *world = json_object_get(root, "world_size");
+    if (world) {
+        /* Rank i wrote shard i, numbering its chunks' tensors among the
+         * tensors of that shard (docs/FORMAT.md). */
+        if (!json_is_integer(world) || json_integer_value(world) < 2 ||
+            (size_t)json_integer_value(world) != ns)
+            return BAD("%s: world_size must be the number of shards (%zu), at least 2",
+                       where, ns);
+        m->world_size = (uint32_t)json_integer_value(world);
+    }
     m->env = json_incref(env);
     m->metadata = json_incref(meta);
     return CKPT_OK;

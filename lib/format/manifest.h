@@ -47,6 +47,9 @@ typedef struct manifest {
     size_t nshards;
     json_t *env;            /* object, owned */
     json_t *metadata;       /* any JSON value, owned */
+    uint32_t world_size;    /* ranks that wrote the step, one shard each
+                               (shard i is rank i's); 0 or 1: one process,
+                               and the member is not written */
 } manifest;
 
 /* Serialise with the trailing checksum member.  *text is malloc'd. */

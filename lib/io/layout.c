@@ -225,10 +225,29 @@ static char *unique_name(layout *l, const char *prefix, int64_t step)
 
 int layout_make_temp(layout *l, int64_t step, char **path)
 {
-    char *p = unique_name(l, LAYOUT_TMP_PREFIX, step);
+    char *p;
+    if (l->shared_tag[0]) {
+        char name[128];
+        snprintf(name, sizeof name, "%sstep-%012lld-%s", LAYOUT_TMP_PREFIX, (long long)step,
+                 l->shared_tag);
+        p = util_join(l->root, name);
+    } else {
+        p = unique_name(l, LAYOUT_TMP_PREFIX, step);
+    }
     if (!p)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
     int rc = fsio_mkdir(&l->fs, p, l->dir_mode);
+    if (rc == -EEXIST && l->shared_tag[0]) {
+        int kind = FSIO_KIND_NONE; /* another rank was first: never through a link */
+        rc = fsio_kind(&l->fs, p, 0, &kind);
+        if (!rc && kind != FSIO_KIND_DIR)
+            rc = -EEXIST;
+        int trc = rc ? CKPT_OK : layout_check_trusted(l, p);
+        if (trc) {
+            free(p);
+            return trc;
+        }
+    }
     if (rc) {
         rc = ckpt_seterr_errno(-rc, "cannot create the temporary directory %s", p);
         free(p);

@@ -34,6 +34,10 @@ typedef struct layout {
     trust tr;         /* whose entries are accepted (trust.h) */
     int dir_mode;     /* for the root and step directories it creates */
     int file_mode;    /* for the files of a step */
+    /* Several ranks: the tag every rank puts in the name of the save's
+     * temporary directory instead of its pid, so all write into one
+     * (lib/dist sets it before each save); "" for one process. */
+    char shared_tag[48];
 } layout;
 
 /* Resolve `path` into l->root (absolute), creating the directory when
@@ -68,7 +72,9 @@ int layout_check_lock(layout *l);
 /* Committed steps, ascending: directories with canonical step names. */
 int layout_scan(layout *l, int64_t **steps, size_t *count);
 
-/* Create a fresh temporary directory for `step`; *path malloc'd. */
+/* Create a fresh temporary directory for `step`; *path malloc'd.  With a
+ * shared tag the name is the same on every rank and one that another rank
+ * created already is used (when it is a directory this writer trusts). */
 int layout_make_temp(layout *l, int64_t step, char **path);
 /* Remove a temporary directory made by layout_make_temp (a failed save).
  * Best effort: what is left is cleaned at the next writer's open. */

@@ -49,6 +49,16 @@ struct ckpt_store {
     int dpool_pinned;
     int dpool_asked_pinned;
     struct ckpt_save *inflight; /* the save not yet waited for, or NULL */
+    /* Several ranks (lib/dist): this process's rank (0 for one process);
+     * the checkpoint id every rank writes into its shard, set before each
+     * save; the hook that ends a save's persist thread with the global
+     * commit (NULL for one process: persist.c commits alone); the rank
+     * state, owned by lib/dist. */
+    uint32_t rank;
+    int shared_id_set;
+    unsigned char shared_id[16];
+    int (*dist_finish)(struct ckpt_save *s, int status);
+    struct dist_state *dist;
 };
 
 /* Set up the workers, codecs, pool and device of a store whose options are

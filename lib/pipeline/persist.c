@@ -131,6 +131,8 @@ static int persist(ckpt_save *s)
     s->m.stats = s->stats;
     pthread_mutex_unlock(&s->lock);
     s->m.stats.persist_s = util_now() - s->t_return;
+    if (st->dist_finish)
+        return CKPT_OK; /* several ranks: the part manifest and commit are lib/dist's */
     if ((rc = write_manifest(s)) || (rc = verify_temp(s)))
         return rc;
     if ((rc = layout_commit(&st->lay, s->tmp, s->m.step)))
@@ -177,6 +179,8 @@ void *save_persist_thread(void *arg)
     }
     if (!rc)
         rc = persist(s);
+    if (s->store->dist_finish) /* every rank learns every rank's outcome */
+        rc = s->store->dist_finish(s, rc);
     if (rc)
         device_quiesce(s->store->dev); /* copies of chunks never queued */
     save_release_events(s);

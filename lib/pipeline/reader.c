@@ -37,11 +37,13 @@ static int open_shards(ckpt_checkpoint *ck)
     const fsio *fs = &ck->store->lay.fs;
     size_t nt = m->ntensors;
     uint64_t *bytes = calloc(nt ? nt : 1, sizeof *bytes);
+    uint32_t *local = calloc(nt ? nt : 1, sizeof *local); /* shard's tensor -> manifest's */
     ck->ix = calloc(m->nshards, sizeof *ck->ix);
     ck->fds = malloc(m->nshards * sizeof *ck->fds);
     ck->first = malloc((nt ? nt : 1) * sizeof *ck->first);
-    if (!bytes || !ck->ix || !ck->fds || !ck->first) {
+    if (!bytes || !local || !ck->ix || !ck->fds || !ck->first) {
         free(bytes);
+        free(local);
         return ckpt_seterr(CKPT_ENOMEM, "out of memory opening %s", ck->label);
     }
     for (size_t i = 0; i < m->nshards; i++)
@@ -50,9 +52,14 @@ static int open_shards(ckpt_checkpoint *ck)
         ck->first[i] = UINT64_MAX;
     int rc = CKPT_OK;
     for (size_t sh = 0; sh < m->nshards && !rc; sh++) {
-        /* Tensors outside this shard must have no chunks in it. */
+        /* A shard numbers its chunks' tensors among its own tensors, in
+         * manifest order (with one shard: the manifest's numbers). */
+        uint32_t nlocal = 0;
         for (size_t i = 0; i < nt; i++)
-            bytes[i] = m->tensors[i].shard == sh ? m->tensors[i].bytes : 0;
+            if (m->tensors[i].shard == sh) {
+                bytes[nlocal] = m->tensors[i].bytes;
+                local[nlocal++] = (uint32_t)i;
+            }
         char *path = util_join(ck->dir, m->shards[sh].file);
         char *name = util_printf("%s/%s", ck->label, m->shards[sh].file);
         if (!path || !name) {
@@ -65,8 +72,10 @@ static int open_shards(ckpt_checkpoint *ck)
         }
         if (!rc) {
             shard_expect x = {m->shards[sh].size, m->shards[sh].index_hash, m->step, m->id,
-                              (uint32_t)nt, bytes, m->chunk_bytes};
+                              nlocal, bytes, m->chunk_bytes};
             rc = shard_read_index(fs, path, name, &x, &ck->fds[sh], &ck->ix[sh]);
+            for (uint64_t e = 0; !rc && e < ck->ix[sh].count; e++) /* checked < nlocal */
+                ck->ix[sh].entries[e].tensor = local[ck->ix[sh].entries[e].tensor];
             if (!rc && ck->ix[sh].count != m->shards[sh].chunks)
                 rc = ckpt_seterr(CKPT_ECORRUPT, "%s: index has %llu chunks, manifest "
                                  "says %llu", name, (unsigned long long)ck->ix[sh].count,
@@ -81,6 +90,7 @@ static int open_shards(ckpt_checkpoint *ck)
         free(name);
     }
     free(bytes);
+    free(local);
     /* Every non-empty tensor must have its chunks (tiling was checked). */
     for (size_t i = 0; i < nt && !rc; i++) {
         const manifest_tensor *t = &m->tensors[i];
@@ -104,6 +114,12 @@ static int open_shards(ckpt_checkpoint *ck)
 
 int reader_open_dir(ckpt_store *s, const char *dir, int64_t step, ckpt_checkpoint **out)
 {
+    return reader_open_manifest(s, dir, MANIFEST_NAME, step, out);
+}
+
+int reader_open_manifest(ckpt_store *s, const char *dir, const char *manifest_name,
+                         int64_t step, ckpt_checkpoint **out)
+{
     *out = NULL;
     ckpt_checkpoint *ck = calloc(1, sizeof *ck);
     char name[LAYOUT_NAME_SIZE];
@@ -114,8 +130,8 @@ int reader_open_dir(ckpt_store *s, const char *dir, int64_t step, ckpt_checkpoin
         return ckpt_seterr(CKPT_ENOMEM, "out of memory opening step %lld", (long long)step);
     }
     ck->store = s;
-    char *mpath = util_join(dir, MANIFEST_NAME);
-    char *where = util_printf("%s/%s", ck->label, MANIFEST_NAME);
+    char *mpath = util_join(dir, manifest_name);
+    char *where = util_printf("%s/%s", ck->label, manifest_name);
     size_t len = 0;
     int rc = mpath && where ? 0 : -ENOMEM;
     int kind;

@@ -26,6 +26,9 @@ struct ckpt_checkpoint {
 /* Open the checkpoint in `dir`, which must be step `step`.  Problems are
  * returned (first one) and, if `report`, listed there. */
 int reader_open_dir(ckpt_store *s, const char *dir, int64_t step, ckpt_checkpoint **out);
+/* The same with another manifest file of `dir` (a rank's part manifest). */
+int reader_open_manifest(ckpt_store *s, const char *dir, const char *manifest_name,
+                         int64_t step, ckpt_checkpoint **out);
 int reader_open_step(ckpt_store *s, int64_t step, ckpt_checkpoint **out);
 void reader_close(ckpt_checkpoint *ck);
 /* 1 when `status` from opening or reading a step says the step cannot be

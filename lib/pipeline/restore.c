@@ -56,7 +56,7 @@ static int match(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count, int al
     return CKPT_OK;
 }
 
-static int restore_one(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
+int restore_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
                        const ckpt_restore_options *o, int *caller_error)
 {
     ckpt_checkpoint *ck;
@@ -64,6 +64,16 @@ static int restore_one(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t
     int rc = reader_open_step(s, step, &ck);
     if (rc)
         return rc;
+    rc = restore_from(ck, t, count, o, caller_error);
+    reader_close(ck);
+    return rc;
+}
+
+int restore_from(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count,
+                 const ckpt_restore_options *o, int *caller_error)
+{
+    int rc;
+    *caller_error = 0;
     reader_target *targets = calloc(count ? count : 1, sizeof *targets);
     size_t n = 0;
     if (!targets) {
@@ -76,7 +86,6 @@ static int restore_one(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t
         rc = reader_read(ck, targets, n);
     }
     free(targets);
-    reader_close(ck);
     return rc;
 }
 
@@ -97,7 +106,7 @@ int restore_run(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
     int restored = 0;
     for (size_t i = n; i-- > 0 && !rc;) {
         int caller_error;
-        int r1 = restore_one(s, steps[i], t, count, o, &caller_error);
+        int r1 = restore_step(s, steps[i], t, count, o, &caller_error);
         if (r1 == CKPT_OK) {
             r->step = steps[i];
             restored = 1;

@@ -4,6 +4,7 @@
 #define CKPT_RESTORE_H
 
 #include "context.h"
+#include "reader.h"
 #include "report.h"
 
 /* Restore `count` caller tensors from `step` (CKPT_LATEST: the newest step
@@ -11,6 +12,16 @@
  * caller holds s->api_lock and has drained the save in flight. */
 int restore_run(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
                 const ckpt_restore_options *o, ckpt_report *r);
+
+/* Restore the tensors from the one step `step` (>= 0).  *caller_error is
+ * set when the failure is the caller's (a name not found, a mismatch), not
+ * damage to the step.  Same locking as restore_run. */
+int restore_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
+                 const ckpt_restore_options *o, int *caller_error);
+
+/* The same from a step opened already (reader.h). */
+int restore_from(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count,
+                 const ckpt_restore_options *o, int *caller_error);
 
 /* Verify `step` (CKPT_NEWEST, CKPT_LATEST or a number) at `level`; every
  * problem goes to `r`, whose step is set to the step checked.  Same locking

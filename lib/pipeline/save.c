@@ -158,7 +158,9 @@ static int build_manifest(ckpt_save *s, const ckpt_tensor *t, size_t count,
     m->time = util_wall_time();
     m->chunk_bytes = st->opts.chunk_bytes;
     m->level = st->opts.level;
-    if (getrandom(m->id, sizeof m->id, 0) != (ssize_t)sizeof m->id) {
+    if (st->shared_id_set) {
+        memcpy(m->id, st->shared_id, sizeof m->id); /* every rank's shard carries it */
+    } else if (getrandom(m->id, sizeof m->id, 0) != (ssize_t)sizeof m->id) {
         uint64_t a = (uint64_t)(m->time * 1e9), b = (uint64_t)m->step ^ (uint64_t)getpid();
         memcpy(m->id, &a, 8);
         memcpy(m->id + 8, &b, 8);
@@ -173,7 +175,7 @@ static int build_manifest(ckpt_save *s, const ckpt_tensor *t, size_t count,
     if (!(m->env = env_record(st->dev, !(st->opts.flags & CKPT_OPEN_NO_CMDLINE))))
         return ckpt_seterr(CKPT_ENOMEM, "out of memory recording the environment");
     char shard_name[SHARD_NAME_SIZE];
-    shard_file_name(0, shard_name); /* one process, one rank: rank 0 */
+    shard_file_name(st->rank, shard_name); /* one process: rank 0 */
     m->shards = calloc(1, sizeof *m->shards);
     m->tensors = calloc(count ? count : 1, sizeof *m->tensors);
     if (!m->shards || !m->tensors || !(m->shards[0].file = util_strdup(shard_name)))
@@ -459,7 +461,7 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
     if (!rc) {
         char *path = util_join(s->tmp, s->m.shards[0].file);
         rc = path ? shard_writer_open(&s->writer, &st->lay.fs, path, st->lay.file_mode,
-                                     s->m.step, s->m.id, 0)
+                                     s->m.step, s->m.id, st->rank)
                   : ckpt_seterr(CKPT_ENOMEM, "out of memory");
         free(path);
     }

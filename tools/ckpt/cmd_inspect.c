@@ -29,6 +29,21 @@ static void print_json_text(const char *title, const char *text)
     json_decref(v);
 }
 
+/* Several ranks (docs/SCALING.md): the manifest's world_size (1 when
+ * absent) and the rank whose shard holds tensor i (its "shard"). */
+static int64_t world_size(const json_t *man)
+{
+    json_t *w = json_object_get(man, "world_size");
+    return json_is_integer(w) ? json_integer_value(w) : 1;
+}
+
+static int64_t tensor_rank(const json_t *man, size_t i)
+{
+    json_t *t = json_array_get(json_object_get(man, "tensors"), i);
+    json_t *sh = json_object_get(t, "shard");
+    return json_is_integer(sh) ? json_integer_value(sh) : 0;
+}
+
 int cmd_inspect(cli_ctx *ctx, int argc, char **argv)
 {
     const char *dir = NULL;
@@ -46,6 +61,7 @@ int cmd_inspect(cli_ctx *ctx, int argc, char **argv)
     ckpt_store *store = NULL;
     ckpt_checkpoint *ckpt = NULL;
     ckpt_save_stats stats;
+    json_t *man = NULL;
     if ((ret = cli_open_readonly(ctx, dir, &store)))
         goto done;
     int st = ckpt_checkpoint_open(&ckpt, store, step, CKPT_VERIFY_QUICK);
@@ -57,6 +73,8 @@ int cmd_inspect(cli_ctx *ctx, int argc, char **argv)
             ret = cli_fail_lib(ctx, st, "cannot open step %" PRId64, step);
         goto done;
     }
+    man = cli_json_from_text(ckpt_checkpoint_manifest(ckpt));
+    int64_t world = world_size(man);
     int have_stats = ckpt_checkpoint_stats(ckpt, &stats) == CKPT_OK;
     size_t n = ckpt_checkpoint_tensor_count(ckpt);
     double t = ckpt_checkpoint_time(ckpt);
@@ -69,6 +87,7 @@ int cmd_inspect(cli_ctx *ctx, int argc, char **argv)
         json_object_set_new(doc, "path", json_string(ckpt_checkpoint_path(ckpt)));
         json_object_set_new(doc, "time", json_real(t));
         json_object_set_new(doc, "time_iso", json_string(cli_fmt_time(t, tbuf)));
+        json_object_set_new(doc, "world_size", json_integer(world));
         if (have_stats) {
             json_object_set_new(doc, "raw_bytes", json_integer((json_int_t)stats.raw_bytes));
             json_object_set_new(doc, "stored_bytes",
@@ -100,12 +119,14 @@ int cmd_inspect(cli_ctx *ctx, int argc, char **argv)
             const char *dn = ckpt_dtype_name(ti.dtype);
             json_array_append_new(
                 tensors,
-                json_pack("{s:s, s:s, s:o, s:I, s:I, s:o, s:I}", "name", ti.name, "dtype",
-                          dn ? dn : "unknown", "shape", shape, "bytes", (json_int_t)ti.bytes,
-                          "stored_bytes", (json_int_t)ti.stored_bytes, "ratio",
+                json_pack("{s:s, s:s, s:o, s:I, s:I, s:o, s:I, s:I}", "name", ti.name,
+                          "dtype", dn ? dn : "unknown", "shape", shape, "bytes",
+                          (json_int_t)ti.bytes, "stored_bytes", (json_int_t)ti.stored_bytes,
+                          "ratio",
                           ti.stored_bytes ? json_real((double)ti.bytes / (double)ti.stored_bytes)
                                           : json_null(),
-                          "chunks", (json_int_t)ti.chunks));
+                          "chunks", (json_int_t)ti.chunks, "rank",
+                          (json_int_t)tensor_rank(man, i)));
         }
         json_object_set_new(doc, "tensors", tensors);
         json_object_set_new(doc, "environment",
@@ -126,7 +147,10 @@ int cmd_inspect(cli_ctx *ctx, int argc, char **argv)
         printf("\nchunks    %" PRIu64 "\nsave      stall %s, persist %s\n", stats.chunks,
                cli_fmt_duration(stats.stall_s, b1), cli_fmt_duration(stats.persist_s, b2));
     }
-    printf("\n%-40s  %-13s  %-20s  %10s  %6s\n", "TENSOR", "DTYPE", "SHAPE", "BYTES", "RATIO");
+    if (world > 1)
+        printf("ranks     %" PRId64 " (a shard each; RANK says whose)\n", world);
+    printf("\n%-40s  %-13s  %-20s  %10s  %6s%s\n", "TENSOR", "DTYPE", "SHAPE", "BYTES", "RATIO",
+           world > 1 ? "   RANK" : "");
     for (size_t i = 0; i < n; i++) {
         ckpt_tensor_info ti;
         char shape[256], ratio[16];
@@ -140,13 +164,17 @@ int cmd_inspect(cli_ctx *ctx, int argc, char **argv)
         else
             snprintf(ratio, sizeof ratio, "-");
         const char *dn = ckpt_dtype_name(ti.dtype);
-        printf("%-40s  %-13s  %-20s  %10s  %6s\n", ti.name, dn ? dn : "unknown", shape,
+        printf("%-40s  %-13s  %-20s  %10s  %6s", ti.name, dn ? dn : "unknown", shape,
                cli_fmt_bytes(ti.bytes, b3), ratio);
+        if (world > 1)
+            printf("  %5" PRId64, tensor_rank(man, i));
+        printf("\n");
     }
     print_json_text("environment", ckpt_checkpoint_env(ckpt));
     print_json_text("metadata", ckpt_checkpoint_metadata(ckpt));
     ret = CLI_EXIT_OK;
 done:
+    json_decref(man);
     ckpt_checkpoint_free(ckpt);
     ckpt_store_free(store);
     return ret;

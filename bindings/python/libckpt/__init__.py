@@ -21,7 +21,7 @@ from .errors import (AccessError, BusyError, CorruptError, DeviceError, Error,
                      IncompleteError, InternalError, InvalidArgumentError,
                      IoError, MismatchError, NoCheckpointError, NoDeviceError,
                      NoSpaceError, NotFoundError, OutOfMemoryError,
-                     SkippedCheckpointWarning, VersionError)
+                     PeerError, SkippedCheckpointWarning, VersionError)
 from . import ffi
 from .checkpoint import Checkpoint, TensorInfo
 from .handles import SaveHandle
@@ -33,7 +33,7 @@ __all__ = [
     "OutOfMemoryError", "IoError", "NoSpaceError", "BusyError",
     "CorruptError", "NotFoundError", "NoCheckpointError", "MismatchError",
     "VersionError", "DeviceError", "NoDeviceError", "AccessError",
-    "InternalError", "IncompleteError", "SkippedCheckpointWarning",
+    "InternalError", "IncompleteError", "PeerError", "SkippedCheckpointWarning",
     "library_version", "library_path", "cuda_available", "__version__",
 ]
 

@@ -11,7 +11,7 @@ __all__ = [
     "NoSpaceError", "BusyError", "CorruptError", "NotFoundError",
     "NoCheckpointError", "MismatchError", "VersionError", "DeviceError",
     "NoDeviceError", "AccessError", "InternalError", "IncompleteError",
-    "SkippedCheckpointWarning", "error_for_status", "code_name",
+    "PeerError", "SkippedCheckpointWarning", "error_for_status", "code_name",
 ]
 
 
@@ -121,6 +121,11 @@ class IncompleteError(CorruptError):
     status, code = -15, "CKPT_EINCOMPLETE"
 
 
+class PeerError(Error):
+    """CKPT_EPEER: another rank failed, died or did not answer in time."""
+    status, code = -16, "CKPT_EPEER"
+
+
 class SkippedCheckpointWarning(UserWarning):
     """A newer checkpoint failed verification and an older one was used."""
 
@@ -129,7 +134,7 @@ _BY_STATUS = {cls.status: cls for cls in (
     InvalidArgumentError, OutOfMemoryError, IoError, NoSpaceError, BusyError,
     CorruptError, NotFoundError, NoCheckpointError, MismatchError,
     VersionError, DeviceError, NoDeviceError, AccessError, InternalError,
-    IncompleteError)}
+    IncompleteError, PeerError)}
 
 
 def error_for_status(status, message, function=None):

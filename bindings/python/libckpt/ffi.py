@@ -54,7 +54,8 @@ CKPT_VERIFY_NONE, CKPT_VERIFY_QUICK, CKPT_VERIFY_FULL = 0, 1, 2
 # ckpt_snapshot_mode
 CKPT_SNAPSHOT_HOST, CKPT_SNAPSHOT_DEVICE, CKPT_SNAPSHOT_STREAM = 0, 1, 2
 
-CKPT_STORE_OPTIONS_VERSION = 1
+CKPT_STORE_OPTIONS_VERSION = 2
+CKPT_COORDINATOR_VERSION = 1
 CKPT_SAVE_OPTIONS_VERSION = 1
 CKPT_RESTORE_OPTIONS_VERSION = 1
 
@@ -75,6 +76,28 @@ class ckpt_tensor(ctypes.Structure):
     ]
 
 
+# The collectives of ckpt_coordinator (include/ckpt.h, "ranks").
+BARRIER_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int)
+BROADCAST_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                                ctypes.c_size_t, ctypes.c_int, ctypes.c_int)
+ALLREDUCE_MIN_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, c_int64_p,
+                                    ctypes.c_int)
+GATHER_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                             ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int,
+                             ctypes.c_int)
+
+
+class ckpt_coordinator(ctypes.Structure):
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("user", ctypes.c_void_p),
+        ("barrier", BARRIER_FN),
+        ("broadcast", BROADCAST_FN),
+        ("allreduce_min", ALLREDUCE_MIN_FN),
+        ("gather", GATHER_FN),
+    ]
+
+
 class ckpt_store_options(ctypes.Structure):
     _fields_ = [
         ("version", ctypes.c_uint),
@@ -88,6 +111,10 @@ class ckpt_store_options(ctypes.Structure):
         ("verify_after_save", ctypes.c_int),
         ("snapshot_mode", ctypes.c_int),
         ("pinned_limit", ctypes.c_uint64),
+        ("rank", ctypes.c_int),
+        ("world_size", ctypes.c_int),
+        ("coordinator", ctypes.POINTER(ckpt_coordinator)),
+        ("timeout_ms", ctypes.c_int),
     ]
 
 

@@ -55,8 +55,14 @@ class Store:
     ``verify_after_save`` ("full", "quick" or "none") and ``snapshot``
     ("host", "device" or "stream": how device tensors are snapshotted).
 
-    Only one process may open a root for writing: a second gets
-    :class:`libckpt.BusyError`.  A store may be used from several threads.
+    Several ranks, one checkpoint: ``coordinator`` (a
+    :class:`libckpt.dist.Coordinator`, e.g. ``TorchCoordinator()``) with
+    ``rank`` and ``world_size`` (default: the coordinator's) and
+    ``timeout`` (seconds each collective may wait) make opening, saving
+    and restoring the newest step collective (docs/SCALING.md).
+
+    Only one process (one job, with a coordinator) may open a root for
+    writing: a second gets :class:`libckpt.BusyError`.  A store may be used from several threads.
     Close it with ``with`` or :meth:`close`; that waits for saves in flight.
     """
 
@@ -67,9 +73,23 @@ class Store:
                  host_memory_limit: Optional[int] = None,
                  verify_after_save: str = "full",
                  snapshot: str = "host", trust_group: bool = False,
-                 rewind: bool = False, record_command_line: bool = True) -> None:
+                 rewind: bool = False, record_command_line: bool = True,
+                 coordinator: Any = None, rank: Optional[int] = None,
+                 world_size: Optional[int] = None,
+                 timeout: Optional[float] = None) -> None:
         opts = ffi.ckpt_store_options()
         C.ckpt_store_options_init(_byref(opts), ffi.CKPT_STORE_OPTIONS_VERSION)
+        self._coordinator = coordinator  # its callbacks must outlive the store
+        if coordinator is not None:
+            opts.rank = operator.index(coordinator.rank if rank is None else rank)
+            opts.world_size = operator.index(coordinator.world_size
+                                             if world_size is None else world_size)
+            opts.coordinator = ctypes.pointer(coordinator._c())
+        elif world_size is not None:
+            opts.world_size = operator.index(world_size)
+            opts.rank = operator.index(rank or 0)
+        if timeout is not None:
+            opts.timeout_ms = max(1, int(timeout * 1000))
         if readonly:
             opts.flags |= ffi.CKPT_OPEN_READONLY
         if trust_group:  # a project root shared by a group (RELIABILITY.md)

@@ -1,0 +1,209 @@
+"""Several ranks, one checkpoint (docs/SCALING.md): coordinators that let
+libckpt's ranks agree through the job's own runtime, and the resharding
+helper.
+
+    import torch.distributed as dist, libckpt
+    from libckpt.dist import TorchCoordinator, load_resharded
+    dist.init_process_group("gloo")            # or "nccl"
+    coord = TorchCoordinator(timeout=60)       # collective: its own gloo group
+    with libckpt.Store("ckpt", coordinator=coord) as store:
+        store.save(step, {"rank%d" % coord.rank: shard}).wait()   # collective
+        store.restore(state)                   # collective: agreed step
+
+Any rank can read any tensor by name (the global manifest lists every
+rank's), so a job restarted with another number of ranks reshards with
+:func:`load_resharded`.
+
+A :class:`Coordinator` subclass supplies four collectives; libckpt calls
+them from its own threads (the binding takes the GIL), never two at once
+for one store, in the same order on every rank.  Each must give up after
+``timeout`` seconds and raise (or return False): libckpt then fails the
+save or restore on that rank with :class:`libckpt.PeerError`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime
+import sys
+import traceback
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
+
+from . import ffi
+from . import tensors as _tensors
+
+__all__ = ["Coordinator", "TorchCoordinator", "load_resharded"]
+
+
+class Coordinator:
+    """Base of the coordinators handed to :class:`libckpt.Store`
+    (``coordinator=``).  Subclasses set ``rank`` and ``world_size`` and
+    implement the four methods below; buffers are bytes of a few hundred
+    per rank."""
+
+    rank: int = 0
+    world_size: int = 1
+
+    def barrier(self, timeout: float) -> None:
+        raise NotImplementedError
+
+    def broadcast(self, data: bytes, root: int, timeout: float) -> bytes:
+        """`data` of rank `root`, on every rank (same length)."""
+        raise NotImplementedError
+
+    def allreduce_min(self, value: int, timeout: float) -> int:
+        raise NotImplementedError
+
+    def gather(self, data: bytes, root: int, timeout: float
+               ) -> Optional[List[bytes]]:
+        """Every rank's `data` in rank order on `root`; None elsewhere."""
+        raise NotImplementedError
+
+    # -- the C side: built once, kept alive as long as this object
+
+    def _c(self) -> ffi.ckpt_coordinator:
+        c = getattr(self, "_c_struct", None)
+        if c is not None:
+            return c
+
+        def guard(fn: Callable[..., None]) -> Callable[..., int]:
+            def call(*args: Any) -> int:
+                try:
+                    fn(*args)
+                    return 0
+                except BaseException:  # never unwind through C
+                    self.last_error = traceback.format_exc()
+                    print("libckpt coordinator (rank %d): %s" %
+                          (self.rank, self.last_error.strip().splitlines()[-1]),
+                          file=sys.stderr)
+                    return -1
+            return call
+
+        def barrier(user: Any, timeout_ms: int) -> None:
+            self.barrier(timeout_ms / 1000.0)
+
+        def broadcast(user: Any, buf: int, n: int, root: int,
+                      timeout_ms: int) -> None:
+            data = ctypes.string_at(buf, n)
+            out = self.broadcast(data, root, timeout_ms / 1000.0)
+            if len(out) != n:
+                raise ValueError("broadcast returned %d bytes, not %d"
+                                 % (len(out), n))
+            ctypes.memmove(buf, out, n)
+
+        def allreduce_min(user: Any, value: Any, timeout_ms: int) -> None:
+            value[0] = int(self.allreduce_min(int(value[0]),
+                                              timeout_ms / 1000.0))
+
+        def gather(user: Any, send: int, n: int, recv: int, root: int,
+                   timeout_ms: int) -> None:
+            parts = self.gather(ctypes.string_at(send, n), root,
+                                timeout_ms / 1000.0)
+            if self.rank == root:
+                if parts is None or len(parts) != self.world_size or any(
+                        len(p) != n for p in parts):
+                    raise ValueError("gather returned the wrong parts")
+                ctypes.memmove(recv, b"".join(parts), n * self.world_size)
+
+        keep = [ffi.BARRIER_FN(guard(barrier)),
+                ffi.BROADCAST_FN(guard(broadcast)),
+                ffi.ALLREDUCE_MIN_FN(guard(allreduce_min)),
+                ffi.GATHER_FN(guard(gather))]
+        c = ffi.ckpt_coordinator(ffi.CKPT_COORDINATOR_VERSION, None, *keep)
+        self._c_keep = keep  # ctypes callbacks must outlive every call
+        self._c_struct = c
+        return c
+
+
+class TorchCoordinator(Coordinator):
+    """A coordinator over torch.distributed.  Collective: every rank
+    constructs it (after ``init_process_group``).  It makes a gloo process
+    group of its own over every rank, whatever the training's backend
+    (gloo or NCCL), so libckpt's small CPU collectives never mix with the
+    training's.  ``timeout`` (seconds) bounds each collective: a rank that
+    died makes the others' calls fail after it."""
+
+    def __init__(self, timeout: float = 600.0) -> None:
+        import torch
+        import torch.distributed as dist
+        if not dist.is_initialized():
+            raise RuntimeError("TorchCoordinator needs torch.distributed."
+                               "init_process_group() first")
+        self._torch, self._dist = torch, dist
+        self.timeout = float(timeout)
+        self.group = dist.new_group(
+            backend="gloo", timeout=datetime.timedelta(seconds=self.timeout))
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+
+    def _wait(self, work: Any, timeout: float) -> None:
+        # gloo's work.wait honours a timeout: a dead peer cannot hang us.
+        ok = work.wait(datetime.timedelta(seconds=timeout))
+        if ok is False:
+            raise TimeoutError("collective did not complete in %.1f s"
+                               % timeout)
+
+    def _bytes(self, data: bytes) -> Any:
+        return self._torch.tensor(list(data), dtype=self._torch.uint8)
+
+    def barrier(self, timeout: float) -> None:
+        self._wait(self._dist.barrier(group=self.group, async_op=True),
+                   timeout)
+
+    def broadcast(self, data: bytes, root: int, timeout: float) -> bytes:
+        t = self._bytes(data)
+        self._wait(self._dist.broadcast(t, src=root, group=self.group,
+                                        async_op=True), timeout)
+        return bytes(t.tolist())
+
+    def allreduce_min(self, value: int, timeout: float) -> int:
+        t = self._torch.tensor([value], dtype=self._torch.int64)
+        self._wait(self._dist.all_reduce(t, op=self._dist.ReduceOp.MIN,
+                                         group=self.group, async_op=True),
+                   timeout)
+        return int(t.item())
+
+    def gather(self, data: bytes, root: int, timeout: float
+               ) -> Optional[List[bytes]]:
+        t = self._bytes(data)
+        out = ([self._torch.empty_like(t) for _ in range(self.world_size)]
+               if self.rank == root else None)
+        self._wait(self._dist.gather(t, gather_list=out, dst=root,
+                                     group=self.group, async_op=True),
+                   timeout)
+        return [bytes(x.tolist()) for x in out] if out is not None else None
+
+
+def load_resharded(store: Any, select: Union[Callable[[str], bool],
+                                             Iterable[str]],
+                   framework: str = "np") -> Tuple[int, Dict[str, Any]]:
+    """Load the tensors ``select`` names (a list of names, or a predicate
+    on a name), whichever ranks saved them, from the newest checkpoint:
+    the resharding recipe of docs/SCALING.md.  Returns ``(step, {name:
+    tensor})``.  On a store with several ranks this is collective (every
+    rank calls it, each with its own selection) and every rank gets the
+    same step, the newest that every rank could read in full; on a
+    one-process store (``Store(path, readonly=True)``) it loads from the
+    newest step that restores.  ``framework``: "np" or "pt" (CPU)."""
+    with store.open() as ck:  # names, dtypes and shapes of the newest step
+        infos = ck.tensors()
+    wanted = (set(select) if not callable(select) else None)
+    chosen = [i for i in infos
+              if (select(i.name) if wanted is None else i.name in wanted)]
+    if wanted is not None and len(chosen) != len(wanted):
+        missing = wanted - {i.name for i in chosen}
+        from .errors import NotFoundError
+        raise NotFoundError("not in the newest checkpoint: %s"
+                            % ", ".join(sorted(missing)))
+    state = {}
+    for i in chosen:
+        code = ffi.lib.ckpt_dtype_from_name(i.dtype.encode("ascii"))
+        if framework == "pt":
+            import torch
+            tdt = _tensors.torch_dtype(code, torch)
+            state[i.name] = torch.empty(i.shape, dtype=tdt)
+        else:
+            import numpy
+            state[i.name] = numpy.empty(i.shape, dtype=_tensors.numpy_dtype(code))
+    step = store.restore(state, strict=True)
+    return int(step), state

@@ -1,0 +1,224 @@
+/* coord: collectives with a deadline the caller's runtime cannot break. */
+#include "coord.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "error.h"
+#include "util.h"
+
+/* A callback gets timeout_ms; the waiter gives it this much longer, so
+ * that a runtime that honours its timeout reports the failure itself. */
+#define GRACE_MS 2000
+
+enum { OP_BARRIER, OP_BCAST, OP_ALLREDUCE, OP_GATHER };
+
+/* One collective in flight.  Shared by the waiter and the thread running
+ * the callback; the last of the two to let go frees it, so a callback that
+ * returns after the waiter gave up writes only into memory of its own. */
+typedef struct call {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int refs, done, rc;   /* protected by lock */
+    ckpt_coordinator cb;
+    int op, root, timeout_ms;
+    int64_t value;
+    size_t n;
+    unsigned char *buf;   /* bcast: in/out; gather: what is sent */
+    unsigned char *recv;  /* gather, on root */
+} call;
+
+static void call_unref(call *k)
+{
+    pthread_mutex_lock(&k->lock);
+    int last = --k->refs == 0;
+    pthread_mutex_unlock(&k->lock);
+    if (!last)
+        return;
+    pthread_cond_destroy(&k->cond);
+    pthread_mutex_destroy(&k->lock);
+    free(k->buf);
+    free(k->recv);
+    free(k);
+}
+
+static void *call_thread(void *arg)
+{
+    call *k = arg;
+    void *u = k->cb.user;
+    int rc;
+    switch (k->op) {
+    case OP_BARRIER: rc = k->cb.barrier(u, k->timeout_ms); break;
+    case OP_BCAST: rc = k->cb.broadcast(u, k->buf, k->n, k->root, k->timeout_ms); break;
+    case OP_ALLREDUCE: rc = k->cb.allreduce_min(u, &k->value, k->timeout_ms); break;
+    default: rc = k->cb.gather(u, k->buf, k->n, k->recv, k->root, k->timeout_ms); break;
+    }
+    pthread_mutex_lock(&k->lock);
+    k->rc = rc;
+    k->done = 1;
+    pthread_cond_broadcast(&k->cond);
+    pthread_mutex_unlock(&k->lock);
+    call_unref(k);
+    return NULL;
+}
+
+int coord_init(coord *c, const ckpt_coordinator *cb, int rank, int world, int timeout_ms)
+{
+    memset(c, 0, sizeof *c);
+    if (!cb)
+        return ckpt_seterr(CKPT_EINVAL, "world_size %d needs a coordinator", world);
+    int rc = ckpt_check_version("ckpt_coordinator", cb->version, CKPT_COORDINATOR_VERSION);
+    if (rc)
+        return rc;
+    if (!cb->barrier || !cb->broadcast || !cb->allreduce_min || !cb->gather)
+        return ckpt_seterr(CKPT_EINVAL, "the coordinator lacks a callback (barrier, "
+                           "broadcast, allreduce_min and gather are all needed)");
+    c->cb = *cb;
+    c->rank = rank;
+    c->world = world;
+    c->timeout_ms = timeout_ms;
+    pthread_mutex_init(&c->lock, NULL);
+    return CKPT_OK;
+}
+
+void coord_destroy(coord *c)
+{
+    pthread_mutex_destroy(&c->lock);
+}
+
+static int fail(coord *c, const char *fmt, const char *what, double secs)
+{
+    pthread_mutex_lock(&c->lock);
+    if (!c->broken) {
+        c->broken = 1;
+        snprintf(c->why, sizeof c->why, fmt, what, secs);
+    }
+    int rc = ckpt_seterr(CKPT_EPEER, "rank %d: %s", c->rank, c->why);
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+/* Run `k` (one reference, the caller's, which it keeps: the caller reads
+ * the results, then drops it). */
+static int run(coord *c, call *k, const char *what)
+{
+    pthread_mutex_lock(&c->lock);
+    if (c->broken) {
+        int rc = ckpt_seterr(CKPT_EPEER, "rank %d: %s not attempted: an earlier collective "
+                             "failed (%s), so the ranks may be out of step; open the store "
+                             "again with a fresh coordinator", c->rank, what, c->why);
+        pthread_mutex_unlock(&c->lock);
+        return rc;
+    }
+    pthread_mutex_unlock(&c->lock);
+    k->cb = c->cb;
+    k->timeout_ms = c->timeout_ms;
+    k->refs = 2;
+    double t0 = util_now();
+    pthread_t th;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int e = pthread_create(&th, &attr, call_thread, k);
+    pthread_attr_destroy(&attr);
+    if (e) {
+        k->refs = 1;
+        return ckpt_seterr(CKPT_ENOMEM, "cannot start a thread for the collective %s", what);
+    }
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    long long ms = (long long)c->timeout_ms + GRACE_MS;
+    dl.tv_sec += (time_t)(ms / 1000);
+    dl.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&k->lock);
+    while (!k->done)
+        if (pthread_cond_timedwait(&k->cond, &k->lock, &dl) == ETIMEDOUT)
+            break;
+    int done = k->done, rc = k->rc;
+    pthread_mutex_unlock(&k->lock);
+    double secs = util_now() - t0;
+    if (!done)
+        return fail(c, "the collective %s did not return in %.1f s: a rank died or hung "
+                    "(its callback is left running)", what, secs);
+    if (rc)
+        return fail(c, "the collective %s failed after %.1f s: a rank failed, died or did "
+                    "not answer within timeout_ms", what, secs);
+    return CKPT_OK;
+}
+
+static call *new_call(int op, size_t n, size_t nrecv)
+{
+    call *k = calloc(1, sizeof *k);
+    if (!k)
+        return NULL;
+    k->op = op;
+    k->n = n;
+    k->refs = 1;
+    pthread_mutex_init(&k->lock, NULL);
+    pthread_cond_init(&k->cond, NULL);
+    if ((n && !(k->buf = malloc(n))) || (nrecv && !(k->recv = malloc(nrecv)))) {
+        call_unref(k);
+        return NULL;
+    }
+    return k;
+}
+
+int coord_barrier(coord *c, const char *what)
+{
+    call *k = new_call(OP_BARRIER, 0, 0);
+    if (!k)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    int rc = run(c, k, what);
+    call_unref(k);
+    return rc;
+}
+
+int coord_bcast(coord *c, void *buf, size_t n, int root, const char *what)
+{
+    call *k = new_call(OP_BCAST, n, 0);
+    if (!k)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    memcpy(k->buf, buf, n);
+    k->root = root;
+    int rc = run(c, k, what);
+    if (!rc)
+        memcpy(buf, k->buf, n);
+    call_unref(k);
+    return rc;
+}
+
+int coord_allreduce_min(coord *c, int64_t *value, const char *what)
+{
+    call *k = new_call(OP_ALLREDUCE, 0, 0);
+    if (!k)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    k->value = *value;
+    int rc = run(c, k, what);
+    if (!rc)
+        *value = k->value;
+    call_unref(k);
+    return rc;
+}
+
+int coord_gather(coord *c, const void *send, size_t n, void *recv, int root,
+                 const char *what)
+{
+    int here = c->rank == root;
+    call *k = new_call(OP_GATHER, n, here ? n * (size_t)c->world : 0);
+    if (!k)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    memcpy(k->buf, send, n);
+    k->root = root;
+    int rc = run(c, k, what);
+    if (!rc && here)
+        memcpy(recv, k->recv, n * (size_t)c->world);
+    call_unref(k);
+    return rc;
+}

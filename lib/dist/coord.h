@@ -1,0 +1,41 @@
+/* coord: libckpt's side of the caller's coordinator (include/ckpt.h,
+ * "ranks").  Every collective runs on a thread of its own while the calling
+ * thread waits with a deadline, so a callback that hangs (a rank died and
+ * the runtime cannot tell) costs the caller timeout_ms and no more.  After
+ * any failure the ranks may be out of step (one rank's collective may have
+ * completed, another's not), so the channel is closed for good. */
+#ifndef CKPT_DIST_COORD_H
+#define CKPT_DIST_COORD_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt.h"
+
+typedef struct coord {
+    ckpt_coordinator cb;  /* copied at open */
+    int rank, world;
+    int timeout_ms;
+    pthread_mutex_t lock; /* protects broken and why */
+    int broken;           /* a collective failed: every later one fails */
+    char why[256];
+} coord;
+
+/* Check the callbacks (version, none NULL) and set up.  CKPT_EINVAL or
+ * CKPT_EVERSION with a message. */
+int coord_init(coord *c, const ckpt_coordinator *cb, int rank, int world, int timeout_ms);
+void coord_destroy(coord *c);
+
+/* The collectives of ckpt_coordinator.  `what` names the step of the
+ * protocol in messages.  CKPT_OK, or CKPT_EPEER (the callback failed, did
+ * not return within timeout_ms plus a grace period, or an earlier one
+ * failed) with a message; CKPT_ENOMEM. */
+int coord_barrier(coord *c, const char *what);
+int coord_bcast(coord *c, void *buf, size_t n, int root, const char *what);
+int coord_allreduce_min(coord *c, int64_t *value, const char *what);
+/* `recv` (world * n bytes) is used on `root` only. */
+int coord_gather(coord *c, const void *send, size_t n, void *recv, int root,
+                 const char *what);
+
+#endif

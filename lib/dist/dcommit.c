@@ -1,0 +1,346 @@
+/* dcommit: the end of a save on several ranks (include/ckpt.h, "ranks").
+ *
+ * Every rank, on its persist thread, once its shard is written and fsynced:
+ * write its part manifest (its tensors and its shard, checksummed like any
+ * manifest), fsync it, verify its shard against it (verify_after_save),
+ * then report {status, size and hash of the part} to rank 0 (gather).
+ * Rank 0 reads every part, checks it is the one reported, merges them into
+ * the global manifest, writes and fsyncs it and renames the directory into
+ * place, then broadcasts the outcome, which every rank returns.  Nothing is
+ * renamed unless every rank reported its part durable. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+#include "dist.h"
+#include "error.h"
+#include "manifest.h"
+#include "reader.h"
+#include "retention.h"
+#include "save.h"
+#include "util.h"
+
+/* A rank's report to rank 0; fixed size (bytes on the wire). */
+typedef struct part_report {
+    int32_t status;
+    uint32_t rank;
+    int64_t step;
+    uint64_t part_bytes;
+    uint64_t part_hash;
+    char message[480];
+} part_report;
+
+/* Rank 0's answer to all. */
+typedef struct commit_result {
+    int32_t status;
+    int32_t rank;       /* the rank whose failure it is, or -1 */
+    char message[504];
+} commit_result;
+
+static void note_message(char *dst, size_t size, const char *msg)
+{
+    snprintf(dst, size, "%s", msg);
+}
+
+/* Write `text` as dir/name, fsynced (the directory is fsynced by rank 0
+ * before the commit). */
+static int write_durable(ckpt_store *st, const char *dir, const char *name, const char *text,
+                         size_t len)
+{
+    char *path = util_join(dir, name);
+    if (!path)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    int rc = CKPT_OK;
+    int fd = fsio_open(&st->lay.fs, path, O_WRONLY | O_CREAT | O_EXCL, st->lay.file_mode);
+    if (fd < 0) {
+        rc = ckpt_seterr_errno(-fd, "cannot create %s", path);
+        goto done;
+    }
+    int e = fsio_pwrite(&st->lay.fs, fd, text, len, 0);
+    if (e)
+        rc = ckpt_seterr_errno(-e, "cannot write %s", path);
+    if (!rc && st->lay.fsync && (e = fsio_fsync(&st->lay.fs, fd)))
+        rc = ckpt_seterr_errno(-e, "cannot fsync %s", path);
+    e = fsio_close(&st->lay.fs, fd);
+    if (!rc && e)
+        rc = ckpt_seterr_errno(-e, "cannot close %s", path);
+done:
+    free(path);
+    return rc;
+}
+
+/* This rank's part: its manifest, written, then its shard verified. */
+static int write_part(ckpt_save *s, part_report *rep)
+{
+    ckpt_store *st = s->store;
+    char name[DIST_PART_NAME_SIZE];
+    dist_part_name(st->rank, name);
+    char *text = NULL;
+    size_t len;
+    int rc = manifest_encode(&s->m, &text, &len);
+    if (!rc)
+        rc = write_durable(st, s->tmp, name, text, len);
+    if (!rc) {
+        rep->part_bytes = len;
+        rep->part_hash = codec_hash(text, len);
+    }
+    free(text);
+    if (rc || st->opts.verify_after_save == CKPT_VERIFY_NONE)
+        return rc;
+    ckpt_checkpoint *ck;
+    rc = reader_open_manifest(st, s->tmp, name, s->m.step, &ck);
+    if (!rc && st->opts.verify_after_save == CKPT_VERIFY_FULL)
+        rc = reader_verify_all(ck, NULL);
+    reader_close(ck);
+    if (rc)
+        ckpt_seterr(rc, "step %lld did not verify after writing: %s", (long long)s->m.step,
+                    ckpt_error_last());
+    return rc;
+}
+
+/* Append part `p` of rank `r` to the global manifest `g` (moving its
+ * strings). */
+static void merge_part(manifest *g, manifest *p, uint32_t r)
+{
+    for (size_t i = 0; i < p->ntensors; i++) {
+        g->tensors[g->ntensors] = p->tensors[i];
+        g->tensors[g->ntensors++].shard = r;
+        p->tensors[i].name = NULL;
+    }
+    g->shards[r] = p->shards[0];
+    p->shards[0].file = NULL;
+    g->stats.raw_bytes += p->stats.raw_bytes;
+    g->stats.stored_bytes += p->stats.stored_bytes;
+    g->stats.chunks += p->stats.chunks;
+    if (p->stats.stall_s > g->stats.stall_s)
+        g->stats.stall_s = p->stats.stall_s; /* the job waited for its slowest rank */
+}
+
+/* Read and check every rank's part against its report; build `g`. */
+static int gather_parts(ckpt_save *s, const part_report *reps, manifest *g)
+{
+    ckpt_store *st = s->store;
+    int world = st->dist->c.world;
+    manifest *parts = calloc((size_t)world, sizeof *parts);
+    if (!parts)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    int rc = CKPT_OK;
+    size_t ntensors = 0;
+    for (int r = 0; r < world && !rc; r++) {
+        char name[DIST_PART_NAME_SIZE], shard[SHARD_NAME_SIZE];
+        dist_part_name((uint32_t)r, name);
+        shard_file_name((uint32_t)r, shard);
+        char *path = util_join(s->tmp, name), *text = NULL;
+        size_t len = 0;
+        int e = path ? fsio_read_file(&st->lay.fs, path, MANIFEST_MAX_BYTES, &text, &len)
+                     : -12;
+        if (e)
+            rc = ckpt_seterr_errno(-e, "cannot read rank %d's part %s", r,
+                                   path ? path : name);
+        else if (len != reps[r].part_bytes || codec_hash(text, len) != reps[r].part_hash)
+            rc = ckpt_seterr(CKPT_ECORRUPT, "rank %d's part %s is not the one it reported "
+                             "durable (%zu bytes, %llu reported)", r, name, len,
+                             (unsigned long long)reps[r].part_bytes);
+        else if (!(rc = manifest_decode(text, len, name, &parts[r])) &&
+                 (parts[r].step != s->m.step || memcmp(parts[r].id, s->m.id, SHARD_ID_SIZE) ||
+                  parts[r].nshards != 1 || strcmp(parts[r].shards[0].file, shard) != 0))
+            rc = ckpt_seterr(CKPT_ECORRUPT, "rank %d's part %s is for another save (step "
+                             "%lld)", r, name, (long long)parts[r].step);
+        else if (!rc && parts[r].chunk_bytes != s->m.chunk_bytes)
+            rc = ckpt_seterr(CKPT_EINVAL, "rank %d saved with chunk_bytes %llu, rank 0 with "
+                             "%llu: every rank must use the same", r,
+                             (unsigned long long)parts[r].chunk_bytes,
+                             (unsigned long long)s->m.chunk_bytes);
+        if (!rc)
+            ntensors += parts[r].ntensors;
+        free(text);
+        free(path);
+    }
+    if (!rc) {
+        g->step = s->m.step;
+        memcpy(g->id, s->m.id, SHARD_ID_SIZE);
+        g->time = s->m.time;
+        g->chunk_bytes = s->m.chunk_bytes;
+        g->level = s->m.level;
+        g->world_size = (uint32_t)world;
+        g->env = json_incref(s->m.env);
+        g->metadata = json_incref(s->m.metadata); /* rank 0's */
+        g->tensors = calloc(ntensors ? ntensors : 1, sizeof *g->tensors);
+        g->shards = calloc((size_t)world, sizeof *g->shards);
+        if (!g->tensors || !g->shards)
+            rc = ckpt_seterr(CKPT_ENOMEM, "out of memory merging %d parts", world);
+        else
+            g->nshards = (size_t)world;
+    }
+    for (int r = 0; r < world && !rc; r++)
+        merge_part(g, &parts[r], (uint32_t)r);
+    for (int r = 0; r < world; r++)
+        manifest_clear(&parts[r]);
+    free(parts);
+    return rc;
+}
+
+/* Rank 0, every part durable: write the global manifest and commit. */
+static int commit_global(ckpt_save *s, const part_report *reps)
+{
+    ckpt_store *st = s->store;
+    manifest g;
+    memset(&g, 0, sizeof g);
+    char *text = NULL;
+    size_t len = 0;
+    int rc = gather_parts(s, reps, &g);
+    g.stats.step = g.step;
+    g.stats.persist_s = util_now() - s->t_return;
+    if (!rc)
+        rc = manifest_encode(&g, &text, &len);
+    if (!rc) { /* what is committed must be readable: size, names unique across ranks */
+        manifest back;
+        if (len > MANIFEST_MAX_BYTES)
+            rc = ckpt_seterr(CKPT_EINVAL, "the global manifest would be %zu bytes, more "
+                             "than readers accept (%u)", len, MANIFEST_MAX_BYTES);
+        else if (!(rc = manifest_decode(text, len, "the global manifest", &back)))
+            manifest_clear(&back);
+        if (rc)
+            rc = ckpt_seterr(CKPT_EINVAL, "step %lld not saved: %s", (long long)g.step,
+                             ckpt_error_last());
+    }
+    if (!rc)
+        rc = write_durable(st, s->tmp, MANIFEST_NAME, text, len);
+    int e;
+    if (!rc && st->lay.fsync && (e = fsio_fsync_path(&st->lay.fs, s->tmp)))
+        rc = ckpt_seterr_errno(-e, "cannot fsync %s", s->tmp);
+    if (!rc)
+        rc = layout_commit(&st->lay, s->tmp, g.step);
+    free(text);
+    manifest_clear(&g);
+    return rc;
+}
+
+static void apply_retention(ckpt_store *st, int64_t just)
+{
+    if (st->opts.keep_last <= 0 && !(st->opts.flags & CKPT_OPEN_REWIND))
+        return;
+    ckpt_error_state e; /* the save succeeded: keep its (empty) error */
+    ckpt_error_capture(&e, CKPT_OK);
+    retention_apply(st, st->opts.keep_last > 0 ? (size_t)st->opts.keep_last : SIZE_MAX,
+                    just, -1, 0, NULL);
+    ckpt_error_restore(&e);
+}
+
+/* Rank 0: the outcome, from every report (the lowest failing rank wins). */
+static void decide(ckpt_save *s, const part_report *reps, commit_result *res)
+{
+    int world = s->store->dist->c.world;
+    for (int r = 0; r < world; r++) {
+        if (reps[r].status == CKPT_OK && reps[r].step == s->m.step)
+            continue;
+        res->rank = r;
+        if (reps[r].status == CKPT_OK) {
+            res->status = CKPT_EINVAL;
+            snprintf(res->message, sizeof res->message, "rank %d saved step %lld while rank "
+                     "0 saved step %lld: every rank must save the same step", r,
+                     (long long)reps[r].step, (long long)s->m.step);
+        } else {
+            res->status = reps[r].status;
+            snprintf(res->message, sizeof res->message, "rank %d failed: %.480s", r,
+                     reps[r].message);
+        }
+        return;
+    }
+    int rc = commit_global(s, reps);
+    res->status = rc;
+    res->rank = rc ? 0 : -1;
+    if (rc)
+        snprintf(res->message, sizeof res->message, "rank 0 could not commit: %.470s",
+                 ckpt_error_last());
+}
+
+/* The report and the answer, for a save that ran (`s`) or failed to begin
+ * (`s` NULL).  Returns the agreed status with its message. */
+static int exchange(ckpt_store *st, ckpt_save *s, int64_t step, int status)
+{
+    struct dist_state *d = st->dist;
+    part_report rep;
+    memset(&rep, 0, sizeof rep);
+    rep.rank = st->rank;
+    rep.step = step;
+    if (!status && s && (status = write_part(s, &rep)) == CKPT_OK)
+        rep.status = CKPT_OK;
+    rep.status = status;
+    if (status)
+        note_message(rep.message, sizeof rep.message, ckpt_error_last());
+    part_report *reps = NULL;
+    if (st->rank == 0 && !(reps = calloc((size_t)d->c.world, sizeof *reps)))
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    commit_result res;
+    memset(&res, 0, sizeof res);
+    int rc = coord_gather(&d->c, &rep, sizeof rep, reps, 0, "save: every rank's part");
+    if (!rc && st->rank == 0) {
+        if (s)
+            decide(s, reps, &res);
+        else { /* rank 0 itself could not begin */
+            res.status = status;
+            res.rank = 0;
+            snprintf(res.message, sizeof res.message, "rank 0 failed: %.480s", rep.message);
+        }
+    }
+    free(reps);
+    if (!rc)
+        rc = coord_bcast(&d->c, &res, sizeof res, 0, "save: rank 0's commit");
+    if (rc)
+        return rc; /* CKPT_EPEER: nothing known about the commit, and none here */
+    if (res.status)
+        return ckpt_seterr(res.status, "step %lld not committed: %s", (long long)step,
+                           res.message);
+    return CKPT_OK;
+}
+
+int dist_finish(ckpt_save *s, int status)
+{
+    ckpt_store *st = s->store;
+    int rc = exchange(st, s, s->m.step, status);
+    if (st->rank != 0) {
+        /* The directory is rank 0's to commit or remove. */
+        free(s->tmp);
+        s->tmp = NULL;
+    } else if (rc == CKPT_OK) {
+        free(s->tmp);
+        s->tmp = NULL;
+        apply_retention(st, s->m.step); /* after the answer: no rank waits for it */
+    }
+    return rc;
+}
+
+void dist_save_prepare(ckpt_store *st, int64_t step)
+{
+    struct dist_state *d = st->dist;
+    d->saves++;
+    unsigned char seed[16 + 16];
+    memcpy(seed, d->token, 16);
+    memcpy(seed + 16, &d->saves, 8);
+    memcpy(seed + 24, &step, 8);
+    uint64_t a = codec_hash(seed, sizeof seed);
+    seed[0] ^= 0x5a;
+    uint64_t b = codec_hash(seed, sizeof seed);
+    memcpy(st->shared_id, &a, 8);
+    memcpy(st->shared_id + 8, &b, 8);
+    st->shared_id_set = 1;
+    char tok[17];
+    util_hex64(a, tok); /* unique per job and save: one directory for all ranks */
+    snprintf(st->lay.shared_tag, sizeof st->lay.shared_tag, "job%.16s", tok);
+}
+
+int dist_save_failed(ckpt_store *st, int64_t step, int status)
+{
+    ckpt_error_state e;
+    ckpt_error_capture(&e, status);
+    pthread_mutex_lock(&st->api_lock);
+    save_drain(st); /* the collectives of the previous save come first */
+    ckpt_error_restore(&e);
+    int rc = exchange(st, NULL, step, status);
+    pthread_mutex_unlock(&st->api_lock);
+    (void)rc;
+    return ckpt_error_restore(&e); /* this rank's own reason */
+}

@@ -1,0 +1,179 @@
+/* drestore: the agreed restore (include/ckpt.h, "ranks").
+ *
+ * Rounds, until every rank holds the same step: each rank restores the
+ * newest step not above the bound that it can (verifying every chunk it
+ * reads); an all-reduce (minimum) gives the newest step every rank
+ * restored; ranks above it go down to it in the next round.  The lowest
+ * rank that stopped at the agreed step tells the others why it could not
+ * restore the newer ones, and each rank that had to give up a newer step
+ * lists it in its report with that reason. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist.h"
+#include "error.h"
+#include "layout.h"
+#include "reader.h"
+#include "restore.h"
+#include "util.h"
+
+typedef struct skip_reason {
+    int32_t status;
+    int32_t rank;
+    char message[504];
+} skip_reason;
+
+/* Restore from `step` through this rank's part manifest when the step has
+ * one and it holds every tensor asked for: the rank then reads its own
+ * part and shard only, whatever the world size (docs/SCALING.md).  Rank
+ * 0, and any rank that needs another's tensors (resharding), opens the
+ * global manifest, which checks every shard's index: a step whose commit
+ * record is damaged is skipped by rank 0, so by all. */
+static int restore_rank_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
+                             const ckpt_restore_options *o, int *caller_error)
+{
+    *caller_error = 0;
+    if (s->rank == 0)
+        return restore_step(s, step, t, count, o, caller_error);
+    char part[DIST_PART_NAME_SIZE];
+    dist_part_name(s->rank, part);
+    char *dir = layout_step_path(&s->lay, step), *path = dir ? util_join(dir, part) : NULL;
+    int kind = FSIO_KIND_NONE, own = 0, rc = CKPT_OK;
+    ckpt_checkpoint *ck = NULL;
+    if (!path)
+        rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    else if (fsio_kind(&s->lay.fs, path, 0, &kind) == 0 && kind == FSIO_KIND_FILE &&
+             !(rc = layout_check_trusted(&s->lay, dir)) &&
+             !(rc = reader_open_manifest(s, dir, part, step, &ck))) {
+        own = 1;
+        for (size_t i = 0; i < count && own; i++)
+            own = reader_find(ck, t[i].name) >= 0;
+    }
+    if (!rc && own)
+        rc = restore_from(ck, t, count, o, caller_error);
+    reader_close(ck);
+    free(path);
+    free(dir);
+    if (rc || own)
+        return rc;
+    return restore_step(s, step, t, count, o, caller_error);
+}
+
+/* The newest step <= bound this rank restores; -1 if none.  A failure
+ * that is not damage (the caller's mistake, no memory) ends the restore:
+ * *fatal. */
+static int64_t newest_restorable(ckpt_store *s, const int64_t *steps, size_t n, int64_t bound,
+                                 int64_t have, const ckpt_tensor *t, size_t count,
+                                 const ckpt_restore_options *o, ckpt_report *r, int *fatal)
+{
+    for (size_t i = n; i-- > 0;) {
+        if (steps[i] > bound)
+            continue;
+        if (steps[i] == have)
+            return have; /* restored in an earlier round: the buffers hold it */
+        int caller_error;
+        int rc = restore_rank_step(s, steps[i], t, count, o, &caller_error);
+        if (rc == CKPT_OK)
+            return steps[i];
+        if (caller_error || !reader_is_damage(rc)) {
+            *fatal = rc;
+            return -1;
+        }
+        report_add(r, steps[i], rc, ckpt_error_last(), "", "", -1);
+    }
+    return -1;
+}
+
+/* The first reason this rank recorded for a step above `agreed`. */
+static void my_reason(const ckpt_report *r, int64_t agreed, skip_reason *why)
+{
+    for (size_t i = 0; i < r->count; i++)
+        if (r->items[i].step > agreed) {
+            why->status = r->items[i].status;
+            snprintf(why->message, sizeof why->message, "%s", r->items[i].message);
+            return;
+        }
+    why->status = CKPT_ENOCKPT;
+    snprintf(why->message, sizeof why->message, "it has no newer step");
+}
+
+int dist_restore(ckpt_store *s, int status, const ckpt_tensor *t, size_t count,
+                 const ckpt_restore_options *o, ckpt_report *r)
+{
+    coord *c = &s->dist->c;
+    int64_t *steps = NULL;
+    size_t n = 0;
+    int fatal = status;
+    if (!fatal)
+        fatal = layout_scan(&s->lay, &steps, &n);
+    int64_t bound = INT64_MAX, have = -2, agreed = -1;
+    for (;;) {
+        int64_t mine = fatal ? -1 : newest_restorable(s, steps, n, bound, have, t, count, o,
+                                                      r, &fatal);
+        if (mine >= 0)
+            have = mine;
+        /* Anyone failing outright fails everyone (a caller's mistake on
+         * one rank is everyone's restore failing). */
+        ckpt_error_state mine_err;
+        ckpt_error_capture(&mine_err, fatal);
+        int64_t worst = fatal;
+        int rc = coord_allreduce_min(c, &worst, "restore: every rank's status");
+        if (!rc && worst && fatal) {
+            free(steps);
+            return ckpt_error_restore(&mine_err);
+        }
+        if (!rc && worst) {
+            free(steps);
+            return ckpt_seterr((int)worst, "rank %d: another rank's restore failed (%s)",
+                               c->rank, ckpt_status_name((int)worst));
+        }
+        agreed = mine;
+        if (!rc)
+            rc = coord_allreduce_min(c, &agreed, "restore: the newest step every rank has");
+        int64_t all_there = mine == agreed;
+        if (!rc)
+            rc = coord_allreduce_min(c, &all_there, "restore: did every rank have it");
+        if (rc) {
+            free(steps);
+            return rc;
+        }
+        if (all_there || agreed < 0)
+            break;
+        /* Some rank stopped lower: the lowest such rank says why. */
+        int64_t culprit = mine == agreed ? c->rank : c->world;
+        skip_reason why;
+        memset(&why, 0, sizeof why);
+        if (!(rc = coord_allreduce_min(c, &culprit, "restore: who stopped lower"))) {
+            if (culprit == c->rank)
+                my_reason(r, agreed, &why);
+            why.rank = (int32_t)culprit;
+            rc = coord_bcast(c, &why, sizeof why, (int)culprit, "restore: why");
+        }
+        if (rc) {
+            free(steps);
+            return rc;
+        }
+        for (size_t i = 0; i < n && mine > agreed; i++)
+            if (steps[i] > agreed && steps[i] <= mine) {
+                char msg[700];
+                snprintf(msg, sizeof msg, "step %lld skipped on every rank: rank %d could not "
+                         "restore it or a newer one: %s", (long long)steps[i], why.rank,
+                         why.message);
+                report_add(r, steps[i], why.status ? why.status : CKPT_ECORRUPT, msg, "", "",
+                           -1);
+            }
+        bound = agreed;
+    }
+    free(steps);
+    if (agreed < 0) {
+        if (r->count)
+            return ckpt_seterr(CKPT_ENOCKPT, "no step that every rank can restore in %s: %zu "
+                               "skipped here, newest because: %s", s->lay.root, r->count,
+                               r->items[0].message);
+        return ckpt_seterr(CKPT_ENOCKPT, "no checkpoint in %s that every rank can restore",
+                           s->lay.root);
+    }
+    r->step = agreed;
+    return CKPT_OK;
+}

@@ -1,0 +1,146 @@
+/* mpi: a ckpt_coordinator over a duplicated MPI communicator, with
+ * non-blocking collectives polled against a deadline (include/ckpt_mpi.h). */
+#include "ckpt_mpi.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct ckpt_mpi {
+    MPI_Comm comm;          /* libckpt's own duplicate */
+    int rank, size;
+    atomic_int abandoned;   /* a request was left pending: comm is unusable */
+    ckpt_coordinator coord;
+};
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Poll `req` until done or `timeout_ms`; back off from 50 us to 2 ms so a
+ * long wait costs little CPU and a short one little latency. */
+static int wait_for(ckpt_mpi *m, MPI_Request *req, int timeout_ms)
+{
+    double deadline = now() + timeout_ms / 1000.0;
+    long sleep_ns = 50000;
+    for (;;) {
+        int done = 0;
+        if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+            atomic_store(&m->abandoned, 1);
+            return -1;
+        }
+        if (done)
+            return 0;
+        if (now() > deadline) {
+            atomic_store(&m->abandoned, 1); /* MPI cannot cancel a collective */
+            return -1;
+        }
+        struct timespec ts = {0, sleep_ns};
+        nanosleep(&ts, NULL);
+        if (sleep_ns < 2000000)
+            sleep_ns *= 2;
+    }
+}
+
+static int usable(ckpt_mpi *m)
+{
+    return !atomic_load(&m->abandoned);
+}
+
+static int cb_barrier(void *user, int timeout_ms)
+{
+    ckpt_mpi *m = user;
+    MPI_Request req;
+    if (!usable(m) || MPI_Ibarrier(m->comm, &req) != MPI_SUCCESS)
+        return -1;
+    return wait_for(m, &req, timeout_ms);
+}
+
+static int cb_broadcast(void *user, void *buf, size_t bytes, int root, int timeout_ms)
+{
+    ckpt_mpi *m = user;
+    MPI_Request req;
+    if (!usable(m) || bytes > (size_t)INT32_MAX ||
+        MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, m->comm, &req) != MPI_SUCCESS)
+        return -1;
+    return wait_for(m, &req, timeout_ms);
+}
+
+static int cb_allreduce_min(void *user, int64_t *value, int timeout_ms)
+{
+    ckpt_mpi *m = user;
+    MPI_Request req;
+    int64_t in = *value;
+    if (!usable(m) ||
+        MPI_Iallreduce(&in, value, 1, MPI_INT64_T, MPI_MIN, m->comm, &req) != MPI_SUCCESS)
+        return -1;
+    return wait_for(m, &req, timeout_ms);
+}
+
+static int cb_gather(void *user, const void *send, size_t bytes, void *recv, int root,
+                     int timeout_ms)
+{
+    ckpt_mpi *m = user;
+    MPI_Request req;
+    if (!usable(m) || bytes > (size_t)INT32_MAX ||
+        MPI_Igather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, root, m->comm,
+                    &req) != MPI_SUCCESS)
+        return -1;
+    return wait_for(m, &req, timeout_ms);
+}
+
+int ckpt_mpi_new(ckpt_mpi **out, MPI_Comm comm)
+{
+    if (out)
+        *out = NULL;
+    int init = 0, level = MPI_THREAD_SINGLE;
+    if (!out || comm == MPI_COMM_NULL || MPI_Initialized(&init) != MPI_SUCCESS || !init)
+        return CKPT_EINVAL;
+    MPI_Query_thread(&level);
+    if (level < MPI_THREAD_MULTIPLE)
+        return CKPT_EINVAL; /* libckpt calls from its own threads */
+    ckpt_mpi *m = calloc(1, sizeof *m);
+    if (!m)
+        return CKPT_ENOMEM;
+    if (MPI_Comm_dup(comm, &m->comm) != MPI_SUCCESS) {
+        free(m);
+        return CKPT_EPEER;
+    }
+    /* Failures come back as return codes, not an abort of the job. */
+    MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(m->comm, &m->rank);
+    MPI_Comm_size(m->comm, &m->size);
+    atomic_init(&m->abandoned, 0);
+    m->coord = (ckpt_coordinator){CKPT_COORDINATOR_VERSION, m, cb_barrier, cb_broadcast,
+                                  cb_allreduce_min, cb_gather};
+    *out = m;
+    return CKPT_OK;
+}
+
+const ckpt_coordinator *ckpt_mpi_coordinator(const ckpt_mpi *m)
+{
+    return m ? &m->coord : NULL;
+}
+
+int ckpt_mpi_rank(const ckpt_mpi *m)
+{
+    return m ? m->rank : -1;
+}
+
+int ckpt_mpi_size(const ckpt_mpi *m)
+{
+    return m ? m->size : 0;
+}
+
+void ckpt_mpi_free(ckpt_mpi *m)
+{
+    if (!m)
+        return;
+    if (!atomic_load(&m->abandoned))
+        MPI_Comm_free(&m->comm);
+    free(m);
+}

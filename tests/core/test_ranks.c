@@ -1,0 +1,464 @@
+/* Several ranks, one checkpoint, in one process: each rank is a thread
+ * with its own store handle on the same root, coordinated by an in-memory
+ * coordinator (threads meeting at a barrier).  The same protocol runs
+ * under mpirun in tests/dist; here it runs under valgrind and the
+ * sanitizers too.  Also: option checks, a coordinator that fails, and one
+ * that never returns (the timeout is libckpt's, not the runtime's). */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fstrace.h"
+#include "helpers.h"
+#include "testing.h"
+
+TestSuite(ranks, .init = tc_setup, .fini = tc_teardown, .timeout = 240);
+
+#define WORLD 2
+#define SLOT 2048
+
+/* ------------------------------------------------- in-memory coordinator */
+
+typedef struct meet {
+    pthread_mutex_t m;
+    pthread_cond_t c;
+    int arrived;
+    unsigned gen;
+    unsigned char slot[WORLD][SLOT];
+    int64_t value[WORLD];
+} meet;
+
+typedef struct rank_user {
+    meet *mt;
+    int rank;
+} rank_user;
+
+/* Wait until every rank arrived; -1 after timeout_ms. */
+static int meet_barrier(meet *mt, int timeout_ms)
+{
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += timeout_ms / 1000 + 1;
+    pthread_mutex_lock(&mt->m);
+    unsigned gen = mt->gen;
+    int rc = 0;
+    if (++mt->arrived == WORLD) {
+        mt->arrived = 0;
+        mt->gen++;
+        pthread_cond_broadcast(&mt->c);
+    } else {
+        while (mt->gen == gen && rc == 0)
+            rc = pthread_cond_timedwait(&mt->c, &mt->m, &dl);
+    }
+    pthread_mutex_unlock(&mt->m);
+    return rc ? -1 : 0;
+}
+
+static int cb_barrier(void *user, int timeout_ms)
+{
+    rank_user *u = user;
+    return meet_barrier(u->mt, timeout_ms);
+}
+
+static int cb_broadcast(void *user, void *buf, size_t n, int root, int timeout_ms)
+{
+    rank_user *u = user;
+    cr_assert_leq(n, SLOT);
+    if (u->rank == root)
+        memcpy(u->mt->slot[root], buf, n);
+    if (meet_barrier(u->mt, timeout_ms))
+        return -1;
+    memcpy(buf, u->mt->slot[root], n);
+    return meet_barrier(u->mt, timeout_ms); /* nobody overwrites it before all read */
+}
+
+static int cb_allreduce(void *user, int64_t *v, int timeout_ms)
+{
+    rank_user *u = user;
+    u->mt->value[u->rank] = *v;
+    if (meet_barrier(u->mt, timeout_ms))
+        return -1;
+    for (int r = 0; r < WORLD; r++)
+        if (u->mt->value[r] < *v)
+            *v = u->mt->value[r];
+    return meet_barrier(u->mt, timeout_ms);
+}
+
+static int cb_gather(void *user, const void *send, size_t n, void *recv, int root,
+                     int timeout_ms)
+{
+    rank_user *u = user;
+    cr_assert_leq(n, SLOT);
+    memcpy(u->mt->slot[u->rank], send, n);
+    if (meet_barrier(u->mt, timeout_ms))
+        return -1;
+    if (u->rank == root)
+        for (int r = 0; r < WORLD; r++)
+            memcpy((unsigned char *)recv + (size_t)r * n, u->mt->slot[r], n);
+    return meet_barrier(u->mt, timeout_ms);
+}
+
+static void rank_opts(ckpt_store_options *o, ckpt_coordinator *c, rank_user *u)
+{
+    tc_opts(o);
+    o->version = CKPT_STORE_OPTIONS_VERSION;
+    o->rank = u->rank;
+    o->world_size = WORLD;
+    o->timeout_ms = 20000;
+    *c = (ckpt_coordinator){CKPT_COORDINATOR_VERSION, u, cb_barrier, cb_broadcast,
+                            cb_allreduce, cb_gather};
+    o->coordinator = c;
+}
+
+/* Rank r's state at `step`: its own tensor names. */
+static void rank_state(tc_state *s, int r, int64_t step)
+{
+    char name[32];
+    int64_t shape[1] = {3000 + 1000 * r};
+    tc_state_init(s);
+    snprintf(name, sizeof name, "rank%d.w", r);
+    tc_state_add(s, name, CKPT_F32, 1, shape, TC_RANDOM, (uint64_t)(r * 1000 + step));
+    snprintf(name, sizeof name, "rank%d.step", r);
+    tc_state_add(s, name, CKPT_I64, 0, NULL, TC_RANDOM, (uint64_t)(r * 1000 + step + 7));
+}
+
+/* ------------------------------------------------------ the ranks' work */
+
+typedef struct job {
+    rank_user u;
+    int (*body)(struct job *j, ckpt_store *st);
+    int64_t restored;
+    size_t skipped;
+    int status;
+    char message[512];
+    fsio *fs; /* NULL: the real file system, untraced */
+} job;
+
+static void *rank_main(void *arg)
+{
+    job *j = arg;
+    ckpt_store_options o;
+    ckpt_coordinator c;
+    rank_opts(&o, &c, &j->u);
+    ckpt_store *st = NULL;
+    j->status = j->fs ? ckpt_store_open_with_fsio(&st, tc_root, &o, j->fs)
+                      : ckpt_store_open(&st, tc_root, &o);
+    if (j->status == CKPT_OK)
+        j->status = j->body(j, st);
+    if (j->status)
+        snprintf(j->message, sizeof j->message, "%s", ckpt_error_last());
+    ckpt_store_free(st);
+    return NULL;
+}
+
+static void run_ranks(job *jobs, int (*body)(job *, ckpt_store *))
+{
+    static meet mt; /* one per test process (Criterion forks) */
+    memset(&mt, 0, sizeof mt);
+    pthread_mutex_init(&mt.m, NULL);
+    pthread_cond_init(&mt.c, NULL);
+    pthread_t th[WORLD];
+    for (int r = 0; r < WORLD; r++) {
+        jobs[r].u = (rank_user){&mt, r};
+        jobs[r].body = body;
+        jobs[r].restored = -1;
+        pthread_create(&th[r], NULL, rank_main, &jobs[r]);
+    }
+    for (int r = 0; r < WORLD; r++)
+        pthread_join(th[r], NULL);
+    pthread_cond_destroy(&mt.c);
+    pthread_mutex_destroy(&mt.m);
+}
+
+/* Restore LATEST into fresh buffers; checks the data of the step it got. */
+static int restore_latest(job *j, ckpt_store *st)
+{
+    tc_state got;
+    tc_state_init(&got);
+    tc_state want;
+    rank_state(&want, j->u.rank, 0);
+    tc_state_like(&got, &want, 0xee);
+    ckpt_report *rep = NULL;
+    int rc = ckpt_restore(st, CKPT_LATEST, got.t, got.count, NULL, &rep);
+    j->restored = ckpt_report_step(rep);
+    j->skipped = ckpt_report_count(rep);
+    for (size_t i = 0; i < j->skipped; i++)
+        cr_log_info("rank %d skipped step %lld: %s", j->u.rank,
+                    (long long)ckpt_report_get(rep, i)->step, ckpt_report_get(rep, i)->message);
+    ckpt_report_free(rep);
+    if (rc == CKPT_OK) {
+        tc_state_free(&want);
+        rank_state(&want, j->u.rank, j->restored);
+        tc_assert_state_eq(&got, &want, "restored");
+    }
+    tc_state_free(&got);
+    tc_state_free(&want);
+    return rc;
+}
+
+static int save_two(job *j, ckpt_store *st)
+{
+    for (int64_t step = 1; step <= 2; step++) {
+        tc_state s;
+        rank_state(&s, j->u.rank, step);
+        int rc = tc_save(st, step, &s, NULL);
+        tc_state_free(&s);
+        if (rc)
+            return rc;
+    }
+    return restore_latest(j, st);
+}
+
+Test(ranks, save_commit_restore_agreed)
+{
+    job jobs[WORLD] = {0};
+    run_ranks(jobs, save_two);
+    for (int r = 0; r < WORLD; r++) {
+        cr_assert_eq(jobs[r].status, CKPT_OK, "rank %d: %s", r, jobs[r].message);
+        cr_assert_eq(jobs[r].restored, 2);
+    }
+    char *dir = tc_step_dir(tc_root, 2);
+    for (int r = 0; r < WORLD; r++) {
+        char name[32];
+        snprintf(name, sizeof name, "rank-%05d.shard", r);
+        char *p = tc_join(dir, name);
+        cr_assert(tc_exists(p), "%s missing", p);
+        free(p);
+    }
+    free(dir);
+    /* One process, read-only, reads every rank's tensors by name. */
+    ckpt_store *ro = tc_open_ro(tc_root);
+    for (int r = 0; r < WORLD; r++) {
+        tc_state want;
+        rank_state(&want, r, 2);
+        cr_assert_eq(tc_restore_check(ro, CKPT_LATEST, &want), 2);
+        tc_state_free(&want);
+    }
+    cr_assert_eq(ckpt_verify(ro, CKPT_NEWEST, CKPT_VERIFY_FULL, NULL), CKPT_OK);
+    ckpt_store_free(ro);
+}
+
+static int restore_only(job *j, ckpt_store *st)
+{
+    return restore_latest(j, st);
+}
+
+/* gc is rank 0's, the lock holder's; a dry run is anyone's. */
+static int gc_where(job *j, ckpt_store *st)
+{
+    ckpt_report *rep = NULL;
+    int rc = ckpt_store_gc(st, 1, 0, &rep);
+    ckpt_report_free(rep);
+    if (j->u.rank == 0)
+        return rc;
+    cr_assert_eq(rc, CKPT_EINVAL, "rank %d gc: %d", j->u.rank, rc);
+    rep = NULL;
+    rc = ckpt_store_gc(st, 1, 1, &rep);
+    ckpt_report_free(rep);
+    return rc;
+}
+
+Test(ranks, gc_runs_on_rank_0)
+{
+    job jobs[WORLD] = {0};
+    run_ranks(jobs, save_two);
+    memset(jobs, 0, sizeof jobs);
+    run_ranks(jobs, gc_where);
+    for (int r = 0; r < WORLD; r++)
+        cr_assert_eq(jobs[r].status, CKPT_OK, "rank %d: %s", r, jobs[r].message);
+    ckpt_store *ro = tc_open_ro(tc_root);
+    int64_t want[] = {2};
+    tc_assert_steps(ro, want, 1); /* rank 0 retired step 1 */
+    ckpt_store_free(ro);
+}
+
+/* A rank whose tensors are all its own reads its part and its shard only,
+ * never the global manifest or another rank's shard: its restore costs the
+ * same at any world size (docs/SCALING.md). */
+Test(ranks, a_rank_restores_from_its_own_part)
+{
+    job jobs[WORLD] = {0};
+    run_ranks(jobs, save_two);
+    fstrace *t = ft_new(tc_root);
+    fsio fs = {0};
+    ft_hook(t, &fs);
+    ft_record(t, 1);
+    memset(jobs, 0, sizeof jobs);
+    jobs[1].fs = &fs;
+    run_ranks(jobs, restore_only);
+    int own = 0;
+    for (size_t i = 0; i < ft_count(t); i++) {
+        const ft_event *e = ft_get(t, i);
+        if (e->op != FSIO_OPEN || !e->path)
+            continue;
+        cr_assert_null(strstr(e->path, "manifest.json"), "rank 1 opened %s", e->path);
+        cr_assert_null(strstr(e->path, "rank-00000"), "rank 1 opened %s", e->path);
+        own += strstr(e->path, "step-000000000002/rank-00001.shard") != NULL;
+    }
+    cr_assert_gt(own, 0, "rank 1 did not read its own shard");
+    for (int r = 0; r < WORLD; r++) {
+        cr_assert_eq(jobs[r].status, CKPT_OK, "rank %d: %s", r, jobs[r].message);
+        cr_assert_eq(jobs[r].restored, 2);
+    }
+    ft_free(t);
+}
+
+Test(ranks, damaged_shard_of_one_rank_makes_all_fall_back)
+{
+    job jobs[WORLD] = {0};
+    run_ranks(jobs, save_two);
+    char *dir = tc_step_dir(tc_root, 2), *shard = tc_join(dir, "rank-00001.shard");
+    tc_flip_byte(shard, 80); /* a frame: the index still checks out */
+    free(shard);
+    free(dir);
+    memset(jobs, 0, sizeof jobs);
+    run_ranks(jobs, restore_only);
+    for (int r = 0; r < WORLD; r++) {
+        cr_assert_eq(jobs[r].status, CKPT_OK, "rank %d: %s", r, jobs[r].message);
+        cr_assert_eq(jobs[r].restored, 1, "rank %d restored %lld", r,
+                     (long long)jobs[r].restored);
+        cr_assert_eq(jobs[r].skipped, 1, "rank %d: every rank says why", r);
+    }
+}
+
+/* Rank 1 hands in a bad tensor: its begin fails, yet it answers, and rank
+ * 0's save fails with its reason; nothing is committed. */
+static int one_rank_fails(job *j, ckpt_store *st)
+{
+    tc_state s;
+    rank_state(&s, j->u.rank, 3);
+    if (j->u.rank == 1)
+        s.t[0].dtype = CKPT_DTYPE_INVALID;
+    int rc = tc_save(st, 3, &s, NULL);
+    tc_state_free(&s);
+    return rc;
+}
+
+Test(ranks, a_failing_rank_fails_every_rank)
+{
+    job jobs[WORLD] = {0};
+    run_ranks(jobs, one_rank_fails);
+    for (int r = 0; r < WORLD; r++)
+        cr_assert_eq(jobs[r].status, CKPT_EINVAL, "rank %d: %d %s", r, jobs[r].status,
+                     jobs[r].message);
+    cr_assert(strstr(jobs[0].message, "rank 1 failed"), "%s", jobs[0].message);
+    char *dir = tc_step_dir(tc_root, 3);
+    cr_assert_not(tc_exists(dir));
+    free(dir);
+    /* the next open (rank 0) removes what the failed save left */
+    ckpt_store *st = tc_open(tc_root);
+    cr_assert_eq(tc_count_prefix(tc_root, ".tmp-"), 0);
+    ckpt_store_free(st);
+}
+
+/* ------------------------------------------------------ options, timeouts */
+
+static int cb_fail(void *user, int timeout_ms)
+{
+    return -1;
+}
+
+static pthread_mutex_t hang_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t hang_cond = PTHREAD_COND_INITIALIZER;
+static int hang_released;
+
+/* A runtime that cannot tell a dead rank from a slow one: never returns
+ * until the test lets it go. */
+static int cb_hang_bcast(void *user, void *buf, size_t n, int root, int timeout_ms)
+{
+    pthread_mutex_lock(&hang_lock);
+    while (!hang_released)
+        pthread_cond_wait(&hang_cond, &hang_lock);
+    pthread_mutex_unlock(&hang_lock);
+    return -1;
+}
+
+static int cb_fail_bcast(void *user, void *buf, size_t n, int root, int timeout_ms)
+{
+    return -1;
+}
+
+static int cb_fail_allreduce(void *user, int64_t *v, int timeout_ms)
+{
+    return -1;
+}
+
+static int cb_fail_gather(void *user, const void *send, size_t n, void *recv, int root,
+                          int timeout_ms)
+{
+    return -1;
+}
+
+Test(ranks, options_are_checked)
+{
+    ckpt_store_options o;
+    tc_opts(&o);
+    o.version = CKPT_STORE_OPTIONS_VERSION;
+    o.world_size = 2;
+    ckpt_store *st = NULL;
+    cr_assert_eq(ckpt_store_open(&st, tc_root, &o), CKPT_EINVAL); /* no coordinator */
+    cr_assert(strstr(ckpt_error_last(), "coordinator"));
+    ckpt_coordinator c = {CKPT_COORDINATOR_VERSION, NULL, cb_fail, cb_fail_bcast, NULL,
+                          NULL};
+    o.coordinator = &c;
+    cr_assert_eq(ckpt_store_open(&st, tc_root, &o), CKPT_EINVAL); /* callbacks missing */
+    c.version = 99;
+    cr_assert_eq(ckpt_store_open(&st, tc_root, &o), CKPT_EVERSION);
+    o.rank = 2;
+    cr_assert_eq(ckpt_store_open(&st, tc_root, &o), CKPT_EINVAL);
+    o.rank = 0;
+    o.world_size = -1;
+    cr_assert_eq(ckpt_store_open(&st, tc_root, &o), CKPT_EINVAL);
+    cr_assert_null(st);
+    /* A version-1 struct: the fields from `rank` on are not read. */
+    ckpt_store_options v1;
+    cr_assert_eq(ckpt_store_options_init(&v1, 1), CKPT_OK);
+    v1.fsync = 0;
+    v1.world_size = 5; /* beyond a v1 struct: ignored */
+    cr_assert_eq(ckpt_store_open(&st, tc_root, &v1), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_store_free(st);
+}
+
+static void hang_open(int which, int *status, char *msg)
+{
+    ckpt_store_options o;
+    tc_opts(&o);
+    o.version = CKPT_STORE_OPTIONS_VERSION;
+    o.world_size = 2;
+    o.rank = 1;
+    o.timeout_ms = 100;
+    ckpt_coordinator c = {CKPT_COORDINATOR_VERSION, NULL, cb_fail,
+                          which ? cb_hang_bcast : cb_fail_bcast, cb_fail_allreduce,
+                          cb_fail_gather};
+    o.coordinator = &c;
+    ckpt_store *st = NULL;
+    *status = ckpt_store_open(&st, tc_root, &o);
+    snprintf(msg, 512, "%s", ckpt_error_last());
+    cr_assert_null(st);
+}
+
+Test(ranks, a_failing_collective_is_a_peer_error)
+{
+    int status;
+    char msg[512];
+    hang_open(0, &status, msg);
+    cr_assert_eq(status, CKPT_EPEER, "%d %s", status, msg);
+    cr_assert(strstr(msg, "failed"), "%s", msg);
+}
+
+Test(ranks, a_callback_that_never_returns_times_out)
+{
+    int status;
+    char msg[512];
+    hang_open(1, &status, msg); /* returns: libckpt's deadline, not the callback's */
+    cr_assert_eq(status, CKPT_EPEER, "%d %s", status, msg);
+    cr_assert(strstr(msg, "did not return"), "%s", msg);
+    pthread_mutex_lock(&hang_lock); /* let the abandoned callback finish */
+    hang_released = 1;
+    pthread_cond_broadcast(&hang_cond);
+    pthread_mutex_unlock(&hang_lock);
+}

@@ -1,0 +1,91 @@
+#!/bin/bash
+# Multi-rank saves under real OpenMPI jobs (mpirun -np 4 --oversubscribe on
+# one machine): save and agreed restore, a second job gets busy, a rank
+# SIGKILLed mid-save (no commit, every survivor's wait fails within the
+# timeout, the previous step restores on all ranks), one rank's shard
+# corrupted (all ranks fall back together, each reporting why), and a
+# 4-rank checkpoint loaded by name into 2 ranks and into 1 process.
+# The ckpt command checks, lists, inspects and exports the multi-rank steps.
+# Usage: run_dist.sh DIST_JOB CKPT   (tests/dist/dist_job.c, tools/ckpt)
+set -u
+job=$1
+ckpt=$2
+if ! command -v mpirun >/dev/null; then
+    echo "SKIP: mpirun not found (apt-get install openmpi-bin libopenmpi-dev)"
+    exit 77
+fi
+if [ "$(id -u)" = 0 ]; then # Open MPI refuses root without both
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+# One machine, no network needed: shared memory and loopback only.
+export OMPI_MCA_btl=self,vader,tcp OMPI_MCA_btl_tcp_if_include=lo
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+root=$tmp/root
+fail() { echo "FAIL: $*"; exit 1; }
+run() { # NP ARGS...: one job; its output in $tmp/out
+    local np=$1; shift
+    echo "+ mpirun -np $np $*"
+    timeout 300 mpirun -np "$np" --oversubscribe "$@" >"$tmp/out" 2>&1
+    local rc=$?
+    grep -v 'PMIX ERROR' "$tmp/out"
+    return $rc
+}
+flip() { # FILE OFFSET: change one bit
+    python3 -c 'import sys; p, o = sys.argv[1], int(sys.argv[2]); b = bytearray(open(p, "rb").read()); b[o] ^= 0x40; open(p, "wb").write(b)' "$1" "$2"
+}
+
+run 4 "$job" save "$root" 1 2 || fail "save and agreed restore with 4 ranks"
+[ "$(grep -c 'restored step 2' "$tmp/out")" = 4 ] || fail "not every rank restored step 2"
+[ -f "$root/step-000000000002/manifest.json" ] || fail "no global manifest"
+for r in 0 1 2 3; do
+    [ -f "$root/step-00000000000$((2))/rank-0000$r.shard" ] || fail "no shard of rank $r"
+done
+
+run 4 "$job" busy "$root" || fail "a second job on the same root was not refused"
+
+"$ckpt" verify "$root" || fail "ckpt verify of a 4-rank step"
+"$ckpt" --json list "$root" | python3 -c 'import json, sys; d = json.load(sys.stdin); s = d["steps"]; assert [x["step"] for x in s] == [1, 2] and all(x["status"] == "valid" for x in s), d' ||
+    fail "ckpt list"
+"$ckpt" --json inspect "$root" | python3 -c 'import json, sys; d = json.load(sys.stdin); assert d["world_size"] == 4 and sorted((t["name"], t["rank"]) for t in d["tensors"]) == sorted(("r%d.%s" % (r, k), r) for r in range(4) for k in "wb"), d' ||
+    fail "ckpt inspect does not show the 4 ranks' tensors"
+if "$ckpt" export "$root" "$tmp/x.h5" >/dev/null 2>&1; then
+    if command -v h5ls >/dev/null; then
+        [ "$(h5ls "$tmp/x.h5" | grep -c Dataset)" = 8 ] || fail "ckpt export lost tensors"
+    fi
+else
+    "$ckpt" export "$root" "$tmp/x.h5"; [ $? = 3 ] || fail "ckpt export" # 3: built without HDF5
+fi
+
+# Rank 2 dies mid-save: with --enable-recovery mpirun lets the others run on,
+# and each one's wait must fail (CKPT_EPEER) within the timeout.
+DIST_TIMEOUT_MS=3000 run 4 --enable-recovery "$job" kill "$root" 3 2
+[ "$(grep -c 'returned peer' "$tmp/out")" = 3 ] || fail "the survivors' waits did not all fail"
+[ ! -e "$root/step-000000000003" ] || fail "step 3 was committed without rank 2"
+run 4 "$job" restore "$root" 2 0 || fail "the previous step did not restore on all ranks"
+
+# Rank 0 (the committer) dies: the others time out; its temporary directory
+# is left for the next open to remove.
+DIST_TIMEOUT_MS=3000 run 4 --enable-recovery "$job" kill "$root" 3 0
+[ "$(grep -c 'returned peer' "$tmp/out")" = 3 ] || fail "the survivors of rank 0 did not fail"
+[ ! -e "$root/step-000000000003" ] || fail "step 3 was committed without rank 0"
+ls -a "$root" | grep -q '^\.tmp-' || fail "no temporary directory left by the dead rank 0"
+run 4 "$job" restore "$root" 2 0 || fail "restore after rank 0 died"
+! ls -a "$root" | grep -q '^\.tmp-' || fail "the next open did not clean the temporary directory"
+
+# One rank's shard of step 2 damaged (a chunk, not its index): only rank 2
+# notices, yet every rank restores step 1 and names the reason.
+cp -a "$root" "$tmp/good"
+flip "$root/step-000000000002/rank-00002.shard" 80
+run 4 "$job" restore "$root" 1 1 || fail "the ranks did not fall back together"
+[ "$(grep -c "skipped step 2 (corrupt).*rank-00002.shard" "$tmp/out")" = 4 ] ||
+    fail "not every rank reported why step 2 was skipped"
+"$ckpt" verify --step 2 "$root" >"$tmp/verify" 2>&1 && fail "ckpt verify passed a damaged step"
+grep -q rank-00002.shard "$tmp/verify" || fail "ckpt verify did not name the damaged shard"
+
+# Resharding: the intact 4-rank step 2 into 2 ranks, and into one process.
+rm -rf "$root" && mv "$tmp/good" "$root"
+run 2 "$job" reshard "$root" 2 4 || fail "2 ranks loading a 4-rank checkpoint"
+"$job" single "$root" 2 4 || fail "one process loading a 4-rank checkpoint"
+echo "dist: all passed"

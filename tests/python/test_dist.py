@@ -1,0 +1,114 @@
+"""libckpt.dist without a distributed runtime: ranks as threads of this
+process, meeting through a Coordinator subclass built on a
+threading.Barrier.  The real runtimes (OpenMPI, torch.distributed over
+gloo, real processes) are tests/dist."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import libckpt
+from libckpt.dist import Coordinator, load_resharded
+from conftest import open_store
+
+WORLD = 2
+
+
+class ThreadCoordinator(Coordinator):
+    """Ranks are threads; `shared` is one dict for all of them."""
+
+    def __init__(self, rank, shared, fail=None):
+        self.rank, self.world_size = rank, WORLD
+        self.shared, self.fail = shared, fail
+
+    def _meet(self, timeout):
+        self.shared["barrier"].wait(timeout)
+
+    def barrier(self, timeout):
+        self._meet(timeout)
+
+    def broadcast(self, data, root, timeout):
+        if self.fail == "broadcast":
+            raise RuntimeError("the runtime failed")
+        if self.rank == root:
+            self.shared["slot"] = data
+        self._meet(timeout)
+        out = self.shared["slot"]
+        self._meet(timeout)
+        return out
+
+    def allreduce_min(self, value, timeout):
+        self.shared.setdefault("values", {})[self.rank] = value
+        self._meet(timeout)
+        out = min(self.shared["values"].values())
+        self._meet(timeout)
+        return out
+
+    def gather(self, data, root, timeout):
+        self.shared.setdefault("parts", {})[self.rank] = data
+        self._meet(timeout)
+        out = [self.shared["parts"][r] for r in range(WORLD)] \
+            if self.rank == root else None
+        self._meet(timeout)
+        return out
+
+
+def weights(rank, step):
+    return np.arange(5000 + 1000 * rank, dtype=np.float32) + 1000 * rank + step
+
+
+def run_ranks(body):
+    """Run body(rank, coordinator) on WORLD threads; their results."""
+    shared = {"barrier": threading.Barrier(WORLD)}
+    results, errors = [None] * WORLD, [None] * WORLD
+
+    def main(rank):
+        try:
+            results[rank] = body(rank, ThreadCoordinator(rank, shared))
+        except BaseException as e:  # reported by the test thread
+            errors[rank] = e
+            shared["barrier"].abort()
+
+    threads = [threading.Thread(target=main, args=(r,)) for r in range(WORLD)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    for e in errors:
+        if e is not None:
+            raise e
+    return results
+
+
+def test_save_restore_agreed_and_resharded(root):
+    def body(rank, coord):
+        with open_store(root, keep_last=0, coordinator=coord, timeout=30) as store:
+            for step in (1, 2):
+                store.save(step, {"rank%d.w" % rank: weights(rank, step)}).wait()
+            got = np.zeros_like(weights(rank, 0))
+            step = store.restore({"rank%d.w" % rank: got})
+            assert np.array_equal(got, weights(rank, 2))
+            return int(step)
+    assert run_ranks(body) == [2, 2]
+    # One process, no coordinator, reads every rank's tensors by name.
+    with open_store(root, readonly=True) as store:
+        step, tensors = load_resharded(store, lambda name: True)
+        assert step == 2 and sorted(tensors) == ["rank0.w", "rank1.w"]
+        for r in range(WORLD):
+            assert np.array_equal(tensors["rank%d.w" % r], weights(r, 2))
+        assert store.verify()["status"] == "valid"
+
+
+def test_a_failing_collective_is_a_peer_error(root):
+    coord = ThreadCoordinator(1, {"barrier": threading.Barrier(WORLD)},
+                              fail="broadcast")
+    with pytest.raises(libckpt.PeerError) as err:
+        open_store(root, coordinator=coord, timeout=5)
+    assert "failed" in str(err.value)
+
+
+def test_rank_and_world_are_checked(root):
+    coord = ThreadCoordinator(0, {"barrier": threading.Barrier(WORLD)})
+    with pytest.raises(libckpt.InvalidArgumentError):
+        open_store(root, coordinator=coord, rank=2)

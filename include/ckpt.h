@@ -300,9 +300,10 @@ typedef enum ckpt_snapshot_mode {
                                  ckpt_save_wait_snapshot() returns            */
 } ckpt_snapshot_mode;
 
-#define CKPT_STORE_OPTIONS_VERSION 1
+#define CKPT_STORE_OPTIONS_VERSION 2
 /** Options of ckpt_store_open(); start from CKPT_STORE_OPTIONS_INIT or
- *  ckpt_store_options_init().  A value out of range is CKPT_EINVAL. */
+ *  ckpt_store_options_init().  A value out of range is CKPT_EINVAL.
+ *  Version 1 (the struct without metrics_path) is still accepted. */
 typedef struct ckpt_store_options {
     unsigned int version;       /* CKPT_STORE_OPTIONS_VERSION                  */
     unsigned int flags;         /* CKPT_OPEN_*; no other bits                  */
@@ -331,11 +332,19 @@ typedef struct ckpt_store_options {
     ckpt_snapshot_mode snapshot_mode;    /* device tensors; default HOST       */
     uint64_t pinned_limit;      /* cap on pinned host memory for device
                                    snapshots and restores; 0: 1 GiB           */
+    /* Version 2: */
+    const char *metrics_path;   /* NULL, or a file that, after each commit,
+                                   is replaced atomically by the root's
+                                   metrics (ckpt_store_metrics; for
+                                   node_exporter's textfile collector: name
+                                   it *.prom).  Created 0644, never through
+                                   a link; a failure to write it is not the
+                                   save's.  Copied at open.                  */
 } ckpt_store_options;
 
 #define CKPT_STORE_OPTIONS_INIT \
     { CKPT_STORE_OPTIONS_VERSION, 0u, 0, 0, 0u, 0u, -1, 1, CKPT_VERIFY_FULL, \
-      CKPT_SNAPSHOT_HOST, 0u }
+      CKPT_SNAPSHOT_HOST, 0u, NULL }
 
 /**
  * Fill `opts` with the defaults of CKPT_STORE_OPTIONS_INIT for `version`
@@ -449,6 +458,33 @@ CKPT_API int ckpt_cuda_available(void);
  */
 CKPT_API int ckpt_store_gc(ckpt_store *store, int keep_last, int dry_run,
                            ckpt_report **report);
+
+/**
+ * The root's event log (docs/OPERATIONS.md): a store opened for writing
+ * appends one JSON object per line to ROOT/ckpt-events.jsonl for every save
+ * begun, committed (with its statistics) or failed (with its error), every
+ * restore (the step restored, the steps skipped and why), verify and gc;
+ * the file is rotated to ckpt-events.jsonl.1 at 1 MiB.  A read-only store
+ * writes nothing.  This returns the events whose "time" (Unix seconds) is
+ * >= `since` (0: all), oldest first, as JSON lines text in `*text` (free
+ * with ckpt_free; "" when none); lines cut short by a crash are left out.
+ * Returns CKPT_OK; CKPT_EINVAL (a NULL argument); CKPT_EACCES (a log file
+ * that is a link, not a regular file, or not trusted); CKPT_EIO,
+ * CKPT_ENOMEM.  Thread-safe.
+ */
+CKPT_API int ckpt_store_events(ckpt_store *store, double since, char **text);
+
+/**
+ * The root's health in the Prometheus text format (docs/OPERATIONS.md
+ * lists the metrics): the newest step that passes quick verification, its
+ * age and its save's statistics, save, failure and restore counts from the
+ * event log, free space and how many more checkpoints of the newest one's
+ * size fit.  `*text` is freed with ckpt_free.  Waits for a save in flight
+ * first.  Returns CKPT_OK; CKPT_EINVAL (a NULL argument); CKPT_EACCES,
+ * CKPT_ENOTFOUND, CKPT_EIO, CKPT_ENOMEM (reading the root or the log).
+ * Thread-safe.
+ */
+CKPT_API int ckpt_store_metrics(ckpt_store *store, char **text);
 
 /** Free memory returned by libckpt (buffers from ckpt_load, step lists).
  *  NULL is fine.  Thread-safe. */

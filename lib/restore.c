@@ -1,6 +1,7 @@
 /* restore: the public faces of ckpt_restore and ckpt_verify; the work is
  * pipeline/restore.c. */
 #include "error.h"
+#include "eventlog.h"
 #include "report.h"
 #include "restore.h"
 #include "save.h"
@@ -54,6 +55,7 @@ CKPT_API int ckpt_restore(ckpt_store *s, int64_t step, const ckpt_tensor *t, siz
     pthread_mutex_lock(&s->api_lock);
     save_drain(s); /* retention of the save in flight must not race us */
     rc = restore_run(s, step, t, count, &o, r);
+    eventlog_restore(s->events, rc, r);
     pthread_mutex_unlock(&s->api_lock);
     give_report(r, report);
     return rc;
@@ -75,6 +77,7 @@ CKPT_API int ckpt_verify(ckpt_store *s, int64_t step, ckpt_verify_level level,
     pthread_mutex_lock(&s->api_lock);
     save_drain(s);
     int rc = verify_run(s, step, level, r);
+    eventlog_verify(s->events, step, level, rc, r);
     pthread_mutex_unlock(&s->api_lock);
     give_report(r, report);
     return rc;

@@ -3,6 +3,7 @@
 #include "save.h"
 
 #include "error.h"
+#include "eventlog.h"
 
 CKPT_API int ckpt_save_options_init(ckpt_save_options *opts, unsigned int version)
 {
@@ -36,7 +37,11 @@ CKPT_API int ckpt_save_begin(ckpt_save **out, ckpt_store *st, int64_t step,
         if (rc)
             return rc;
     }
-    return save_begin(out, st, step, tensors, count, opts);
+    eventlog_save_begun(st->events, step); /* before: the commit may come first */
+    int rc = save_begin(out, st, step, tensors, count, opts);
+    if (rc)
+        eventlog_save_end(st->events, step, rc, NULL, 0, 0);
+    return rc;
 }
 
 CKPT_API int ckpt_save_wait(ckpt_save *s)

@@ -2,11 +2,13 @@
  * latest, gc.  The root's namespace is io/layout.c; the workers and device
  * are pipeline/workers.c. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "error.h"
+#include "eventlog.h"
 #include "reader.h"
 #include "report.h"
 #include "retention.h"
@@ -16,11 +18,15 @@ CKPT_API int ckpt_store_options_init(ckpt_store_options *opts, unsigned int vers
 {
     if (!opts)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_store_options_init: opts is NULL");
-    int rc = ckpt_check_version("ckpt_store_options", version, CKPT_STORE_OPTIONS_VERSION);
+    int rc = version == 1 ? CKPT_OK
+                          : ckpt_check_version("ckpt_store_options", version,
+                                               CKPT_STORE_OPTIONS_VERSION);
     if (rc)
         return rc;
     ckpt_store_options d = CKPT_STORE_OPTIONS_INIT;
-    *opts = d;
+    d.version = version;
+    /* A version-1 caller's struct ends before metrics_path. */
+    memcpy(opts, &d, version == 1 ? offsetof(ckpt_store_options, metrics_path) : sizeof d);
     return CKPT_OK;
 }
 
@@ -29,10 +35,16 @@ static int resolve_options(const ckpt_store_options *in, ckpt_store_options *o)
 {
     ckpt_store_options d = CKPT_STORE_OPTIONS_INIT;
     int rc;
-    if (in && (rc = ckpt_check_version("ckpt_store_options", in->version,
-                                       CKPT_STORE_OPTIONS_VERSION)))
+    if (in && in->version != 1 &&
+        (rc = ckpt_check_version("ckpt_store_options", in->version,
+                                 CKPT_STORE_OPTIONS_VERSION)))
         return rc;
-    *o = in ? *in : d;
+    *o = d;
+    if (in) /* version 1: the struct ends before metrics_path */
+        memcpy(o, in, in->version == 1 ? offsetof(ckpt_store_options, metrics_path)
+                                       : sizeof *o);
+    if (o->metrics_path && !*o->metrics_path)
+        return ckpt_seterr(CKPT_EINVAL, "metrics_path is empty (NULL for none)");
     if (o->flags & ~(CKPT_OPEN_READONLY | CKPT_OPEN_TRUST_GROUP | CKPT_OPEN_NO_CMDLINE |
                      CKPT_OPEN_REWIND))
         return ckpt_seterr(CKPT_EINVAL, "unknown open flags 0x%x", o->flags);
@@ -82,6 +94,7 @@ static void store_destroy(ckpt_store *s)
     if (!s)
         return;
     context_stop(s);
+    eventlog_free(s->events);
     layout_close(&s->lay); /* releases the lock */
     pthread_mutex_destroy(&s->api_lock);
     free(s);
@@ -110,6 +123,10 @@ int ckpt_store_open_with_fsio(ckpt_store **out, const char *path,
     }
     if (!rc && !s->readonly && !(rc = layout_lock(&s->lay)))
         layout_clean_stale(&s->lay, 0, NULL); /* best effort: retried next open */
+    if (!rc && !s->readonly &&
+        !(s->events = eventlog_new(&s->lay, 0, s->opts.metrics_path)))
+        rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    s->opts.metrics_path = NULL; /* the caller's string need not outlive open */
     if (!rc)
         rc = context_start(s);
     if (rc) {
@@ -200,6 +217,7 @@ CKPT_API int ckpt_store_gc(ckpt_store *s, int keep_last, int dry_run, ckpt_repor
     int rc = retention_apply(s, (size_t)keep_last, -1, keep_valid, dry_run, r);
     if (!rc)
         rc = layout_clean_stale(&s->lay, dry_run, r);
+    eventlog_gc(s->events, keep_last, dry_run, rc, r);
     pthread_mutex_unlock(&s->api_lock);
     if (report)
         *report = r;

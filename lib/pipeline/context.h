@@ -42,6 +42,7 @@ struct ckpt_store {
     int arena_pinned;
     int arena_asked_pinned;
     struct ckpt_save *inflight; /* the save not yet waited for, or NULL */
+    struct eventlog *events;    /* the root's event log; NULL: read-only */
 };
 
 /* Set up the workers, codecs, pool and device of a store whose options are

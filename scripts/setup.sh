@@ -21,6 +21,7 @@ packages=(
     libhdf5-dev hdf5-tools
     python3 python3-numpy python3-pytest python3-torch python3-h5py python3-jsonschema
     valgrind
+    slurmctld slurmd slurm-client munge prometheus
 )
 
 log() { printf 'setup: %s\n' "$*"; }

@@ -37,7 +37,6 @@ CKPT_API int ckpt_save_begin(ckpt_save **out, ckpt_store *st, int64_t step,
         if (rc)
             return rc;
     }
-    eventlog_save_begun(st->events, step); /* before: the commit may come first */
     int rc = save_begin(out, st, step, tensors, count, opts);
     if (rc)
         eventlog_save_end(st->events, step, rc, NULL, 0, 0);

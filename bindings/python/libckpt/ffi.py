@@ -53,7 +53,7 @@ CKPT_VERIFY_NONE, CKPT_VERIFY_QUICK, CKPT_VERIFY_FULL = 0, 1, 2
 # ckpt_snapshot_mode
 CKPT_SNAPSHOT_HOST, CKPT_SNAPSHOT_DEVICE, CKPT_SNAPSHOT_STREAM = 0, 1, 2
 
-CKPT_STORE_OPTIONS_VERSION = 1
+CKPT_STORE_OPTIONS_VERSION = 2
 CKPT_SAVE_OPTIONS_VERSION = 1
 CKPT_RESTORE_OPTIONS_VERSION = 1
 
@@ -87,6 +87,7 @@ class ckpt_store_options(ctypes.Structure):
         ("verify_after_save", ctypes.c_int),
         ("snapshot_mode", ctypes.c_int),
         ("pinned_limit", ctypes.c_uint64),
+        ("metrics_path", ctypes.c_char_p),  # version 2
     ]
 
 
@@ -284,6 +285,8 @@ _fn("ckpt_store_pinned_bytes", _u64, [store_p])
 _fn("ckpt_store_gc", _int, [store_p, _int, _int, _P(report_p)])
 _fn("ckpt_cuda_available", _int, [], check=False, optional=True)
 _fn("ckpt_free", None, [_vp])
+_fn("ckpt_store_events", _int, [store_p, ctypes.c_double, _P(_vp)], optional=True)
+_fn("ckpt_store_metrics", _int, [store_p, _P(_vp)], optional=True)
 
 # save
 _fn("ckpt_save_options_init", _int, [_P(ckpt_save_options), ctypes.c_uint])

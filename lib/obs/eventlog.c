@@ -223,7 +223,7 @@ void eventlog_save_end(eventlog *el, int64_t step, int rc, const ckpt_save_stats
     d.have_fs = fsio_free_bytes(&plain_fs, el->lay->root, &d.free_bytes) == 0;
     char *text = NULL;
     if (metrics_render(&d, &text) == CKPT_OK)
-        metrics_write_file(&plain_fs, el->metrics_path, text);
+        metrics_write_file(&plain_fs, el->metrics_path, text, el->lay->fsync);
     free(text);
     ckpt_error_restore(&e);
 }

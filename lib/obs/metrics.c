@@ -152,7 +152,7 @@ int metrics_render(const metrics_data *d, char **text)
     return CKPT_OK;
 }
 
-int metrics_write_file(const fsio *fs, const char *path, const char *text)
+int metrics_write_file(const fsio *fs, const char *path, const char *text, int durable)
 {
     size_t n = strlen(path) + 32;
     char *tmp = malloc(n);
@@ -169,7 +169,7 @@ int metrics_write_file(const fsio *fs, const char *path, const char *text)
         goto done;
     }
     int e = fsio_pwrite(fs, fd, text, strlen(text), 0);
-    if (!e)
+    if (!e && durable)
         e = fsio_fsync(fs, fd);
     int c = fsio_close(fs, fd);
     if (!e)

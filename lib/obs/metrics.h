@@ -26,9 +26,10 @@ typedef struct metrics_data {
 /* The exposition text, malloc'd and NUL-terminated. */
 int metrics_render(const metrics_data *d, char **text);
 /* Write `text` to `path` atomically: a temporary file in the same
- * directory (created exclusively, never through a link), fsynced, renamed
- * over `path`.  A reader (node_exporter) sees the old or the new file,
- * never a part.  CKPT_OK, or a status with a message naming the path. */
-int metrics_write_file(const fsio *fs, const char *path, const char *text);
+ * directory (created exclusively, never through a link), fsynced when
+ * `durable`, renamed over `path`.  A reader (node_exporter) sees the old or
+ * the new file, never a part.  CKPT_OK, or a status with a message naming
+ * the path. */
+int metrics_write_file(const fsio *fs, const char *path, const char *text, int durable);
 
 #endif

@@ -141,12 +141,19 @@ job_restarts() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*Restarts=\([0-
 out_has() { grep -qE "$2" "$T/job-$1.out" 2>/dev/null; }
 state_is() { [ "$(job_state "$1")" = "$2" ]; }
 
-submit() { # name
-    local root=$T/work/$1
+submit() { # name [VAR=VALUE for the job's environment]
+    local root=$T/work/$1 extra=${2:+,$2}
     sbatch --parsable -D "$T"/work -o "$T/job-%j.out" --open-mode=append --gres=none \
-        --export=ALL,CKPT="$CKPT_CLI",CKPT_DIR="$root" "$SBATCH_SCRIPT" \
+        --export=ALL,CKPT="$CKPT_CLI",CKPT_DIR="$root"$extra "$SBATCH_SCRIPT" \
         "$TRAIN_MLP" --dir "$root" --steps "$STEPS" --every "$EVERY" --log-every 10 \
         --sleep-ms 30 --out "$T/work/$1.bin"
+}
+
+# Slurm holds a requeued job back for about two minutes (its BeginTime):
+# that delay is the cluster's, not the script's, so it is skipped.
+wait_requeued() { # job
+    poll 120 "job $1 to be pending again" eval '[ "$(job_state '"$1"')" = PENDING ]'
+    scontrol update JobId="$1" StartTime=now || fail "scontrol update StartTime"
 }
 
 # The step the job last said it saved on a signal.
@@ -169,28 +176,35 @@ check_result() { # name, job, stopped-step
     echo "ok: $name (saved step $stopped, exit 75, resumed there, weights match)"
 }
 
-# --- usr1: the warning signal to the batch shell; the script requeues.
-job=$(submit usr1) || fail "sbatch"
+# --- usr1: the warning signal to the batch shell, passed on through srun
+# (the path of jobs with several tasks); the script requeues.
+job=$(submit usr1 CKPT_SRUN=srun) || fail "sbatch"
 poll 120 "job $job to train past step 60" out_has "$job" '^step (6|7|8|9)[0-9]/'
 scancel --batch --signal=USR1 "$job" || fail "scancel --signal"
-poll 120 "job $job to be requeued" eval '[ "$(job_restarts '"$job"')" = 1 ]'
-stopped=$(saved_step "$job")
-[ -n "$stopped" ] || fail "usr1: the job did not save on the signal"
+poll 120 "job $job to requeue itself" out_has "$job" "train.sbatch: the job saved and stopped"
 out_has "$job" "saved and stopped \(exit 75\) on SIGUSR1; requeued job $job" ||
     fail "usr1: train.sbatch did not requeue after exit 75"
+stopped=$(saved_step "$job")
+[ -n "$stopped" ] || fail "usr1: the job did not save on the signal"
+wait_requeued "$job"
 poll 300 "job $job to complete" state_is "$job" COMPLETED
+[ "$(job_restarts "$job")" = 1 ] || fail "usr1: requeued $(job_restarts "$job") times, not once"
 check_result usr1 "$job" "$stopped"
 
 # --- requeue: SIGTERM to everything, Slurm requeues.
 job=$(submit requeue) || fail "sbatch"
 poll 120 "job $job to train past step 60" out_has "$job" '^step (6|7|8|9)[0-9]/'
 scontrol requeue "$job" || fail "scontrol requeue"
-poll 120 "job $job to restart" eval '[ "$(job_restarts '"$job"')" = 1 ]'
+poll 120 "job $job to stop" out_has "$job" "train.sbatch: the job saved and stopped"
+out_has "$job" "saved and stopped \(exit 75\) on SIGTERM" ||
+    fail "requeue: the job did not exit 75 on SIGTERM"
+out_has "$job" "Slurm is requeueing job $job itself \(restart 1\)" ||
+    fail "requeue: train.sbatch did not see that Slurm requeued the job"
 stopped=$(saved_step "$job")
 [ -n "$stopped" ] || fail "requeue: the job did not save on SIGTERM"
-out_has "$job" "saved and stopped \(exit 75\) on SIGTERM" ||
-    fail "requeue: the job step did not exit 75"
+wait_requeued "$job"
 poll 300 "job $job to complete" state_is "$job" COMPLETED
+[ "$(job_restarts "$job")" = 1 ] || fail "requeue: requeued $(job_restarts "$job") times, not once"
 check_result requeue "$job" "$stopped"
 
 # --- cancel: SIGTERM, no requeue; a new submission resumes.
@@ -198,10 +212,14 @@ job=$(submit cancel) || fail "sbatch"
 poll 120 "job $job to train past step 60" out_has "$job" '^step (6|7|8|9)[0-9]/'
 scancel "$job" || fail "scancel"
 poll 120 "job $job to end" state_is "$job" CANCELLED
-poll 60 "job $job's last words" out_has "$job" 'saved and stopped \(exit 75\)'
+poll 60 "job $job's last words" out_has "$job" "train.sbatch: the job saved and stopped"
+out_has "$job" "saved and stopped \(exit 75\) on SIGTERM" ||
+    fail "cancel: the job did not exit 75 on SIGTERM"
 stopped=$(saved_step "$job")
 [ -n "$stopped" ] || fail "cancel: the job did not save on SIGTERM"
 [ "$(job_restarts "$job")" = 0 ] || fail "cancel: a cancelled job was requeued"
+out_has "$job" "Slurm is ending job $job \(state COMPLETING\), it will not run again" ||
+    fail "cancel: train.sbatch did not say the job ends"
 job2=$(submit cancel) || fail "sbatch"
 poll 300 "job $job2 to complete" state_is "$job2" COMPLETED
 check_result cancel "$job2" "$stopped"

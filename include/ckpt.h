@@ -486,6 +486,17 @@ CKPT_API int ckpt_store_events(ckpt_store *store, double since, char **text);
  */
 CKPT_API int ckpt_store_metrics(ckpt_store *store, char **text);
 
+/**
+ * The environment record a save through `store` would write into its
+ * manifest now (libckpt, zstd, xxHash and jansson versions, OS, host, and
+ * with a CUDA runtime in use its driver and runtime versions and GPU), as
+ * compact JSON text in `*json` (free with ckpt_free), without the command
+ * line.  For comparing a checkpoint's record with the current machine
+ * (`ckpt doctor`).  Returns CKPT_OK; CKPT_EINVAL (a NULL argument);
+ * CKPT_ENOMEM.  Thread-safe.
+ */
+CKPT_API int ckpt_store_environment(ckpt_store *store, char **json);
+
 /** Free memory returned by libckpt (buffers from ckpt_load, step lists).
  *  NULL is fine.  Thread-safe. */
 CKPT_API void ckpt_free(void *ptr);

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "env.h"
 #include "error.h"
 #include "eventlog.h"
 #include "metrics.h"
@@ -86,4 +87,20 @@ CKPT_API int ckpt_store_metrics(ckpt_store *s, char **text)
     pthread_mutex_unlock(&s->api_lock);
     d.have_fs = fsio_free_bytes(&s->lay.fs, s->lay.root, &d.free_bytes) == 0;
     return rc ? rc : metrics_render(&d, text);
+}
+
+CKPT_API int ckpt_store_environment(ckpt_store *s, char **json)
+{
+    if (!s || !json)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_store_environment: NULL argument");
+    *json = NULL;
+    pthread_mutex_lock(&s->api_lock); /* the device is the store's */
+    json_t *env = env_record(s->dev, 0);
+    pthread_mutex_unlock(&s->api_lock);
+    char *text = env ? json_dumps(env, JSON_COMPACT) : NULL;
+    json_decref(env);
+    if (!text)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    *json = text; /* jansson allocates with malloc: ckpt_free releases it */
+    return CKPT_OK;
 }

@@ -173,3 +173,25 @@ def test_example_alert_rules(tmp):
     for args in (["check", "rules", "ckpt-alerts.yml"], ["test", "rules", "ckpt-alerts.test.yml"]):
         p = subprocess.run([PROMTOOL] + args, cwd=RULES, capture_output=True, text=True)
         check(p.returncode == 0, "promtool %s: %s%s" % (" ".join(args), p.stdout, p.stderr))
+
+
+def test_doctor_compares_the_newest_step_with_this_machine(tmp):
+    root = os.path.join(tmp, "root")
+    train(root, steps=20)
+    doc = ckpt("doctor", root, "--json").json()
+    check(doc["machine"] == [], "same machine: %s" % doc["machine"])
+    f = [x for x in doc["findings"] if x["check"] == "machine"]
+    check(len(f) == 1 and f[0]["severity"] == "ok", f)
+    # a save from another host (a UTS namespace with its own host name)
+    r = run("unshare", "--uts", "sh", "-c", 'hostname ckpt-other-node && exec "$@"', "sh",
+            TRAIN_MLP, "--dir", root, "--steps", "30", "--every", "10", "--no-fsync")
+    if r.rc != 0:
+        pytest.skip("cannot make a UTS namespace here: %s" % r.err.strip())
+    doc = ckpt("doctor", root, "--json").json()
+    diffs = {d["field"]: d for d in doc["machine"]}
+    check(set(diffs) == {"host"} and diffs["host"]["checkpoint"] == "ckpt-other-node" and
+          diffs["host"]["step"] == 30, "machine: %s" % doc["machine"])
+    f = [x for x in doc["findings"] if x["check"] == "machine"][0]
+    check(f["severity"] == "warning" and "step 30 in: host" in f["message"], f)
+    out = ckpt("doctor", root).out
+    check('machine: host: step 30 has "ckpt-other-node", this machine "' in out, out)

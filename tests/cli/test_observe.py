@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from clitest import CKPT, SOURCE_ROOT, check, ckpt, data_files, expect_rc, make_step, run
+from clitest import SOURCE_ROOT, check, ckpt, ckpt_json, data_files, expect_rc, run
 
 TRAIN_MLP = os.environ.get("TRAIN_MLP", "train_mlp")
 PROMTOOL = shutil.which("promtool")
@@ -56,7 +56,7 @@ def test_log_records_saves_and_restores(tmp):
     check(re.search(r"save_committed +step 30  .* -> .*, stall .*, persist ", r.out), r.out)
     check(any(re.search(r"  restored +step 30 ", l) for l in lines), "restore of 30", r)
     check(any("restore_failed" in l and "no_checkpoint" in l for l in lines), "fresh start", r)
-    doc = expect_rc(ckpt("log", root, "--json"), 0).json()
+    _, doc = ckpt_json("log", "log", root, rc=0)
     check(doc["root"] == os.path.realpath(root), "root")
     names = [e["event"] for e in doc["events"]]
     check(names.count("save_begun") == 5 and names.count("save_committed") == 5, names)
@@ -147,7 +147,7 @@ def test_health(tmp):
                    r.out), r)
     r = expect_rc(ckpt("health", root, "--min-free-saves", str(1 << 60)), 1)
     check("unhealthy: " in r.out and "fewer than %d" % (1 << 60) in r.out, r)
-    doc = expect_rc(ckpt("health", root, "--json", "--max-age", "2h"), 0).json()
+    _, doc = ckpt_json("health", "health", root, "--max-age", "2h", rc=0)
     check(doc["healthy"] is True and doc["step"] == 30 and doc["reason"] is None, doc)
     check(doc["free_saves"] >= 1 and doc["stored_bytes"] > 0 and doc["max_age_s"] == 7200, doc)
     # full verification: a damaged chunk in the newest step makes the one
@@ -162,6 +162,8 @@ def test_health(tmp):
     check(doc["step"] == 20, "step 20 is the newest fully valid: %s" % doc)
     for s in (10, 20):
         shutil.rmtree(os.path.join(root, "step-%012d" % s))
+    _, doc = ckpt_json("health", "health", root, rc=1)
+    check(doc["step"] is None and doc["healthy"] is False, doc)
     r = expect_rc(ckpt("health", root), 1)
     check("no checkpoint in" in r.out and "passes full verification" in r.out, r)
     expect_rc(ckpt("health", os.path.join(tmp, "missing")), 3)

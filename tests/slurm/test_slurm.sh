@@ -144,7 +144,7 @@ state_is() { [ "$(job_state "$1")" = "$2" ]; }
 submit() { # name [VAR=VALUE for the job's environment]
     local root=$T/work/$1 extra=${2:+,$2}
     sbatch --parsable -D "$T"/work -o "$T/job-%j.out" --open-mode=append --gres=none \
-        --export=ALL,CKPT="$CKPT_CLI",CKPT_DIR="$root"$extra "$SBATCH_SCRIPT" \
+        --export=ALL,CKPT="$CKPT_CLI",CKPT_DIR="$root""$extra" "$SBATCH_SCRIPT" \
         "$TRAIN_MLP" --dir "$root" --steps "$STEPS" --every "$EVERY" --log-every 10 \
         --sleep-ms 30 --out "$T/work/$1.bin"
 }
@@ -152,7 +152,7 @@ submit() { # name [VAR=VALUE for the job's environment]
 # Slurm holds a requeued job back for about two minutes (its BeginTime):
 # that delay is the cluster's, not the script's, so it is skipped.
 wait_requeued() { # job
-    poll 120 "job $1 to be pending again" eval '[ "$(job_state '"$1"')" = PENDING ]'
+    poll 120 "job $1 to be pending again" state_is "$1" PENDING
     scontrol update JobId="$1" StartTime=now || fail "scontrol update StartTime"
 }
 

@@ -34,14 +34,32 @@ SBATCH_SCRIPT=$SOURCE_ROOT/examples/slurm/train.sbatch
 T=$(mktemp -d /tmp/ckpt-slurm-XXXXXX)
 chmod 755 "$T"
 pids=()
+alive() { [ -e "/proc/$1" ] && ! grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
 cleanup() {
-    # our daemons only, by the pids we started
-    local p
+    local p t0 jobs
+    # Our jobs first, while the daemons run, so that no slurmstepd outlives
+    # them (slurmd does not stop on SIGTERM while it has job steps).
+    if [ -f "${SLURM_CONF:-}" ] && alive "${pids[1]:-0}"; then
+        jobs=$(squeue -h -o %i 2>/dev/null)
+        # shellcheck disable=SC2086 # one job id per word
+        [ -z "$jobs" ] || scancel $jobs 2>/dev/null
+        t0=$SECONDS
+        while [ -n "$(squeue -h -o %i 2>/dev/null)" ] && [ $((SECONDS - t0)) -lt 60 ]; do
+            sleep 0.5
+        done
+    fi
+    # Then our daemons, by the pids we started: TERM, and KILL after 15 s.
     for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+    t0=$SECONDS
+    for p in "${pids[@]}"; do
+        while alive "$p" && [ $((SECONDS - t0)) -lt 15 ]; do sleep 0.2; done
+        alive "$p" && kill -9 "$p" 2>/dev/null
+        wait "$p" 2>/dev/null
+    done
     [ -n "${KEEP_SLURM_TMP:-}" ] || rm -rf "$T"
 }
 trap cleanup EXIT
+trap 'exit 1' INT TERM # (the EXIT trap then runs)
 show_logs() {
     local f
     for f in "$T"/log/*.log "$T"/job-*.out; do

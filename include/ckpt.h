@@ -339,7 +339,8 @@ typedef struct ckpt_store_options {
                                    node_exporter's textfile collector: name
                                    it *.prom).  Created 0644, never through
                                    a link; a failure to write it is not the
-                                   save's.  Copied at open.                  */
+                                   save's (it is a "metrics_failed" event in
+                                   the log).  Copied at open.                */
 } ckpt_store_options;
 
 #define CKPT_STORE_OPTIONS_INIT \

@@ -222,9 +222,16 @@ void eventlog_save_end(eventlog *el, int64_t step, int rc, const ckpt_save_stats
         json_decref(all);
     d.have_fs = fsio_free_bytes(&plain_fs, el->lay->root, &d.free_bytes) == 0;
     char *text = NULL;
-    if (metrics_render(&d, &text) == CKPT_OK)
-        metrics_write_file(&plain_fs, el->metrics_path, text, el->lay->fsync);
+    int mrc = metrics_render(&d, &text);
+    if (!mrc)
+        mrc = metrics_write_file(&plain_fs, el->metrics_path, text, el->lay->fsync);
     free(text);
+    if (mrc) { /* not the save's failure: said in the log instead */
+        json_t *fail = event("metrics_failed");
+        json_object_set_new(fail, "step", json_integer((json_int_t)step));
+        add_error(fail, mrc);
+        eventlog_append(el, fail);
+    }
     ckpt_error_restore(&e);
 }
 

@@ -260,6 +260,10 @@ Test(events, metrics_file_after_each_commit)
         cr_assert(strstr(text, want), "no %s in:\n%s", want, text);
     }
     cr_assert_eq(tc_count_prefix(dir, "ckpt.prom.tmp"), 0, "temporary file left");
+    json_t *a = events_of(st, 0);
+    for (size_t i = 0; i < json_array_size(a); i++)
+        cr_assert_str_neq(name_of(a, i), "metrics_failed");
+    json_decref(a);
     /* the same text (but for the age) from the call */
     char *text = NULL;
     cr_assert_eq(ckpt_store_metrics(st, &text), CKPT_OK);
@@ -296,4 +300,31 @@ Test(events, version_1_options_are_accepted)
     free(raw);
     ckpt_store_options bad;
     cr_assert_eq(ckpt_store_options_init(&bad, 3), CKPT_EVERSION);
+}
+
+Test(events, a_metrics_file_that_cannot_be_written_is_logged)
+{
+    char *dir = tc_mkdtemp();
+    char *prom = tc_join(dir, "no-such-dir/ckpt.prom");
+    ckpt_store_options o;
+    tc_opts(&o);
+    o.metrics_path = prom;
+    ckpt_store *st = NULL;
+    cr_assert_eq(ckpt_store_open(&st, tc_root, &o), CKPT_OK, "%s", ckpt_error_last());
+    tc_state s;
+    tc_state_standard(&s, 1);
+    tc_save_ok(st, 5, &s); /* the save succeeds */
+    json_t *a = events_of(st, 0);
+    size_t n = json_array_size(a);
+    cr_assert_eq(n, 3);
+    cr_assert_str_eq(name_of(a, 2), "metrics_failed");
+    cr_assert_eq(int_of(a, 2, "step"), 5);
+    const char *err = json_string_value(json_object_get(json_array_get(a, 2), "error"));
+    cr_assert(err && strstr(err, "no-such-dir"), "%s", err ? err : "(none)");
+    json_decref(a);
+    ckpt_store_free(st);
+    tc_rmtree(dir);
+    free(dir);
+    free(prom);
+    tc_state_free(&s);
 }

@@ -5,9 +5,12 @@
 # usage: resume.sh [-n MAX_RESTARTS] [-d CKPT_DIR] [-w SECONDS] -- COMMAND [ARG...]
 #
 #   -n N    restart at most N times (default 3); then exit with the job's status
-#   -d DIR  the job's checkpoint root: before each start `ckpt latest DIR --step`
-#           is run and its result exported as CKPT_RESUME_STEP (empty when
-#           there is no valid checkpoint yet) and CKPT_RESUME_DIR
+#   -d DIR  the job's checkpoint root: before each start
+#           `ckpt latest DIR --full --step` (the step the job's
+#           ckpt_restore(CKPT_LATEST) will restore: the newest whose every
+#           chunk verifies) is run and its result exported as
+#           CKPT_RESUME_STEP (empty when there is no valid checkpoint yet)
+#           and CKPT_RESUME_DIR; a missing `ckpt` command is an error (127)
 #   -w S    wait S seconds before a restart (default 5)
 #
 # The job itself resumes: it calls ckpt_restore(store, CKPT_LATEST, ...),
@@ -25,6 +28,11 @@
 # it gone, so it exits with the job's status (75 after a clean save) for the
 # caller to requeue.  A job that exits 75 on its own, because the signal was
 # sent to the job directly, is restarted here.
+#
+# The job runs in the background of this shell (so that signals can be
+# passed on) but with the default SIGINT and SIGQUIT handling a foreground
+# job has (a shell without job control would start it with both ignored),
+# through `env --default-signal` (GNU coreutils 8.31 or later).
 #
 # Environment: CKPT names the `ckpt` command (default: ckpt on PATH).
 set -u
@@ -52,6 +60,16 @@ case $max in ''|*[!0-9]*) echo "resume.sh: -n needs a number" >&2; exit 2 ;; esa
 
 CKPT=${CKPT:-ckpt}
 EXIT_PREEMPTED=75
+if [ -n "$dir" ] && ! command -v "$CKPT" >/dev/null 2>&1; then
+    echo "resume.sh: the ckpt command ($CKPT) was not found: set CKPT or PATH" >&2
+    exit 127
+fi
+# Undo the SIGINT/SIGQUIT ignoring of background jobs, where env can.
+if env --default-signal=INT,QUIT true 2>/dev/null; then
+    set -- env --default-signal=INT,QUIT "$@"
+else
+    echo "resume.sh: env has no --default-signal: the job ignores SIGINT and SIGQUIT" >&2
+fi
 child=
 signalled=
 pending=
@@ -73,9 +91,17 @@ done
 attempt=0
 while :; do
     if [ -n "$dir" ]; then
-        if step=$("$CKPT" latest "$dir" --step 2>/dev/null); then
-            log "start $((attempt + 1)): newest valid checkpoint is step $step"
+        if [ ! -e "$dir" ]; then
+            step=
+            log "start $((attempt + 1)): no checkpoint root $dir yet, starting fresh"
+        elif step=$("$CKPT" latest "$dir" --full --step); then
+            log "start $((attempt + 1)): resuming from step $step (newest fully valid)"
         else
+            rc=$?
+            if [ "$rc" -ne 1 ]; then
+                log "ckpt latest $dir failed (exit $rc): not starting the job"
+                exit "$rc"
+            fi
             step=
             log "start $((attempt + 1)): no valid checkpoint in $dir, starting fresh"
         fi

@@ -42,6 +42,7 @@
 typedef struct options {
     const char *dir;     /* checkpoint root; NULL: no checkpoints */
     const char *out;     /* final state goes here; NULL: not written */
+    const char *metrics; /* Prometheus metrics file; NULL: none */
     int64_t steps;
     int64_t every;
     int64_t log_every;
@@ -500,13 +501,15 @@ static void usage(FILE *f)
     fputs("usage: train_mlp [--dir DIR] [--steps N] [--every K] [--out FILE]\n"
           "                 [--sleep-ms MS] [--log-every N] [--hidden H]\n"
           "                 [--seed S] [--lr LR] [--momentum MU] [--keep N]\n"
-          "                 [--threads N] [--no-fsync]\n"
+          "                 [--threads N] [--no-fsync] [--metrics FILE]\n"
           "\n"
           "Trains a small MLP deterministically.  With --dir it resumes from\n"
           "the newest checkpoint in DIR that verifies and saves one every K\n"
           "steps (asynchronously) and at the end; without --dir it saves\n"
           "nothing.  --out writes the final weights, momentum buffers, step\n"
           "and generator state as raw bytes (compare runs with cmp).\n"
+          "--metrics FILE: the checkpoint root's Prometheus metrics, replaced\n"
+          "atomically after each commit (node_exporter's textfile collector).\n"
           "SIGTERM or SIGUSR1: save now, exit 75.\n", f);
 }
 
@@ -555,6 +558,8 @@ static int parse_args(int argc, char **argv, options *o)
             o->dir = v;
         else if (!strcmp(a, "--out"))
             o->out = v;
+        else if (!strcmp(a, "--metrics"))
+            o->metrics = v;
         else if (!strcmp(a, "--steps"))
             bad = parse_i64(v, 0, INT64_MAX / 2, &o->steps);
         else if (!strcmp(a, "--every"))
@@ -590,7 +595,7 @@ static int parse_args(int argc, char **argv, options *o)
 int main(int argc, char **argv)
 {
     options o = {
-        .dir = NULL, .out = NULL, .steps = 1000, .every = 100, .log_every = 0,
+        .dir = NULL, .out = NULL, .metrics = NULL, .steps = 1000, .every = 100, .log_every = 0,
         .sleep_ms = 0, .hidden = 256, .seed = 1, .keep = -1, .threads = 0,
         .fsync = 1, .lr = 0.05f, .momentum = 0.9f,
     };
@@ -617,6 +622,7 @@ int main(int argc, char **argv)
     if (o.dir) {
         ckpt_store_options so = CKPT_STORE_OPTIONS_INIT;
         so.keep_last = o.keep;
+        so.metrics_path = o.metrics;
         so.threads = o.threads;
         so.fsync = o.fsync;
         int rc = ckpt_store_open(&sv.store, o.dir, &so);

@@ -424,11 +424,19 @@ typedef struct ckpt_store_options {
                                    store)                                      */
     int timeout_ms;             /* how long one collective may wait; 0 means
                                    CKPT_TIMEOUT_MS_DEFAULT                    */
+    const char *metrics_path;   /* NULL, or a file that, after each commit,
+                                   is replaced atomically by the root's
+                                   metrics (ckpt_store_metrics; for
+                                   node_exporter's textfile collector: name
+                                   it *.prom).  Created 0644, never through
+                                   a link; a failure to write it is not the
+                                   save's (it is a "metrics_failed" event in
+                                   the log).  Copied at open.                */
 } ckpt_store_options;
 
 #define CKPT_STORE_OPTIONS_INIT \
     { CKPT_STORE_OPTIONS_VERSION, 0u, 0, 0, 0u, 0u, -1, 1, CKPT_VERIFY_FULL, \
-      CKPT_SNAPSHOT_HOST, 0u, 0, 1, NULL, 0 }
+      CKPT_SNAPSHOT_HOST, 0u, 0, 1, NULL, 0, NULL }
 
 /**
  * Fill `opts` with the defaults of CKPT_STORE_OPTIONS_INIT for `version`
@@ -546,6 +554,44 @@ CKPT_API int ckpt_cuda_available(void);
  */
 CKPT_API int ckpt_store_gc(ckpt_store *store, int keep_last, int dry_run,
                            ckpt_report **report);
+
+/**
+ * The root's event log (docs/OPERATIONS.md): a store opened for writing
+ * appends one JSON object per line to ROOT/ckpt-events.jsonl for every save
+ * begun, committed (with its statistics) or failed (with its error), every
+ * restore (the step restored, the steps skipped and why), verify and gc;
+ * the file is rotated to ckpt-events.jsonl.1 at 1 MiB.  A read-only store
+ * writes nothing.  This returns the events whose "time" (Unix seconds) is
+ * >= `since` (0: all), oldest first, as JSON lines text in `*text` (free
+ * with ckpt_free; "" when none); lines cut short by a crash are left out.
+ * Returns CKPT_OK; CKPT_EINVAL (a NULL argument); CKPT_EACCES (a log file
+ * that is a link, not a regular file, or not trusted); CKPT_EIO,
+ * CKPT_ENOMEM.  Thread-safe.
+ */
+CKPT_API int ckpt_store_events(ckpt_store *store, double since, char **text);
+
+/**
+ * The root's health in the Prometheus text format (docs/OPERATIONS.md
+ * lists the metrics): the newest step that passes quick verification, its
+ * age and its save's statistics, save, failure and restore counts from the
+ * event log, free space and how many more checkpoints of the newest one's
+ * size fit.  `*text` is freed with ckpt_free.  Waits for a save in flight
+ * first.  Returns CKPT_OK; CKPT_EINVAL (a NULL argument); CKPT_EACCES,
+ * CKPT_ENOTFOUND, CKPT_EIO, CKPT_ENOMEM (reading the root or the log).
+ * Thread-safe.
+ */
+CKPT_API int ckpt_store_metrics(ckpt_store *store, char **text);
+
+/**
+ * The environment record a save through `store` would write into its
+ * manifest now (libckpt, zstd, xxHash and jansson versions, OS, host, and
+ * with a CUDA runtime in use its driver and runtime versions and GPU), as
+ * compact JSON text in `*json` (free with ckpt_free), without the command
+ * line.  For comparing a checkpoint's record with the current machine
+ * (`ckpt doctor`).  Returns CKPT_OK; CKPT_EINVAL (a NULL argument);
+ * CKPT_ENOMEM.  Thread-safe.
+ */
+CKPT_API int ckpt_store_environment(ckpt_store *store, char **json);
 
 /** Free memory returned by libckpt (buffers from ckpt_load, step lists).
  *  NULL is fine.  Thread-safe. */

@@ -2,6 +2,7 @@
  * pipeline/restore.c. */
 #include "dist.h"
 #include "error.h"
+#include "eventlog.h"
 #include "report.h"
 #include "restore.h"
 #include "save.h"
@@ -59,6 +60,7 @@ CKPT_API int ckpt_restore(ckpt_store *s, int64_t step, const ckpt_tensor *t, siz
         rc = dist_restore(s, rc, t, count, &o, r);
     else
         rc = restore_run(s, step, t, count, &o, r);
+    eventlog_restore(s->events, rc, r);
     pthread_mutex_unlock(&s->api_lock);
     give_report(r, report);
     return rc;
@@ -80,6 +82,7 @@ CKPT_API int ckpt_verify(ckpt_store *s, int64_t step, ckpt_verify_level level,
     pthread_mutex_lock(&s->api_lock);
     save_drain(s);
     int rc = verify_run(s, step, level, r);
+    eventlog_verify(s->events, step, level, rc, r);
     pthread_mutex_unlock(&s->api_lock);
     give_report(r, report);
     return rc;

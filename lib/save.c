@@ -5,6 +5,7 @@
 #include "dist.h"
 
 #include "error.h"
+#include "eventlog.h"
 
 CKPT_API int ckpt_save_options_init(ckpt_save_options *opts, unsigned int version)
 {
@@ -54,7 +55,10 @@ static int save_begin_checked(ckpt_save **out, ckpt_store *st, int64_t step,
         if (rc)
             return rc;
     }
-    return save_begin(out, st, step, tensors, count, opts);
+    int rc = save_begin(out, st, step, tensors, count, opts);
+    if (rc)
+        eventlog_save_end(st->events, step, rc, NULL, 0, 0);
+    return rc;
 }
 
 CKPT_API int ckpt_save_wait(ckpt_save *s)

@@ -2,12 +2,14 @@
  * latest, gc.  The root's namespace is io/layout.c; the workers and device
  * are pipeline/workers.c. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "dist.h"
 #include "error.h"
+#include "eventlog.h"
 #include "reader.h"
 #include "report.h"
 #include "retention.h"
@@ -48,6 +50,8 @@ static int resolve_options(const ckpt_store_options *in, ckpt_store_options *o)
     o->version = CKPT_STORE_OPTIONS_VERSION;
     if ((rc = dist_resolve_options(o)))
         return rc;
+    if (o->metrics_path && !*o->metrics_path)
+        return ckpt_seterr(CKPT_EINVAL, "metrics_path is empty (NULL for none)");
     if (o->flags & ~(CKPT_OPEN_READONLY | CKPT_OPEN_TRUST_GROUP | CKPT_OPEN_NO_CMDLINE |
                      CKPT_OPEN_REWIND))
         return ckpt_seterr(CKPT_EINVAL, "unknown open flags 0x%x", o->flags);
@@ -98,6 +102,7 @@ static void store_destroy(ckpt_store *s)
         return;
     context_stop(s);
     dist_free(s->dist);
+    eventlog_free(s->events);
     layout_close(&s->lay); /* releases the lock */
     pthread_mutex_destroy(&s->api_lock);
     free(s);
@@ -128,6 +133,10 @@ int ckpt_store_open_with_fsio(ckpt_store **out, const char *path,
         rc = dist_open(s); /* rank 0 locks and cleans, every rank agrees */
     else if (!rc && !s->readonly && !(rc = layout_lock(&s->lay)))
         layout_clean_stale(&s->lay, 0, NULL); /* best effort: retried next open */
+    if (!rc && !s->readonly &&
+        !(s->events = eventlog_new(&s->lay, 0, s->opts.metrics_path)))
+        rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    s->opts.metrics_path = NULL; /* the caller's string need not outlive open */
     if (!rc)
         rc = context_start(s);
     if (rc) {
@@ -221,6 +230,7 @@ CKPT_API int ckpt_store_gc(ckpt_store *s, int keep_last, int dry_run, ckpt_repor
     int rc = retention_apply(s, (size_t)keep_last, -1, keep_valid, dry_run, r);
     if (!rc)
         rc = layout_clean_stale(&s->lay, dry_run, r);
+    eventlog_gc(s->events, keep_last, dry_run, rc, r);
     pthread_mutex_unlock(&s->api_lock);
     if (report)
         *report = r;

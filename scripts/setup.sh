@@ -25,6 +25,7 @@ packages=(
     python3-mesonpy python3-venv
     valgrind
     libopenmpi-dev openmpi-bin
+    slurmctld slurmd slurm-client munge prometheus
 )
 if [[ -n ${CKPT_PACKAGES:-} ]]; then
     read -r -d '' -a packages <<<"$CKPT_PACKAGES" || true

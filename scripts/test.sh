@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up and run every test of libckpt:
 #   1. the whole meson test suite on a normal build (build/);
-#   2. the same suite on an AddressSanitizer + UndefinedBehaviorSanitizer
+#   2. the same suite (but slurm: the job scripts, not the library, are what
+#      it checks) on an AddressSanitizer + UndefinedBehaviorSanitizer
 #      build (build-asan/), any report fatal;
 #   3. the core suite under valgrind memcheck (errors and leaks fatal).
 # Exits non-zero if anything failed; the last line is a summary.
@@ -156,7 +157,7 @@ asan_tests() {
     ASAN_OPTIONS=$asan:detect_leaks=1:fast_unwind_on_malloc=0:exitcode=0 \
     LSAN_OPTIONS=suppressions=$root/scripts/lsan.supp:print_suppressions=0 \
     UBSAN_OPTIONS=$ubsan \
-        run_tests "$asan_build" --no-suite python --no-suite dist --timeout-multiplier 3 || rc=1
+        run_tests "$asan_build" --no-suite python --no-suite dist --no-suite slurm --timeout-multiplier 3 || rc=1
     local preload
     preload="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
     if has_suite "$asan_build" python; then

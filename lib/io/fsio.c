@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "util.h"
@@ -282,6 +283,16 @@ int fsio_fstat(const fsio *fs, int fd, uint64_t *size)
     if (fstat(fd, &st) != 0)
         return -errno;
     *size = (uint64_t)st.st_size;
+    return 0;
+}
+
+int fsio_free_bytes(const fsio *fs, const char *path, uint64_t *bytes)
+{
+    FAULT(fs, FSIO_STAT, path);
+    struct statvfs v;
+    if (statvfs(path, &v) != 0)
+        return -errno;
+    *bytes = (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
     return 0;
 }
 

@@ -91,6 +91,9 @@ int fsio_info_of(const fsio *fs, const char *path, int fd, fsio_info *info);
 int fsio_same_file(const fsio *fs, int fd, const char *path, int *same);
 /* st_size of a descriptor. */
 int fsio_fstat(const fsio *fs, int fd, uint64_t *size);
+/* Bytes available to the caller on the file system holding `path`
+ * (statvfs f_bavail * f_frsize; FSIO_STAT). */
+int fsio_free_bytes(const fsio *fs, const char *path, uint64_t *bytes);
 /* flock(LOCK_EX | LOCK_NB); -EWOULDBLOCK when another holder has it. */
 int fsio_lock(const fsio *fs, int fd);
 /* Read a whole (small) file into a malloc'd, NUL-terminated buffer. */

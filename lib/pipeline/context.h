@@ -59,6 +59,7 @@ struct ckpt_store {
     unsigned char shared_id[16];
     int (*dist_finish)(struct ckpt_save *s, int status);
     struct dist_state *dist;
+    struct eventlog *events;    /* the root's event log; NULL: read-only */
 };
 
 /* Set up the workers, codecs, pool and device of a store whose options are

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "eventlog.h"
 #include "manifest.h"
 #include "layout.h"
 #include "reader.h"
@@ -193,6 +194,8 @@ void *save_persist_thread(void *arg)
         layout_remove_temp(&s->store->lay, s->tmp);
         ckpt_error_restore(&e);
     }
+    eventlog_save_end(s->store->events, s->m.step, rc, &s->stats, s->m.time,
+                      util_now() - s->t_return);
     finish(s, rc);
     return NULL;
 }

@@ -14,6 +14,7 @@
 
 #include "env.h"
 #include "error.h"
+#include "eventlog.h"
 #include "layout.h"
 #include "save.h"
 #include "retention.h"
@@ -517,6 +518,7 @@ int save_begin(ckpt_save **out, ckpt_store *st, int64_t step, const ckpt_tensor 
 
     pthread_mutex_lock(&st->api_lock);
     save_drain(st); /* one save in flight at a time: memory stays bounded */
+    eventlog_save_begun(st->events, step); /* after the previous one's end */
     s->t_begin = util_now();
     int rc = retention_check_order(st, step);
     if (!rc)

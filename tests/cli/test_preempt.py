@@ -11,8 +11,8 @@ import signal
 import subprocess
 import time
 
-from clitest import (CKPT, SOURCE_ROOT, TOY_TRAIN, check, ckpt, expect_rc, restored_bytes,
-                     run)
+from clitest import (CKPT, SOURCE_ROOT, TOY_TRAIN, check, ckpt, data_files, expect_rc,
+                     make_step, restored_bytes, run)
 
 STEPS = 300
 EVERY = 25
@@ -146,7 +146,8 @@ def test_resume_sh_restarts_after_a_crash(tmp):
     check("killed by signal 6" in r.err and "restart 1 of 3" in r.err, "restart log", r)
     m = re.search(r"resumed at step (\d+)", r.out)
     check(m and int(m.group(1)) in (75, 100), "resumed from the newest commit", r)
-    check("newest valid checkpoint is step %s" % m.group(1) in r.err, "ckpt latest hook", r)
+    check("resuming from step %s (newest fully valid)" % m.group(1) in r.err,
+          "ckpt latest hook", r)
     check(read_file(out) == ref, "state after crash and resume differs")
 
 
@@ -211,14 +212,14 @@ def test_slurm_script_requeues_and_resumes(tmp):
     root = os.path.join(tmp, "root")
     out = os.path.join(tmp, "out.bin")
     env = {"PATH": bindir + ":" + os.environ["PATH"], "CKPT_DIR": root,
-           "SLURM_JOB_ID": "4242", "SLURM_SUBMIT_DIR": tmp}
+           "SLURM_JOB_ID": "4242", "SLURM_SUBMIT_DIR": tmp, "SLURM_NTASKS": "2"}
     p = Proc(["bash", SBATCH] + toy_args(root, out, "--sleep-ms", "10"), tmp, env=env)
     p.wait_for(r"starting fresh")
     p.wait_for(r"^step 40$")
     os.kill(p.p.pid, signal.SIGUSR1)  # what --signal=B:USR1@120 does
     rc = p.finish(timeout=120)
     check(rc == 0, "batch script after preemption: %d\n%s\n%s" % (rc, p.out(), p.stderr()))
-    check(read_file(log).decode().strip() == "requeue 4242", "scontrol requeue not called")
+    check("requeue 4242" in read_file(log).decode().splitlines(), "scontrol requeue not called")
     stopped = latest_step(root)
     check("preempted by signal 10 at step %d" % stopped in p.out(), p.out())
     # the requeued job
@@ -228,3 +229,73 @@ def test_slurm_script_requeues_and_resumes(tmp):
           "resumed at step %d" % stopped in r.out, "requeued run resumes", r)
     check(read_file(out) == ref, "state differs")
 
+
+
+def test_resume_sh_job_gets_default_sigint_and_sigquit(tmp):
+    # A background job of a shell without job control starts with SIGINT and
+    # SIGQUIT ignored, so Ctrl-C would not stop it.
+    r = run("sh", RESUME_SH, "-n", "0", "--", "grep", "^SigIgn:", "/proc/self/status")
+    check(r.rc == 0, "resume.sh", r)
+    ignored = int(r.out.split()[1], 16)
+    check(ignored & (1 << (signal.SIGINT - 1)) == 0, "the job ignores SIGINT: %x" % ignored, r)
+    check(ignored & (1 << (signal.SIGQUIT - 1)) == 0, "the job ignores SIGQUIT: %x" % ignored, r)
+
+
+def test_resume_sh_fails_loudly_without_ckpt(tmp):
+    r = run("sh", RESUME_SH, "-n", "0", "-d", os.path.join(tmp, "root"), "--", "true",
+            env={"CKPT": os.path.join(tmp, "no-such-ckpt")})
+    check(r.rc == 127, "a missing ckpt command must fail, got %d" % r.rc, r)
+    check("no-such-ckpt) was not found" in r.err and "starting fresh" not in r.err, r.err, r)
+    r = run("bash", SBATCH, "true", env={"CKPT": os.path.join(tmp, "no-such-ckpt"),
+                                         "CKPT_DIR": os.path.join(tmp, "root")})
+    check(r.rc != 0 and "was not found" in r.err, "train.sbatch without ckpt", r)
+
+
+def test_resume_sh_announces_the_step_a_full_restore_takes(tmp):
+    root = os.path.join(tmp, "root")
+    make_step(root, 1)
+    make_step(root, 2)
+    # one byte of step 2's data: its index still passes quick verification
+    shard = data_files(root, 2)[0]
+    with open(shard, "r+b") as f:
+        f.seek(200)
+        b = f.read(1)
+        f.seek(200)
+        f.write(bytes([b[0] ^ 1]))
+    check(latest_step(root) == 2, "quick verification passes step 2")
+    r = run("sh", RESUME_SH, "-n", "0", "-d", root, "--", "sh", "-c",
+            'echo "step=$CKPT_RESUME_STEP"', env={"CKPT": CKPT})
+    check(r.rc == 0 and "resuming from step 1 (newest fully valid)" in r.err and
+          "step=1" in r.out, "resume.sh announces step 1", r)
+
+
+def test_slurm_script_signal_before_the_step_starts(tmp):
+    # A signal that arrives while the script checks the root is not lost:
+    # the step is not started and the job is requeued.
+    bindir = os.path.join(tmp, "bin")
+    os.mkdir(bindir)
+    log = os.path.join(tmp, "calls.log")
+    for n, body in (("srun", 'echo "srun $*" >> %s; exec "$@"' % log),
+                    ("scontrol", 'echo "scontrol $*" >> %s' % log),
+                    # the slow check during which the signal comes
+                    ("ckpt", 'for p in $PPID $(ps -o ppid= -p $PPID); do '
+                             'grep -q train.sbatch /proc/$p/cmdline && kill -USR1 $p; '
+                             'done; exit 1')):
+        with open(os.path.join(bindir, n), "w") as f:
+            f.write("#!/bin/sh\n%s\n" % body)
+        os.chmod(os.path.join(bindir, n), 0o755)
+    root = os.path.join(tmp, "root")
+    os.mkdir(root)
+    env = {"PATH": bindir + ":" + os.environ["PATH"], "CKPT": "ckpt", "CKPT_DIR": root,
+           "SLURM_JOB_ID": "77", "SLURM_RESTART_COUNT": "0"}
+    r = run("bash", SBATCH, "true", env=env)
+    check(r.rc == 0, "requeued", r)
+    calls = open(log).read() if os.path.exists(log) else ""
+    check("srun" not in calls and "scontrol requeue 77" in calls, "calls: " + calls, r)
+    check("arrived before the job step started" in r.out, r.out, r)
+    # the requeue cap
+    env["SLURM_RESTART_COUNT"] = "20"
+    os.unlink(log)
+    r = run("bash", SBATCH, "true", env=env)
+    check(r.rc == 75 and "not requeueing" in r.err, "requeue cap", r)
+    check(not os.path.exists(log) or "requeue" not in open(log).read(), "requeued past cap")

@@ -18,6 +18,7 @@
 #define CU_OOM 2
 #define CU_UNAVAILABLE 46
 #define CU_ILLEGAL_ADDRESS 700
+#define CU_UNKNOWN 999
 
 static mock_api M;
 static char *root;
@@ -360,8 +361,16 @@ Test(cuda_save, illegal_address_at_enqueue)
 
 Test(cuda_save, illegal_address_while_copying)
 {
+    /* Sticky: once the copy has faulted every call fails with it, also the
+     * wait for layer1's copy, so the message may name either tensor. */
     save_fault("cudaMemcpyAsync", 2, CU_ILLEGAL_ADDRESS, MOCK_FAULT_ASYNC,
-               "cudaErrorIllegalAddress", "layer2");
+               "cudaErrorIllegalAddress", NULL);
+}
+
+Test(cuda_save, copy_fails_while_running_names_its_tensor)
+{
+    save_fault("cudaMemcpyAsync", 2, CU_UNKNOWN, MOCK_FAULT_ASYNC, "cudaErrorUnknown",
+               "layer2");
 }
 
 Test(cuda_save, event_failure)

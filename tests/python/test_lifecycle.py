@@ -101,7 +101,7 @@ STRUCTS = {
     "ckpt_store_options": ["version", "flags", "level", "threads",
                            "chunk_bytes", "host_memory_limit", "keep_last",
                            "fsync", "verify_after_save", "snapshot_mode",
-                           "pinned_limit"],
+                           "pinned_limit", "metrics_path"],
     "ckpt_save_options": ["version", "metadata_json", "cuda_stream"],
     "ckpt_save_stats": ["step", "raw_bytes", "stored_bytes", "chunks",
                         "stall_s", "persist_s"],

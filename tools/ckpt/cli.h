@@ -189,8 +189,12 @@ int cmd_gc(cli_ctx *ctx, int argc, char **argv);
 int cmd_doctor(cli_ctx *ctx, int argc, char **argv);
 int cmd_export(cli_ctx *ctx, int argc, char **argv);
 int cmd_import(cli_ctx *ctx, int argc, char **argv);
+int cmd_log(cli_ctx *ctx, int argc, char **argv);
+int cmd_metrics(cli_ctx *ctx, int argc, char **argv);
+int cmd_health(cli_ctx *ctx, int argc, char **argv);
 
 extern const cli_cmd cli_cmd_list, cli_cmd_verify, cli_cmd_latest, cli_cmd_inspect,
-    cli_cmd_gc, cli_cmd_doctor, cli_cmd_export, cli_cmd_import;
+    cli_cmd_gc, cli_cmd_doctor, cli_cmd_export, cli_cmd_import, cli_cmd_log,
+    cli_cmd_metrics, cli_cmd_health;
 
 #endif

@@ -19,6 +19,8 @@ const cli_cmd cli_cmd_doctor = {
     "  verify  steps that fail verification (quick unless --full)\n"
     "  drift   environment changes between consecutive steps (libckpt and\n"
     "          zstd versions, CUDA driver and runtime, GPU, host, ...)\n"
+    "  machine the newest readable step's environment against this machine's\n"
+    "          (the fields both have; CUDA only where a runtime is in use)\n"
     "Exits 1 when any check is an error (a step fails verification, no valid\n"
     "step, or too little free space), 0 otherwise.",
     1, cmd_doctor};
@@ -161,6 +163,7 @@ int cmd_doctor(cli_ctx *ctx, int argc, char **argv)
     size_t count = 0, nvalid = 0, nrecent = 0;
     json_t *findings = json_array(), *unverifiable = json_array(), *drift = json_array();
     json_t *recent = json_array(), *prev_env = NULL, *temps = NULL, *disk = NULL;
+    json_t *machine = json_array();
     int64_t prev_step = -1;
     uint64_t recent_max = 0, recent_total = 0;
     int errors = 0;
@@ -288,13 +291,45 @@ int cmd_doctor(cli_ctx *ctx, int argc, char **argv)
         finding(findings, "drift", "ok", "no environment change between steps");
     }
 
+    /* machine: the newest readable step's record against this machine's
+     * (the fields both have: CUDA only where a runtime is in use here) */
+    char *now_text = NULL;
+    if (prev_env && ckpt_store_environment(store, &now_text) == CKPT_OK) {
+        json_t *now = env_flat(now_text), *x;
+        const char *k;
+        char fields[512] = "";
+        json_object_foreach(prev_env, k, x) {
+            json_t *y = json_object_get(now, k);
+            if (!y || json_equal(x, y))
+                continue;
+            json_array_append_new(machine, json_pack("{s:I, s:s, s:O, s:O}", "step",
+                                                     (json_int_t)prev_step, "field", k,
+                                                     "checkpoint", x, "now", y));
+            size_t used = strlen(fields);
+            snprintf(fields + used, sizeof fields - used, "%s%s", used ? ", " : "", k);
+        }
+        json_decref(now);
+        if (json_array_size(machine))
+            finding(findings, "machine", "warning",
+                    "this machine differs from the environment of step %" PRId64 " in: %s",
+                    prev_step, fields);
+        else
+            finding(findings, "machine", "ok",
+                    "this machine matches the environment of step %" PRId64
+                    " (library, codec and CUDA versions that it has in use)", prev_step);
+    } else {
+        finding(findings, "machine", "ok", "no readable checkpoint to compare with");
+    }
+    ckpt_free(now_text);
+    ckpt_error_clear();
+
     if (ctx->json) {
-        cli_json_print(json_pack("{s:s, s:s, s:b, s:{s:I, s:I}, s:O, s:O, s:O, s:O, s:O}",
+        cli_json_print(json_pack("{s:s, s:s, s:b, s:{s:I, s:I}, s:O, s:O, s:O, s:O, s:O, s:O}",
                                  "root", root, "level", full ? "full" : "quick", "ok",
                                  errors == 0, "steps", "total", (json_int_t)count, "valid",
                                  (json_int_t)nvalid, "findings", findings, "disk", disk,
                                  "temp_dirs", temps, "unverifiable", unverifiable, "drift",
-                                 drift));
+                                 drift, "machine", machine));
     } else {
         size_t i;
         json_t *f;
@@ -330,12 +365,23 @@ int cmd_doctor(cli_ctx *ctx, int argc, char **argv)
             free(o);
             free(n);
         }
+        json_array_foreach(machine, i, f) {
+            char *o = json_dumps(json_object_get(f, "checkpoint"), JSON_ENCODE_ANY | JSON_COMPACT);
+            char *n = json_dumps(json_object_get(f, "now"), JSON_ENCODE_ANY | JSON_COMPACT);
+            printf("    machine: %s: step %" PRId64 " has %s, this machine %s\n",
+                   json_string_value(json_object_get(f, "field")),
+                   (int64_t)json_integer_value(json_object_get(f, "step")), o ? o : "?",
+                   n ? n : "?");
+            free(o);
+            free(n);
+        }
     }
     ret = errors ? CLI_EXIT_INVALID : CLI_EXIT_OK;
 done:
     json_decref(findings);
     json_decref(unverifiable);
     json_decref(drift);
+    json_decref(machine);
     json_decref(recent);
     json_decref(prev_env);
     json_decref(temps);

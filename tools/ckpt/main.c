@@ -7,6 +7,7 @@
 static const cli_cmd *const commands[] = {
     &cli_cmd_list, &cli_cmd_verify, &cli_cmd_latest, &cli_cmd_inspect,
     &cli_cmd_gc,   &cli_cmd_doctor, &cli_cmd_export, &cli_cmd_import,
+    &cli_cmd_log,  &cli_cmd_metrics, &cli_cmd_health,
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 

@@ -115,6 +115,7 @@ class ckpt_store_options(ctypes.Structure):
         ("world_size", ctypes.c_int),
         ("coordinator", ctypes.POINTER(ckpt_coordinator)),
         ("timeout_ms", ctypes.c_int),
+        ("metrics_path", ctypes.c_char_p),  # version 2
     ]
 
 
@@ -312,6 +313,8 @@ _fn("ckpt_store_pinned_bytes", _u64, [store_p])
 _fn("ckpt_store_gc", _int, [store_p, _int, _int, _P(report_p)])
 _fn("ckpt_cuda_available", _int, [], check=False, optional=True)
 _fn("ckpt_free", None, [_vp])
+_fn("ckpt_store_events", _int, [store_p, ctypes.c_double, _P(_vp)], optional=True)
+_fn("ckpt_store_metrics", _int, [store_p, _P(_vp)], optional=True)
 
 # save
 _fn("ckpt_save_options_init", _int, [_P(ckpt_save_options), ctypes.c_uint])

@@ -53,7 +53,9 @@ class Store:
     ``fsync`` (False skips fsync: tests, tmpfs), ``readonly``,
     ``chunk_bytes``, ``host_memory_limit`` (snapshot buffer cap in bytes),
     ``verify_after_save`` ("full", "quick" or "none") and ``snapshot``
-    ("host", "device" or "stream": how device tensors are snapshotted).
+    ("host", "device" or "stream": how device tensors are snapshotted),
+    ``metrics_path`` (a file replaced atomically after each commit by the
+    root's Prometheus metrics, :meth:`metrics`; docs/OPERATIONS.md).
 
     Several ranks, one checkpoint: ``coordinator`` (a
     :class:`libckpt.dist.Coordinator`, e.g. ``TorchCoordinator()``) with
@@ -76,7 +78,8 @@ class Store:
                  rewind: bool = False, record_command_line: bool = True,
                  coordinator: Any = None, rank: Optional[int] = None,
                  world_size: Optional[int] = None,
-                 timeout: Optional[float] = None) -> None:
+                 timeout: Optional[float] = None,
+                 metrics_path: Optional[PathType] = None) -> None:
         opts = ffi.ckpt_store_options()
         C.ckpt_store_options_init(_byref(opts), ffi.CKPT_STORE_OPTIONS_VERSION)
         self._coordinator = coordinator  # its callbacks must outlive the store
@@ -111,6 +114,8 @@ class Store:
         opts.verify_after_save = _choice("verify_after_save", _VERIFY,
                                          verify_after_save)
         opts.snapshot_mode = _choice("snapshot", _SNAPSHOT, snapshot)
+        if metrics_path is not None:  # copied by ckpt_store_open
+            opts.metrics_path = os.fsencode(metrics_path)
         ptr = ffi.store_p()
         C.ckpt_store_open(_byref(ptr), os.fsencode(path), _byref(opts))
         self._h = _Handle(ptr, C.ckpt_store_free, "store")
@@ -456,6 +461,27 @@ class Store:
             if e is not None:
                 out.append(e)
         return out
+
+    def events(self, since: float = 0.0) -> List[Dict[str, Any]]:
+        """The root's event log (docs/OPERATIONS.md): one dict per save
+        begun, committed or failed, restore, verify and gc of a writer,
+        oldest first, those whose "time" (Unix seconds) is >= ``since``."""
+        text = self._text_call(C.ckpt_store_events, ctypes.c_double(since))
+        return [json.loads(line) for line in text.splitlines() if line]
+
+    def metrics(self) -> str:
+        """The root's health in the Prometheus text format (what
+        ``ckpt metrics`` prints; docs/OPERATIONS.md lists the metrics)."""
+        return self._text_call(C.ckpt_store_metrics)
+
+    def _text_call(self, fn, *args) -> str:
+        out = ctypes.c_void_p()
+        with self._h.use() as s:
+            fn(s, *args, _byref(out))
+        try:
+            return ctypes.string_at(out.value).decode() if out.value else ""
+        finally:
+            C.ckpt_free(out)
 
     def _step_numbers(self) -> List[int]:
         arr = ffi.c_int64_p()

@@ -1,0 +1,186 @@
+/* metrics: Prometheus text format of a root's health (metrics.h). */
+#include "metrics.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "error.h"
+
+typedef struct out {
+    char *buf;
+    size_t len, cap;
+    int failed;
+    const char *label; /* escaped root="..." */
+} out;
+
+static void put(out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(out *o, const char *fmt, ...)
+{
+    for (int pass = 0; pass < 2 && !o->failed; pass++) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            o->failed = 1;
+        } else if ((size_t)n < o->cap - o->len) {
+            o->len += (size_t)n;
+            return;
+        } else {
+            size_t cap = (o->cap + (size_t)n) * 2;
+            char *b = realloc(o->buf, cap);
+            if (!b)
+                o->failed = 1;
+            else {
+                o->buf = b;
+                o->cap = cap;
+            }
+        }
+    }
+}
+
+/* One metric: HELP, TYPE and its sample, %.17g for doubles. */
+static void metric(out *o, const char *name, const char *type, const char *help, double v)
+{
+    put(o, "# HELP %s %s\n# TYPE %s %s\n%s{%s} %.17g\n", name, help, name, type, name,
+        o->label, v);
+}
+
+/* A label value: backslash, double quote and newline escaped. */
+static char *escape_label(const char *s)
+{
+    size_t n = strlen(s);
+    char *e = malloc(2 * n + 1), *p = e;
+    if (!e)
+        return NULL;
+    for (; *s; s++) {
+        if (*s == '\\' || *s == '"' || *s == '\n') {
+            *p++ = '\\';
+            *p++ = *s == '\n' ? 'n' : *s;
+        } else {
+            *p++ = *s;
+        }
+    }
+    *p = '\0';
+    return e;
+}
+
+int metrics_render(const metrics_data *d, char **text)
+{
+    *text = NULL;
+    char *root = escape_label(d->root ? d->root : "");
+    char *label = root ? malloc(strlen(root) + 16) : NULL;
+    if (!label) {
+        free(root);
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    }
+    sprintf(label, "root=\"%s\"", root);
+    free(root);
+    out o = {.buf = malloc(4096), .cap = 4096, .label = label};
+    if (!o.buf)
+        o.failed = 1;
+    else
+        o.buf[0] = '\0';
+    metric(&o, "ckpt_valid_checkpoint", "gauge",
+           "1 when the root holds a valid checkpoint, else 0.", d->have_latest ? 1 : 0);
+    if (d->have_latest) {
+        metric(&o, "ckpt_latest_step", "gauge", "Step of the newest valid checkpoint.",
+               (double)d->latest_step);
+        metric(&o, "ckpt_latest_timestamp_seconds", "gauge",
+               "Unix time at which the save of the newest valid checkpoint began.",
+               d->latest_time);
+        metric(&o, "ckpt_latest_age_seconds", "gauge",
+               "Age of the newest valid checkpoint when measured (alert on time() - "
+               "ckpt_latest_timestamp_seconds instead when read from a file).",
+               d->now > d->latest_time ? d->now - d->latest_time : 0);
+        metric(&o, "ckpt_last_save_stall_seconds", "gauge",
+               "Time the training loop waited in the save of the newest checkpoint.",
+               d->last.stall_s);
+        metric(&o, "ckpt_last_save_persist_seconds", "gauge",
+               "Time from the save call returning to the commit of the newest checkpoint.",
+               d->last.persist_s);
+        metric(&o, "ckpt_last_save_raw_bytes", "gauge",
+               "Bytes handed to the save of the newest checkpoint.",
+               (double)d->last.raw_bytes);
+        metric(&o, "ckpt_last_save_stored_bytes", "gauge",
+               "Bytes on disk of the newest checkpoint's shard files.",
+               (double)d->last.stored_bytes);
+    }
+    metric(&o, "ckpt_steps", "gauge", "Committed steps in the root, valid or not.",
+           (double)d->steps);
+    metric(&o, "ckpt_saves_total", "counter",
+           "Saves committed, over the events the log holds.", (double)d->counts.saves);
+    metric(&o, "ckpt_save_failures_total", "counter",
+           "Saves that failed, over the events the log holds.",
+           (double)d->counts.save_failures);
+    metric(&o, "ckpt_restores_total", "counter",
+           "Restores that succeeded, over the events the log holds.",
+           (double)d->counts.restores);
+    metric(&o, "ckpt_restore_fallbacks_total", "counter",
+           "Restores that skipped newer, damaged checkpoints for an older one.",
+           (double)d->counts.restore_fallbacks);
+    metric(&o, "ckpt_restore_skipped_steps_total", "counter",
+           "Checkpoints skipped by restores, over the events the log holds.",
+           (double)d->counts.steps_skipped);
+    metric(&o, "ckpt_verify_failures_total", "counter",
+           "Verifications that failed, over the events the log holds.",
+           (double)d->counts.verify_failures);
+    metric(&o, "ckpt_event_log_bad_lines", "gauge",
+           "Lines of the event log that are not events (cut short by a crash).",
+           (double)d->counts.bad_lines);
+    if (d->have_fs) {
+        metric(&o, "ckpt_filesystem_free_bytes", "gauge",
+               "Bytes available to the job on the root's file system.",
+               (double)d->free_bytes);
+        if (d->have_latest && d->last.stored_bytes > 0)
+            metric(&o, "ckpt_free_saves", "gauge",
+                   "Checkpoints of the newest one's size that still fit on the file system.",
+                   (double)(d->free_bytes / d->last.stored_bytes));
+    }
+    free(label);
+    if (o.failed) {
+        free(o.buf);
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    }
+    *text = o.buf;
+    return CKPT_OK;
+}
+
+int metrics_write_file(const fsio *fs, const char *path, const char *text, int durable)
+{
+    size_t n = strlen(path) + 32;
+    char *tmp = malloc(n);
+    if (!tmp)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    /* Not ending in .prom: the textfile collector ignores it meanwhile. */
+    snprintf(tmp, n, "%s.tmp-%ld", path, (long)getpid());
+    fsio_unlink(fs, tmp); /* one a dead process of this pid left */
+    int rc = CKPT_OK;
+    /* Readable by the collector's user: metrics are no checkpoint data. */
+    int fd = fsio_open(fs, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = ckpt_seterr_errno(-fd, "cannot create the metrics file %s", tmp);
+        goto done;
+    }
+    int e = fsio_pwrite(fs, fd, text, strlen(text), 0);
+    if (!e && durable)
+        e = fsio_fsync(fs, fd);
+    int c = fsio_close(fs, fd);
+    if (!e)
+        e = c;
+    if (!e)
+        e = fsio_rename(fs, tmp, path);
+    if (e) {
+        rc = ckpt_seterr_errno(-e, "cannot write the metrics file %s", path);
+        fsio_unlink(fs, tmp);
+    }
+done:
+    free(tmp);
+    return rc;
+}

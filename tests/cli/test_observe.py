@@ -1,0 +1,205 @@
+"""ckpt log, ckpt metrics, ckpt health; the metrics file a job writes after
+each commit; the example alert rules.  Metrics and rules are checked with
+Prometheus's own promtool (Debian: prometheus); those tests skip without
+it."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from clitest import SOURCE_ROOT, ckpt, ckpt_json, data_files, expect_rc, run
+from clitest import check as _check
+
+
+def check(cond, msg, res=None):
+    _check(cond, msg if isinstance(msg, str) else repr(msg), res)
+
+TRAIN_MLP = os.environ.get("TRAIN_MLP", "train_mlp")
+PROMTOOL = shutil.which("promtool")
+RULES = os.path.join(SOURCE_ROOT, "examples", "prometheus")
+needs_promtool = pytest.mark.skipif(PROMTOOL is None,
+                                    reason="promtool not installed (Debian: prometheus)")
+
+
+def train(root, *extra, steps=60, every=10):
+    r = run(TRAIN_MLP, "--dir", root, "--steps", steps, "--every", every, "--no-fsync",
+            *extra)
+    check(r.rc == 0, "train_mlp", r)
+    return r
+
+
+def samples(text):
+    """{name: value} of the metric lines (one root: one sample each)."""
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            m = re.match(r'^([a-z_]+)\{root="[^"]*"\} (\S+)$', line)
+            check(m, "not a sample line: %r" % line)
+            out[m.group(1)] = float(m.group(2))
+    return out
+
+
+def promtool_check_metrics(text):
+    p = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
+                       text=True)
+    check(p.returncode == 0, "promtool check metrics: %s%s\n%s" % (p.stdout, p.stderr, text))
+
+
+def test_log_records_saves_and_restores(tmp):
+    root = os.path.join(tmp, "root")
+    train(root, steps=30)
+    train(root, steps=50)
+    r = expect_rc(ckpt("log", root), 0)
+    lines = r.out.splitlines()
+    committed = [l for l in lines if "  save_committed " in l]
+    check(len(committed) == 5, "5 commits (10..50)", r)
+    check(re.search(r"save_committed +step 30  .* -> .*, stall .*, persist ", r.out), r.out)
+    check(any(re.search(r"  restored +step 30 ", l) for l in lines), "restore of 30", r)
+    check(any("restore_failed" in l and "no_checkpoint" in l for l in lines), "fresh start", r)
+    _, doc = ckpt_json("log", "log", root, rc=0)
+    check(doc["root"] == os.path.realpath(root), "root")
+    names = [e["event"] for e in doc["events"]]
+    check(names.count("save_begun") == 5 and names.count("save_committed") == 5, names)
+    check(all(e["v"] == 1 and e["pid"] > 0 and e["host"] for e in doc["events"]), "fields")
+    times = [e["time"] for e in doc["events"]]
+    check(times == sorted(times), "oldest first")
+    # --since
+    late = expect_rc(ckpt("log", root, "--json", "--since", "@%r" % times[-2]), 0).json()
+    check(len(late["events"]) == 2, "events since the second to last: %s" % late)
+    check(len(expect_rc(ckpt("log", root, "--json", "--since", "1h"), 0).json()["events"])
+          == len(times), "--since 1h")
+    check(expect_rc(ckpt("log", root, "--since", "@%d" % (time.time() + 3600)), 0).out == "",
+          "nothing in the future")
+    expect_rc(ckpt("log", root, "--since", "yesterday"), 2)
+
+
+def test_log_shows_skipped_steps(tmp):
+    root = os.path.join(tmp, "root")
+    train(root, steps=30)
+    shard = data_files(root, 30)[0]
+    with open(shard, "r+b") as f:  # a chunk of step 30
+        f.seek(300)
+        b = f.read(1)
+        f.seek(300)
+        f.write(bytes([b[0] ^ 1]))
+    train(root, steps=40)
+    doc = expect_rc(ckpt("log", root, "--json"), 0).json()
+    restored = [e for e in doc["events"] if e["event"] == "restored"]
+    check(restored and restored[-1]["step"] == 20, "fell back to 20: %s" % restored)
+    sk = restored[-1]["skipped"]
+    check(len(sk) == 1 and sk[0]["step"] == 30 and sk[0]["status"] == "corrupt", sk)
+    out = expect_rc(ckpt("log", root), 0).out
+    check(re.search(r"\n    step 30 corrupt: ", out), out)
+    m = samples(expect_rc(ckpt("metrics", root), 0).out)
+    check(m["ckpt_restore_fallbacks_total"] == 1 and m["ckpt_restore_skipped_steps_total"] == 1,
+          m)
+
+
+@needs_promtool
+def test_metrics_pass_promtool_and_match_the_root(tmp):
+    root = os.path.join(tmp, "root")
+    empty = expect_rc(ckpt("metrics", tmp), 0).out  # a root without steps
+    promtool_check_metrics(empty)
+    check(samples(empty)["ckpt_valid_checkpoint"] == 0 and
+          "ckpt_latest_step" not in samples(empty), empty)
+    train(root, steps=50)
+    text = expect_rc(ckpt("metrics", root), 0).out
+    promtool_check_metrics(text)
+    m = samples(text)
+    check(m["ckpt_valid_checkpoint"] == 1 and m["ckpt_latest_step"] == 50, m)
+    check(m["ckpt_saves_total"] == 5 and m["ckpt_save_failures_total"] == 0, m)
+    check(m["ckpt_steps"] == 3, "keep_last 3: %s" % m)
+    check(abs(m["ckpt_latest_timestamp_seconds"] - time.time()) < 600, m)
+    check(0 <= m["ckpt_latest_age_seconds"] < 600, m)
+    manifest = json.load(open(os.path.join(root, "step-%012d" % 50, "manifest.json")))
+    size = sum(os.path.getsize(f) for f in data_files(root, 50))
+    check(m["ckpt_last_save_stored_bytes"] == size, "stored bytes %s vs %d" % (m, size))
+    st = os.statvfs(root)
+    check(m["ckpt_free_saves"] == m["ckpt_filesystem_free_bytes"] // size, m)
+    # other processes change free space at any time: within the file system
+    check(0 < m["ckpt_filesystem_free_bytes"] <= st.f_blocks * st.f_frsize, m)
+    del manifest
+    # --output: the same metrics, replaced atomically
+    out = os.path.join(tmp, "ckpt.prom")
+    expect_rc(ckpt("metrics", root, "--output", out), 0)
+    check(set(samples(open(out).read())) == set(m), "--output")
+    check([f for f in os.listdir(tmp) if ".tmp-" in f] == [], "temporary file left")
+
+
+@needs_promtool
+def test_metrics_file_of_a_running_job(tmp):
+    root = os.path.join(tmp, "root")
+    prom = os.path.join(tmp, "job.prom")
+    train(root, "--metrics", prom, steps=40)
+    text = open(prom).read()
+    promtool_check_metrics(text)
+    m = samples(text)
+    check(m["ckpt_latest_step"] == 40 and m["ckpt_saves_total"] == 4, m)
+    check(oct(os.stat(prom).st_mode & 0o777) == oct(0o644), "readable by the collector")
+
+
+def test_health(tmp):
+    root = os.path.join(tmp, "root")
+    train(root, steps=30)
+    r = expect_rc(ckpt("health", root, "--max-age", "1h"), 0)
+    check(r.out.startswith("ok: step 30 is "), r)
+    r = expect_rc(ckpt("health", root, "--max-age", "0s"), 1)
+    check(re.match(r"unhealthy: the newest valid checkpoint \(step 30\) is .* old, more than",
+                   r.out), r)
+    r = expect_rc(ckpt("health", root, "--min-free-saves", str(1 << 60)), 1)
+    check("unhealthy: " in r.out and "fewer than %d" % (1 << 60) in r.out, r)
+    _, doc = ckpt_json("health", "health", root, "--max-age", "2h", rc=0)
+    check(doc["healthy"] is True and doc["step"] == 30 and doc["reason"] is None, doc)
+    check(doc["free_saves"] >= 1 and doc["stored_bytes"] > 0 and doc["max_age_s"] == 7200, doc)
+    # full verification: a damaged chunk in the newest step makes the one
+    # before it the newest valid checkpoint
+    shard = data_files(root, 30)[0]
+    with open(shard, "r+b") as f:
+        f.seek(300)
+        b = f.read(1)
+        f.seek(300)
+        f.write(bytes([b[0] ^ 1]))
+    doc = expect_rc(ckpt("health", root, "--json"), 0).json()
+    check(doc["step"] == 20, "step 20 is the newest fully valid: %s" % doc)
+    for s in (10, 20):
+        shutil.rmtree(os.path.join(root, "step-%012d" % s))
+    _, doc = ckpt_json("health", "health", root, rc=1)
+    check(doc["step"] is None and doc["healthy"] is False, doc)
+    r = expect_rc(ckpt("health", root), 1)
+    check("no checkpoint in" in r.out and "passes full verification" in r.out, r)
+    expect_rc(ckpt("health", os.path.join(tmp, "missing")), 3)
+    expect_rc(ckpt("health", root, "--max-age", "soon"), 2)
+
+
+@needs_promtool
+def test_example_alert_rules(tmp):
+    for args in (["check", "rules", "ckpt-alerts.yml"], ["test", "rules", "ckpt-alerts.test.yml"]):
+        p = subprocess.run([PROMTOOL] + args, cwd=RULES, capture_output=True, text=True)
+        check(p.returncode == 0, "promtool %s: %s%s" % (" ".join(args), p.stdout, p.stderr))
+
+
+def test_doctor_compares_the_newest_step_with_this_machine(tmp):
+    root = os.path.join(tmp, "root")
+    train(root, steps=20)
+    doc = ckpt("doctor", root, "--json").json()
+    check(doc["machine"] == [], "same machine: %s" % doc["machine"])
+    f = [x for x in doc["findings"] if x["check"] == "machine"]
+    check(len(f) == 1 and f[0]["severity"] == "ok", f)
+    # a save from another host (a UTS namespace with its own host name)
+    r = run("unshare", "--uts", "sh", "-c", 'hostname ckpt-other-node && exec "$@"', "sh",
+            TRAIN_MLP, "--dir", root, "--steps", "30", "--every", "10", "--no-fsync")
+    if r.rc != 0:
+        pytest.skip("cannot make a UTS namespace here: %s" % r.err.strip())
+    doc = ckpt("doctor", root, "--json").json()
+    diffs = {d["field"]: d for d in doc["machine"]}
+    check(set(diffs) == {"host"} and diffs["host"]["checkpoint"] == "ckpt-other-node" and
+          diffs["host"]["step"] == 30, "machine: %s" % doc["machine"])
+    f = [x for x in doc["findings"] if x["check"] == "machine"][0]
+    check(f["severity"] == "warning" and "step 30 in: host" in f["message"], f)
+    out = ckpt("doctor", root).out
+    check('machine: host: step 30 has "ckpt-other-node", this machine "' in out, out)

@@ -1,0 +1,46 @@
+"""Store.events() and Store.metrics(): the event log and the Prometheus
+metrics of a root, as `ckpt log` and `ckpt metrics` show them."""
+
+import numpy as np
+
+from conftest import open_store
+
+
+def test_events_and_metrics(root):
+    state = {"w": np.arange(1000, dtype=np.float32)}
+    with open_store(root) as s:
+        s.save(1, state).wait()
+        s.save(2, state).wait()
+        s.restore(state)
+        events = s.events()
+        names = [e["event"] for e in events]
+        assert names == ["save_begun", "save_committed", "save_begun", "save_committed",
+                         "restored"], names
+        assert events[1]["step"] == 1 and events[1]["raw_bytes"] == 4000
+        assert events[4]["step"] == 2 and events[4]["skipped"] == []
+        assert [e["event"] for e in s.events(since=events[3]["time"])] == names[3:]
+        text = s.metrics()
+        label = '{root="%s"}' % s.path
+    lines = dict(l.rsplit(" ", 1) for l in text.splitlines() if not l.startswith("#"))
+    by_name = {k.split("{")[0]: float(v) for k, v in lines.items()}
+    assert by_name["ckpt_latest_step"] == 2
+    assert by_name["ckpt_saves_total"] == 2 and by_name["ckpt_restores_total"] == 1
+    assert ("ckpt_latest_step" + label) in lines
+
+
+def test_read_only_store_reads_but_does_not_write(root):
+    state = {"w": np.zeros(10, dtype=np.float32)}
+    with open_store(root) as s:
+        s.save(1, state).wait()
+    with open_store(root, readonly=True) as r:
+        r.restore(state)
+        assert [e["event"] for e in r.events()] == ["save_begun", "save_committed"]
+
+
+def test_metrics_path_written_after_each_commit(root, tmp_path):
+    prom = tmp_path / "job.prom"
+    state = {"w": np.zeros(10, dtype=np.float32)}
+    with open_store(root, metrics_path=prom) as s:
+        assert not prom.exists()
+        s.save(7, state).wait()
+        assert 'ckpt_latest_step{root="%s"} 7\n' % s.path in prom.read_text()

@@ -20,6 +20,7 @@ packages=(
     libzstd-dev libxxhash-dev libjansson-dev libcriterion-dev
     libhdf5-dev hdf5-tools
     python3 python3-numpy python3-pytest python3-torch python3-h5py python3-jsonschema
+    python3-matplotlib zstd xxhash
     valgrind
 )
 

@@ -1,8 +1,6 @@
 /* adapt: compress or store raw, per chunk, from measured rates (adapt.h). */
 #include "adapt.h"
 
-#include <errno.h>
-#include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
@@ -55,7 +53,6 @@ struct adapt {
     /* The save in flight: projected-then-measured totals. */
     double work_s;        /* worker seconds */
     double stored;        /* stored bytes */
-    uint64_t ncompressed, nraw;
     int probes;           /* chunks compressed to measure zstd this save */
 };
 
@@ -84,7 +81,6 @@ void adapt_save_begin(adapt *a)
 {
     pthread_mutex_lock(&a->lock);
     a->work_s = a->stored = 0;
-    a->ncompressed = a->nraw = 0;
     a->probes = 0;
     pthread_mutex_unlock(&a->lock);
 }
@@ -117,10 +113,6 @@ void adapt_choose(adapt *a, size_t n, adapt_ticket *t)
         double tz = max2((a->work_s + zw) / W, (a->stored + zs) * disk);
         double tr = max2((a->work_s + rw) / W, (a->stored + rs) * disk);
         compress = tz <= tr;
-        if (getenv("ADAPT_DEBUG"))
-            fprintf(stderr, "n=%zu z=%g h=%g w=%g d=%g r=%g tz=%g tr=%g -> %d\n", n,
-                    z * 1e9, rate_get(&a->hash) * 1e9, wr * 1e9, disk * 1e9,
-                    a->ratio, tz, tr, compress);
     }
     *t = (adapt_ticket){compress, n, compress ? zw : rw, compress ? zs : rs};
     a->work_s += t->work_s;
@@ -133,8 +125,8 @@ static void average(double *avg, double sample)
     *avg = *avg < 0 ? sample : (1 - ALPHA) * *avg + ALPHA * sample;
 }
 
-void adapt_record(adapt *a, const adapt_ticket *t, int compressed, size_t stored,
-                  double encode_s, double write_s)
+void adapt_record(adapt *a, const adapt_ticket *t, size_t stored, double encode_s,
+                  double write_s)
 {
     pthread_mutex_lock(&a->lock);
     a->work_s += encode_s + write_s - t->work_s;
@@ -149,18 +141,6 @@ void adapt_record(adapt *a, const adapt_ticket *t, int compressed, size_t stored
     }
     if (stored > 0)
         rate_add(&a->write, write_s / stored);
-    if (compressed)
-        a->ncompressed++;
-    else
-        a->nraw++;
-    pthread_mutex_unlock(&a->lock);
-}
-
-void adapt_counts(adapt *a, uint64_t *compressed, uint64_t *raw)
-{
-    pthread_mutex_lock(&a->lock);
-    *compressed = a->ncompressed;
-    *raw = a->nraw;
     pthread_mutex_unlock(&a->lock);
 }
 

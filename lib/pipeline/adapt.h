@@ -46,16 +46,13 @@ void adapt_choose(adapt *a, size_t n, adapt_ticket *t);
 /* What the chunk cost: `stored` bytes (raw when compression did not
  * shrink it), `encode_s` seconds to encode (hash, maybe shuffle + zstd),
  * `write_s` to write (and read back when the save checks that). */
-void adapt_record(adapt *a, const adapt_ticket *t, int compressed, size_t stored,
-                  double encode_s, double write_s);
+void adapt_record(adapt *a, const adapt_ticket *t, size_t stored, double encode_s,
+                  double write_s);
 
 /* The persist thread: until every job of `g` has run, write the frames
  * written so far back to the disk (when `writeback`; the save fsyncs) and
  * time it, which is how the disk's rate is known.  Returns
  * pool_group_wait(g). */
 int adapt_wait_jobs(adapt *a, pool_group *g, shard_writer *w, int writeback);
-
-/* Chunks of the current save stored compressed and raw so far. */
-void adapt_counts(adapt *a, uint64_t *compressed, uint64_t *raw);
 
 #endif

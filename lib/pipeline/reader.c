@@ -22,6 +22,7 @@ void reader_close(ckpt_checkpoint *ck)
     free(ck->ix);
     free(ck->fds);
     free(ck->first);
+    free(ck->by_name);
     manifest_clear(&ck->m);
     free(ck->text);
     free(ck->meta_text);
@@ -29,6 +30,12 @@ void reader_close(ckpt_checkpoint *ck)
     free(ck->dir);
     free(ck->label);
     free(ck);
+}
+
+static int cmp_tensor_name(const void *a, const void *b)
+{
+    return strcmp((*(const manifest_tensor *const *)a)->name,
+                  (*(const manifest_tensor *const *)b)->name);
 }
 
 static int open_shards(ckpt_checkpoint *ck)
@@ -40,14 +47,18 @@ static int open_shards(ckpt_checkpoint *ck)
     ck->ix = calloc(m->nshards, sizeof *ck->ix);
     ck->fds = malloc(m->nshards * sizeof *ck->fds);
     ck->first = malloc((nt ? nt : 1) * sizeof *ck->first);
-    if (!bytes || !ck->ix || !ck->fds || !ck->first) {
+    ck->by_name = malloc((nt ? nt : 1) * sizeof *ck->by_name);
+    if (!bytes || !ck->ix || !ck->fds || !ck->first || !ck->by_name) {
         free(bytes);
         return ckpt_seterr(CKPT_ENOMEM, "out of memory opening %s", ck->label);
     }
     for (size_t i = 0; i < m->nshards; i++)
         ck->fds[i] = -1;
-    for (size_t i = 0; i < nt; i++)
+    for (size_t i = 0; i < nt; i++) {
         ck->first[i] = UINT64_MAX;
+        ck->by_name[i] = &m->tensors[i];
+    }
+    qsort(ck->by_name, nt, sizeof *ck->by_name, cmp_tensor_name); /* names are unique */
     int rc = CKPT_OK;
     for (size_t sh = 0; sh < m->nshards && !rc; sh++) {
         /* Tensors outside this shard must have no chunks in it. */
@@ -266,9 +277,17 @@ int reader_open_select(ckpt_store *s, int64_t step, ckpt_verify_level level,
 
 long reader_find(const ckpt_checkpoint *ck, const char *name)
 {
-    for (size_t i = 0; i < ck->m.ntensors; i++)
-        if (strcmp(ck->m.tensors[i].name, name) == 0)
-            return (long)i;
+    size_t lo = 0, hi = ck->by_name ? ck->m.ntensors : 0;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(ck->by_name[mid]->name, name);
+        if (c == 0)
+            return (long)(ck->by_name[mid] - ck->m.tensors);
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
     return -1;
 }
 

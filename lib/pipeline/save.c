@@ -116,8 +116,7 @@ static int encode_job_run(void *arg, int worker)
     double t1 = util_now();
     rc = shard_writer_append(s->writer, j->tensor, j->offset, &meta, stored,
                              check ? w->in : NULL);
-    adapt_record(st->adapt, &t, meta.codec != CODEC_RAW, (size_t)meta.stored_len, t1 - t0,
-                 util_now() - t1);
+    adapt_record(st->adapt, &t, (size_t)meta.stored_len, t1 - t0, util_now() - t1);
     return rc;
 }
 

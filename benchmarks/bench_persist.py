@@ -16,9 +16,10 @@ the weights) at 256 MiB and 1 GiB (and 4 GiB with --large); random bytes
 and all-zero bytes as the extremes (256 MiB); 10,000 tensors of 4 KiB next
 to one tensor of the same bytes.
 
-Every figure is the best of --reps repetitions after a warm-up (the machine
-may be shared: compare the ratios, which come from the same run, not the
-seconds).  Rows:
+Every figure is the best of --reps repetitions (default 3) after a warm-up
+(h5py gzip: of 1).  The machine may be shared: compare the ratios, which
+come from the same run, not the seconds; persist's baseline is a raw write
++ fsync of the same bytes made just before each save.  Rows:
 
   limit    memcpy on 1 and all threads; raw write + fsync of the same bytes
            (first write of the run into a fresh file; a new file replacing
@@ -36,7 +37,7 @@ seconds).  Rows:
            pipeline zstd -T0 -1 | file, xxhsum -H3 of it, fsync / xxhsum -c +
            zstd -d
 
-Ratios: persist / raw write (replace); restore / (read of the stored bytes
+Ratios: persist / raw write + fsync (paired); restore / (read of the stored bytes
 + decoding the compressed share on all threads); stall / memcpy on all
 threads; and libckpt / each peer, save and load.
 """
@@ -266,10 +267,19 @@ class Bench:
         remove(root)
         kw = dict(keep_last=2)
         kw.update(store_kw or {})
-        stall, persist, stored = [], [], 0
+        stall, persist, stored, paired = [], [], 0, []
+        raw = os.path.join(self.dir, "paired.bin")
+        views = [raw_view(torch, t) for t in state.values()]
         with self.libckpt.Store(root, **kw) as st:
             for r in range(reps + 1):
                 self.step += 1
+                # The raw write + fsync right before each save, so both see
+                # the same load on a shared machine: persist's baseline.
+                remove(raw)
+                t0 = now()
+                write_raw(raw, views)
+                paired.append(now() - t0)
+                remove(raw)
                 t0 = now()
                 h = st.save(self.step, state)
                 t1 = now()
@@ -289,6 +299,7 @@ class Bench:
                 if not torch.equal(raw_view(torch, target[k]), raw_view(torch, state[k])):
                     raise SystemExit("bench_persist: %s restored differently" % k)
         ratio = stored / n
+        self.row(name, "limit", "write+fsync, paired with " + label, min(paired[1:]), n)
         self.row(name, "libckpt", label + ": stall", min(stall), n)
         self.row(name, "libckpt", label + ": persist", min(persist), n, stored=ratio)
         self.row(name, "libckpt", label + ": restore, warm", warm, n)
@@ -346,14 +357,14 @@ class Bench:
                     with h5py.File(path, "r") as f:
                         return [f[k][()] for k in arrays]
                 self.peer_pair(name, label + " save+fsync", label + " read", h5_save,
-                               h5_load, path, n)
+                               h5_load, path, n, reps=1 if kw else None)
         except ImportError:
             self.skipped.append("h5py (python3-h5py)")
         self.zstd_pipeline(name, state, path, n)
         remove(path)
 
-    def peer_pair(self, name, save_label, load_label, save, load, path, n):
-        reps = self.a.reps
+    def peer_pair(self, name, save_label, load_label, save, load, path, n, reps=None):
+        reps = reps or self.a.reps
         s = best(reps, save, lambda: remove(path))
         stored = os.path.getsize(path) / n
         self.row(name, "peer", save_label, s, n, stored=stored)
@@ -430,8 +441,8 @@ def annotate(b, datasets, ratios_all):
             lim = res.get((d, "memcpy, %d threads" % threads))
             r["limit_name"] = "memcpy ×%d" % threads
         elif part == "persist":
-            lim = res.get((d, "write+fsync"))
-            r["limit_name"] = "write+fsync"
+            lim = res.get((d, "write+fsync, paired with " + label))
+            r["limit_name"] = "write+fsync just before each save"
             peers = [(w, s) for (dd, w), s in res.items() if dd == d and (
                 "save" in w or w.startswith("zstd -T0"))]
         elif part.startswith("restore"):
@@ -520,7 +531,7 @@ def main():
     ap.add_argument("--build", default=os.path.join(REPO, "build"))
     ap.add_argument("--out", default="bench-results")
     ap.add_argument("--large", action="store_true", help="add the 4 GiB Adam state")
-    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--quick", action="store_true",
                     help="64 MiB states, no sweep (a smoke test of this script)")
     a = ap.parse_args()

@@ -279,6 +279,12 @@ typedef struct ckpt_report ckpt_report; /* see "reports" below */
  * above it is retired.  Without it such a save fails with CKPT_EINVAL,
  * because restore(LATEST) would go on choosing the higher, older steps. */
 #define CKPT_OPEN_REWIND 0x8u
+/* Compress every chunk (zstd at `level`, stored raw only where that would
+ * not shrink it): the smallest files.  Without it each chunk is compressed
+ * or stored raw, whichever lets the save commit sooner from the rates
+ * measured so far (the cores' and the disk's): slow storage gets every
+ * chunk compressed, storage faster than the cores gets some raw. */
+#define CKPT_OPEN_COMPRESS_ALL 0x10u
 
 /**
  * How much of a checkpoint is checked (ckpt_verify, ckpt_store_latest,
@@ -289,7 +295,11 @@ typedef struct ckpt_report ckpt_report; /* see "reports" below */
 typedef enum ckpt_verify_level {
     CKPT_VERIFY_NONE = 0,   /* nothing (verify_after_save only)               */
     CKPT_VERIFY_QUICK = 1,  /* structure, sizes, index and manifest checksums */
-    CKPT_VERIFY_FULL = 2    /* plus every chunk's stored and raw hashes       */
+    CKPT_VERIFY_FULL = 2,   /* plus every chunk's stored and raw hashes       */
+    CKPT_VERIFY_STORED = 3  /* verify_after_save only (the default): QUICK,
+                               and every chunk read back from the shard as
+                               it is written and checked against its stored
+                               hash; no decompression (docs/FORMAT.md)     */
 } ckpt_verify_level;
 
 /** How device tensors are snapshotted (host tensors are always memcpy'd). */
@@ -410,7 +420,7 @@ typedef struct ckpt_store_options {
                                    uncounted; older ones are retired.  A
                                    step of another user is never touched. */
     int fsync;                  /* 1 (default) or 0: skip fsync (tests, tmpfs) */
-    ckpt_verify_level verify_after_save; /* default CKPT_VERIFY_FULL           */
+    ckpt_verify_level verify_after_save; /* default CKPT_VERIFY_STORED         */
     ckpt_snapshot_mode snapshot_mode;    /* device tensors; default HOST       */
     uint64_t pinned_limit;      /* cap on pinned host memory for device
                                    snapshots and restores; 0: 1 GiB           */
@@ -435,7 +445,7 @@ typedef struct ckpt_store_options {
 } ckpt_store_options;
 
 #define CKPT_STORE_OPTIONS_INIT \
-    { CKPT_STORE_OPTIONS_VERSION, 0u, 0, 0, 0u, 0u, -1, 1, CKPT_VERIFY_FULL, \
+    { CKPT_STORE_OPTIONS_VERSION, 0u, 0, 0, 0u, 0u, -1, 1, CKPT_VERIFY_STORED, \
       CKPT_SNAPSHOT_HOST, 0u, 0, 1, NULL, 0, NULL }
 
 /**

@@ -53,7 +53,7 @@ static int resolve_options(const ckpt_store_options *in, ckpt_store_options *o)
     if (o->metrics_path && !*o->metrics_path)
         return ckpt_seterr(CKPT_EINVAL, "metrics_path is empty (NULL for none)");
     if (o->flags & ~(CKPT_OPEN_READONLY | CKPT_OPEN_TRUST_GROUP | CKPT_OPEN_NO_CMDLINE |
-                     CKPT_OPEN_REWIND))
+                     CKPT_OPEN_REWIND | CKPT_OPEN_COMPRESS_ALL))
         return ckpt_seterr(CKPT_EINVAL, "unknown open flags 0x%x", o->flags);
     if ((rc = codec_resolve_level(o->level, &o->level)))
         return rc;
@@ -87,7 +87,7 @@ static int resolve_options(const ckpt_store_options *in, ckpt_store_options *o)
         o->keep_last = CKPT_KEEP_LAST_DEFAULT;
     if (o->fsync != 0 && o->fsync != 1)
         return ckpt_seterr(CKPT_EINVAL, "fsync must be 0 or 1");
-    if (o->verify_after_save < CKPT_VERIFY_NONE || o->verify_after_save > CKPT_VERIFY_FULL)
+    if (o->verify_after_save < CKPT_VERIFY_NONE || o->verify_after_save > CKPT_VERIFY_STORED)
         return ckpt_seterr(CKPT_EINVAL, "invalid verify_after_save %d", o->verify_after_save);
     if (o->snapshot_mode < CKPT_SNAPSHOT_HOST || o->snapshot_mode > CKPT_SNAPSHOT_STREAM)
         return ckpt_seterr(CKPT_EINVAL, "invalid snapshot_mode %d", o->snapshot_mode);

@@ -23,6 +23,7 @@ packages=(
     libhdf5-dev hdf5-tools
     python3 python3-numpy python3-pytest python3-torch python3-h5py python3-jsonschema
     python3-mesonpy python3-venv
+    python3-matplotlib zstd xxhash
     valgrind
     libopenmpi-dev openmpi-bin
     slurmctld slurmd slurm-client munge prometheus

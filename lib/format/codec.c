@@ -240,6 +240,17 @@ static void unshuffle(unsigned char *restrict dst, const unsigned char *restrict
     memcpy(dst + count * elem, src + count * elem, n - count * elem);
 }
 
+void codec_store_raw(const void *raw, size_t n, const void **stored, chunk_meta *meta)
+{
+    meta->codec = CODEC_RAW;
+    meta->elem = 1;
+    meta->raw_len = n;
+    meta->stored_len = n;
+    meta->raw_hash = XXH3_64bits(raw, n);
+    meta->stored_hash = meta->raw_hash;
+    *stored = raw;
+}
+
 int codec_encode(codec *c, const void *raw, size_t n, unsigned elem,
                  const void **stored, chunk_meta *meta)
 {

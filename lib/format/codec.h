@@ -52,6 +52,10 @@ void codec_free(codec *c);
 int codec_encode(codec *c, const void *raw, size_t n, unsigned elem,
                  const void **stored, chunk_meta *meta);
 
+/* Store n raw bytes as they are (CODEC_RAW): only the hash is computed.
+ * *stored is raw.  For chunks the save decides not to compress. */
+void codec_store_raw(const void *raw, size_t n, const void **stored, chunk_meta *meta);
+
 /* Hash of bytes, for callers that check hashes themselves. */
 uint64_t codec_hash(const void *p, size_t n);
 

@@ -128,6 +128,19 @@ int fsio_fsync(const fsio *fs, int fd)
     return 0;
 }
 
+int fsio_writeback(const fsio *fs, int fd)
+{
+    (void)fs;
+#if defined(__linux__)
+    unsigned flags = SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+                     SYNC_FILE_RANGE_WAIT_AFTER;
+    return sync_file_range(fd, 0, 0, flags) == 0 ? 0 : -errno;
+#else
+    (void)fd;
+    return -ENOSYS;
+#endif
+}
+
 int fsio_fsync_path(const fsio *fs, const char *dir)
 {
     int fd = fsio_open(fs, dir, O_RDONLY | O_DIRECTORY, 0);

@@ -62,6 +62,13 @@ int64_t fsio_pread(const fsio *fs, int fd, void *buf, size_t n, uint64_t off);
 int fsio_pwrite(const fsio *fs, int fd, const void *buf, size_t n, uint64_t off);
 int fsio_fsync(const fsio *fs, int fd);
 int fsio_fsync_path(const fsio *fs, const char *dir); /* open O_RDONLY + fsync */
+/* Write the file's dirty pages out now and wait for them (Linux
+ * sync_file_range): a hint that starts the disk early and lets the caller
+ * time it.  It promises no durability (no metadata, no device cache flush;
+ * only fsync does), so it is neither faulted nor traced: a test's fault
+ * counts and power-loss replay stay what the durable calls make them.
+ * 0, or -errno where the file system cannot (callers ignore it). */
+int fsio_writeback(const fsio *fs, int fd);
 int fsio_rename(const fsio *fs, const char *from, const char *to);
 /* Atomically swap two existing paths (renameat2 RENAME_EXCHANGE); -EINVAL or
  * -ENOSYS where the file system cannot. */

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "adapt.h"
 #include "ckpt.h"
 #include "codec.h"
 #include "device.h"
@@ -31,6 +32,7 @@ struct ckpt_store {
     int readonly;
     pthread_mutex_t api_lock;  /* serialises public calls on this store */
     pool *pool;
+    adapt *adapt;              /* compress or store raw, per chunk (adapt.h) */
     worker_ctx *workers;       /* nworkers of them */
     int nworkers;
     device *dev;

@@ -89,6 +89,8 @@ static int verify_temp(ckpt_save *s)
         return CKPT_OK;
     ckpt_checkpoint *ck;
     int rc = reader_open_dir(st, s->tmp, s->m.step, &ck);
+    /* STORED: every frame was read back as it was written (save.c);
+     * opening checks the rest (manifest, index, tiling). */
     if (!rc && st->opts.verify_after_save == CKPT_VERIFY_FULL)
         rc = reader_verify_all(ck, NULL);
     reader_close(ck);
@@ -114,7 +116,8 @@ static void apply_retention(ckpt_store *st, int64_t just)
 static int persist(ckpt_save *s)
 {
     ckpt_store *st = s->store;
-    int rc = pool_group_wait(&s->group);
+    /* While the workers run, keep the disk writing (and time it). */
+    int rc = adapt_wait_jobs(st->adapt, &s->group, s->writer, st->lay.fsync);
     if (rc)
         return rc;
     manifest_shard *sh = &s->m.shards[0];

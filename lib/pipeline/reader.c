@@ -22,6 +22,7 @@ void reader_close(ckpt_checkpoint *ck)
     free(ck->ix);
     free(ck->fds);
     free(ck->first);
+    free(ck->by_name);
     manifest_clear(&ck->m);
     free(ck->text);
     free(ck->meta_text);
@@ -29,6 +30,12 @@ void reader_close(ckpt_checkpoint *ck)
     free(ck->dir);
     free(ck->label);
     free(ck);
+}
+
+static int cmp_tensor_name(const void *a, const void *b)
+{
+    return strcmp((*(const manifest_tensor *const *)a)->name,
+                  (*(const manifest_tensor *const *)b)->name);
 }
 
 static int open_shards(ckpt_checkpoint *ck)
@@ -41,15 +48,19 @@ static int open_shards(ckpt_checkpoint *ck)
     ck->ix = calloc(m->nshards, sizeof *ck->ix);
     ck->fds = malloc(m->nshards * sizeof *ck->fds);
     ck->first = malloc((nt ? nt : 1) * sizeof *ck->first);
-    if (!bytes || !local || !ck->ix || !ck->fds || !ck->first) {
+    ck->by_name = malloc((nt ? nt : 1) * sizeof *ck->by_name);
+    if (!bytes || !local || !ck->ix || !ck->fds || !ck->first || !ck->by_name) {
         free(bytes);
         free(local);
         return ckpt_seterr(CKPT_ENOMEM, "out of memory opening %s", ck->label);
     }
     for (size_t i = 0; i < m->nshards; i++)
         ck->fds[i] = -1;
-    for (size_t i = 0; i < nt; i++)
+    for (size_t i = 0; i < nt; i++) {
         ck->first[i] = UINT64_MAX;
+        ck->by_name[i] = &m->tensors[i];
+    }
+    qsort(ck->by_name, nt, sizeof *ck->by_name, cmp_tensor_name); /* names are unique */
     int rc = CKPT_OK;
     for (size_t sh = 0; sh < m->nshards && !rc; sh++) {
         /* A shard numbers its chunks' tensors among its own tensors, in
@@ -282,9 +293,17 @@ int reader_open_select(ckpt_store *s, int64_t step, ckpt_verify_level level,
 
 long reader_find(const ckpt_checkpoint *ck, const char *name)
 {
-    for (size_t i = 0; i < ck->m.ntensors; i++)
-        if (strcmp(ck->m.tensors[i].name, name) == 0)
-            return (long)i;
+    size_t lo = 0, hi = ck->by_name ? ck->m.ntensors : 0;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(ck->by_name[mid]->name, name);
+        if (c == 0)
+            return (long)(ck->by_name[mid] - ck->m.tensors);
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
     return -1;
 }
 
@@ -315,6 +334,30 @@ static int chunk_fail(chunk_task *t, int status)
     return ckpt_seterr(status, "%s", msg);
 }
 
+/* A raw chunk into host memory: read straight into the caller's buffer
+ * and hash it once (its stored and raw hashes must be equal: checks 10
+ * and 12 of docs/FORMAT.md are then one), half the memory traffic of
+ * reading into a buffer and copying. */
+static int raw_chunk_job(chunk_task *t)
+{
+    ckpt_store *s = t->ck->store;
+    const chunk_meta *meta = &t->e->meta;
+    unsigned char *dst = t->dst + t->e->offset;
+    if (meta->stored_hash != meta->raw_hash)
+        return chunk_fail(t, ckpt_seterr(CKPT_ECORRUPT, "raw chunk with a stored hash "
+                                         "%016llx and a different raw hash %016llx",
+                                         (unsigned long long)meta->stored_hash,
+                                         (unsigned long long)meta->raw_hash));
+    int64_t got = fsio_pread(&s->lay.fs, t->ck->fds[t->shard], dst, (size_t)meta->stored_len,
+                             t->e->file_offset);
+    if (got < 0)
+        return chunk_fail(t, ckpt_seterr_errno((int)-got, "read failed"));
+    if ((uint64_t)got != meta->stored_len)
+        return chunk_fail(t, ckpt_seterr(CKPT_EINCOMPLETE, "file ends early"));
+    int rc = codec_check_stored(dst, meta);
+    return rc ? chunk_fail(t, rc) : CKPT_OK;
+}
+
 static int chunk_job(void *arg, int worker)
 {
     chunk_task *t = arg;
@@ -323,6 +366,8 @@ static int chunk_job(void *arg, int worker)
     ckpt_store *s = t->ck->store;
     worker_ctx *w = &s->workers[worker];
     const chunk_meta *meta = &t->e->meta;
+    if (meta->codec == CODEC_RAW && t->dst && t->memory != CKPT_MEM_DEVICE)
+        return raw_chunk_job(t);
     int rc = worker_reserve_in(w, (size_t)meta->stored_len);
     if (rc)
         return rc;

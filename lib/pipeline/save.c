@@ -99,10 +99,26 @@ static int encode_job_run(void *arg, int worker)
         return CKPT_OK; /* the save is lost already; drain quickly */
     const void *stored;
     chunk_meta meta;
-    int rc = codec_encode(st->workers[worker].codec, j->src, j->n, j->elem, &stored, &meta);
+    worker_ctx *w = &st->workers[worker];
+    adapt_ticket t;
+    adapt_choose(st->adapt, j->n, &t);
+    double t0 = util_now();
+    int rc = CKPT_OK;
+    if (t.compress)
+        rc = codec_encode(w->codec, j->src, j->n, j->elem, &stored, &meta);
+    else
+        codec_store_raw(j->src, j->n, &stored, &meta);
+    /* STORED verification reads every frame back as it is written. */
+    int check = st->opts.verify_after_save == CKPT_VERIFY_STORED;
+    if (!rc && check)
+        rc = worker_reserve_in(w, (size_t)meta.stored_len);
     if (rc)
         return rc;
-    return shard_writer_append(s->writer, j->tensor, j->offset, &meta, stored);
+    double t1 = util_now();
+    rc = shard_writer_append(s->writer, j->tensor, j->offset, &meta, stored,
+                             check ? w->in : NULL);
+    adapt_record(st->adapt, &t, (size_t)meta.stored_len, t1 - t0, util_now() - t1);
+    return rc;
 }
 
 /* Wait until every queued job has run, without consuming their status. */
@@ -428,6 +444,8 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
     free(ord);
     if (!rc)
         rc = build_manifest(s, t, count, opts);
+    if (!rc)
+        adapt_save_begin(st->adapt); /* no job of an earlier save runs now */
     if (!rc && !(s->jobs = calloc(chunks ? chunks : 1, sizeof *s->jobs)))
         rc = ckpt_seterr(CKPT_ENOMEM, "out of memory for %llu chunk jobs",
                          (unsigned long long)chunks);

@@ -15,8 +15,9 @@ struct shard_writer {
     char *path;
     int fd;
     unsigned char id[SHARD_ID_SIZE];
-    pthread_mutex_t lock; /* protects next, entries, count, cap */
+    pthread_mutex_t lock; /* protects next, written, entries, count, cap */
     uint64_t next;        /* file offset of the next frame */
+    uint64_t written;     /* frame bytes whose pwrite has returned */
     shard_entry *entries;
     uint64_t count, cap;
 };
@@ -33,7 +34,8 @@ int shard_writer_open(shard_writer **out, const fsio *fs, const char *path,
     w->fs = fs;
     memcpy(w->id, id, SHARD_ID_SIZE);
     pthread_mutex_init(&w->lock, NULL);
-    w->fd = fsio_open(fs, path, O_WRONLY | O_CREAT | O_EXCL, mode);
+    /* Read-write: frames may be read back (shard_writer_append). */
+    w->fd = fsio_open(fs, path, O_RDWR | O_CREAT | O_EXCL, mode);
     if (w->fd < 0) {
         int e = -w->fd;
         w->fd = -1;
@@ -53,7 +55,7 @@ int shard_writer_open(shard_writer **out, const fsio *fs, const char *path,
 }
 
 int shard_writer_append(shard_writer *w, uint32_t tensor, uint64_t offset,
-                        const chunk_meta *meta, const void *stored)
+                        const chunk_meta *meta, const void *stored, void *check)
 {
     pthread_mutex_lock(&w->lock);
     if (w->count == w->cap) {
@@ -79,10 +81,28 @@ int shard_writer_append(shard_writer *w, uint32_t tensor, uint64_t offset,
     if (meta->stored_len == 0)
         return CKPT_OK;
     int rc = fsio_pwrite(w->fs, w->fd, stored, (size_t)meta->stored_len, at);
+    pthread_mutex_lock(&w->lock);
+    w->written += meta->stored_len;
+    pthread_mutex_unlock(&w->lock);
     if (rc)
         return ckpt_seterr_errno(-rc, "cannot write %llu bytes at offset %llu of shard %s",
                                  (unsigned long long)meta->stored_len,
                                  (unsigned long long)at, w->path);
+    if (!check)
+        return CKPT_OK;
+    /* Read the frame back from the file: what a reader will get, not what
+     * this process meant to write (a garbling device or file system). */
+    int64_t got = fsio_pread(w->fs, w->fd, check, (size_t)meta->stored_len, at);
+    if (got < 0)
+        return ckpt_seterr_errno((int)-got, "cannot read back %llu bytes at offset %llu of "
+                                 "shard %s", (unsigned long long)meta->stored_len,
+                                 (unsigned long long)at, w->path);
+    if ((uint64_t)got != meta->stored_len || codec_check_stored(check, meta))
+        return ckpt_seterr(CKPT_ECORRUPT, "shard %s: the %llu bytes written at offset %llu "
+                           "read back differently (%s)", w->path,
+                           (unsigned long long)meta->stored_len, (unsigned long long)at,
+                           (uint64_t)got != meta->stored_len ? "file too short"
+                                                             : ckpt_error_last());
     return CKPT_OK;
 }
 
@@ -125,6 +145,19 @@ int shard_writer_finish(shard_writer *w, int do_fsync, uint64_t *size,
     *index_hash = ih;
     *chunks = w->count;
     return CKPT_OK;
+}
+
+uint64_t shard_writer_written(shard_writer *w)
+{
+    pthread_mutex_lock(&w->lock);
+    uint64_t n = w->written;
+    pthread_mutex_unlock(&w->lock);
+    return n;
+}
+
+int shard_writer_writeback(shard_writer *w)
+{
+    return fsio_writeback(w->fs, w->fd);
 }
 
 const shard_entry *shard_writer_entries(const shard_writer *w)

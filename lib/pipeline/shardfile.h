@@ -16,8 +16,17 @@ typedef struct shard_writer shard_writer;
 int shard_writer_open(shard_writer **out, const fsio *fs, const char *path,
                       int mode, int64_t step, const unsigned char id[SHARD_ID_SIZE],
                       uint32_t rank);
+/* Append one frame.  With `check` (a buffer of meta->stored_len bytes) the
+ * frame is read back from the file and its stored hash checked: a
+ * mismatch is CKPT_ECORRUPT naming the file and offset. */
 int shard_writer_append(shard_writer *w, uint32_t tensor, uint64_t offset,
-                        const chunk_meta *meta, const void *stored);
+                        const chunk_meta *meta, const void *stored, void *check);
+/* Frame bytes whose write has returned so far (thread-safe). */
+uint64_t shard_writer_written(shard_writer *w);
+/* Write the frames written so far out to the disk and wait (a hint,
+ * fsio_writeback: not durable); -errno where unsupported.  Thread-safe
+ * against appends; not against finish or free. */
+int shard_writer_writeback(shard_writer *w);
 /* Write index and trailer, fsync if asked, close.  Reports the file size and
  * the index hash for the manifest. */
 int shard_writer_finish(shard_writer *w, int do_fsync, uint64_t *size,

@@ -18,6 +18,8 @@ int context_start(ckpt_store *s)
     }
     if (!rc)
         rc = pool_create(&s->pool, threads);
+    if (!rc)
+        rc = adapt_create(&s->adapt, threads, (s->opts.flags & CKPT_OPEN_COMPRESS_ALL) != 0);
     return rc;
 }
 
@@ -28,6 +30,8 @@ void context_stop(ckpt_store *s)
         device_quiesce(s->dev); /* no copy may land in memory freed below */
     pool_free(s->pool);
     s->pool = NULL;
+    adapt_free(s->adapt);
+    s->adapt = NULL;
     for (int i = 0; s->workers && i < s->nworkers; i++) {
         codec_free(s->workers[i].codec);
         free(s->workers[i].in);

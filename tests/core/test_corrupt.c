@@ -318,6 +318,7 @@ Test(corrupt, sweep_shard_bytes, .timeout = 600)
     ckpt_store_options o;
     tc_opts(&o);
     o.chunk_bytes = 4096;
+    o.flags |= CKPT_OPEN_COMPRESS_ALL; /* zstd frames too, not only raw ones */
     ckpt_store *st = NULL;
     cr_assert_eq(ckpt_store_open(&st, tc_root, &o), CKPT_OK, "%s", ckpt_error_last());
     tc_state s;

@@ -29,6 +29,7 @@ Test(flip, every_byte_of_every_file_is_covered, .timeout = 600)
     o.chunk_bytes = 4096;
     o.fsync = 0;
     o.threads = 1;
+    o.flags = CKPT_OPEN_COMPRESS_ALL; /* zstd frames too, not only raw ones */
     cr_assert_eq(ckpt_store_open(&s, root, &o), CKPT_OK, "%s", ckpt_error_last());
     float w[1500];
     unsigned char b[700];

@@ -25,7 +25,7 @@ C = ffi.lib
 _byref = ctypes.byref
 
 _VERIFY = {"none": ffi.CKPT_VERIFY_NONE, "quick": ffi.CKPT_VERIFY_QUICK,
-           "full": ffi.CKPT_VERIFY_FULL}
+           "full": ffi.CKPT_VERIFY_FULL, "stored": ffi.CKPT_VERIFY_STORED}
 _SNAPSHOT = {"host": ffi.CKPT_SNAPSHOT_HOST, "device": ffi.CKPT_SNAPSHOT_DEVICE,
              "stream": ffi.CKPT_SNAPSHOT_STREAM}
 
@@ -52,8 +52,12 @@ class Store:
     worker threads (None: online CPUs).  Keyword-only options:
     ``fsync`` (False skips fsync: tests, tmpfs), ``readonly``,
     ``chunk_bytes``, ``host_memory_limit`` (snapshot buffer cap in bytes),
-    ``verify_after_save`` ("full", "quick" or "none") and ``snapshot``
-    ("host", "device" or "stream": how device tensors are snapshotted),
+    ``verify_after_save`` ("stored": every chunk read back and checked
+    against its stored hash, the default; "full": also decompressed and
+    checked; "quick" or "none"), ``snapshot`` ("host", "device" or
+    "stream": how device tensors are snapshotted) and ``compress_all``
+    (True: compress every chunk, the smallest files; by default each chunk
+    is compressed or stored raw, whichever commits sooner),
     ``metrics_path`` (a file replaced atomically after each commit by the
     root's Prometheus metrics, :meth:`metrics`; docs/OPERATIONS.md).
 
@@ -73,13 +77,14 @@ class Store:
                  *, fsync: bool = True, readonly: bool = False,
                  chunk_bytes: Optional[int] = None,
                  host_memory_limit: Optional[int] = None,
-                 verify_after_save: str = "full",
+                 verify_after_save: str = "stored",
                  snapshot: str = "host", trust_group: bool = False,
                  rewind: bool = False, record_command_line: bool = True,
                  coordinator: Any = None, rank: Optional[int] = None,
                  world_size: Optional[int] = None,
                  timeout: Optional[float] = None,
-                 metrics_path: Optional[PathType] = None) -> None:
+                 metrics_path: Optional[PathType] = None,
+                 compress_all: bool = False) -> None:
         opts = ffi.ckpt_store_options()
         C.ckpt_store_options_init(_byref(opts), ffi.CKPT_STORE_OPTIONS_VERSION)
         self._coordinator = coordinator  # its callbacks must outlive the store
@@ -101,6 +106,8 @@ class Store:
             opts.flags |= ffi.CKPT_OPEN_REWIND
         if not record_command_line:
             opts.flags |= ffi.CKPT_OPEN_NO_CMDLINE
+        if compress_all:  # smallest files rather than the soonest commit
+            opts.flags |= ffi.CKPT_OPEN_COMPRESS_ALL
         opts.keep_last = operator.index(keep_last)
         if level is not None:
             opts.level = operator.index(level)

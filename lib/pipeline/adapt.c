@@ -1,0 +1,184 @@
+/* adapt: compress or store raw, per chunk, from measured rates (adapt.h). */
+#include "adapt.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "error.h"
+#include "util.h"
+
+/* Write-back rounds cover at least this much: smaller ones would time the
+ * disk's latency rather than its rate. */
+#define WRITEBACK_MIN (8u << 20)
+/* Weight of a new sample in the compression ratio's running average. */
+#define ALPHA 0.3
+/* A rate is the fastest of its last RATE_WINDOW samples: sharing the
+ * machine only ever makes a sample slower (a preempted pwrite looks like a
+ * slow disk for one chunk), and one such sample must not flip choices. */
+#define RATE_WINDOW 8
+
+typedef struct rate {
+    double s[RATE_WINDOW]; /* seconds per byte */
+    unsigned n;            /* samples taken (ring position) */
+} rate;
+
+static void rate_add(rate *r, double sample)
+{
+    r->s[r->n++ % RATE_WINDOW] = sample;
+}
+
+/* Seconds per byte, or -1 before the first sample. */
+static double rate_get(const rate *r)
+{
+    if (r->n == 0)
+        return -1;
+    unsigned k = r->n < RATE_WINDOW ? r->n : RATE_WINDOW;
+    double m = r->s[0];
+    for (unsigned i = 1; i < k; i++)
+        m = r->s[i] < m ? r->s[i] : m;
+    return m;
+}
+
+struct adapt {
+    pthread_mutex_t lock; /* protects everything below */
+    int workers;
+    int compress_all;
+    /* Rates, seconds per byte (< 0: not measured yet); they outlive a save. */
+    rate zstd;            /* worker: shuffle + zstd + hashes, per raw byte */
+    rate hash;            /* worker: hash only (raw chunk), per raw byte */
+    rate write;           /* worker: pwrite (+ read-back), per stored byte */
+    rate disk;            /* disk: write-back, per stored byte */
+    double ratio;         /* stored / raw of compressed chunks (< 0: unknown) */
+    /* The save in flight: projected-then-measured totals. */
+    double work_s;        /* worker seconds */
+    double stored;        /* stored bytes */
+    int probes;           /* chunks compressed to measure zstd this save */
+};
+
+int adapt_create(adapt **out, int workers, int compress_all)
+{
+    adapt *a = calloc(1, sizeof *a);
+    if (!a)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    pthread_mutex_init(&a->lock, NULL);
+    a->workers = workers > 0 ? workers : 1;
+    a->compress_all = compress_all;
+    a->ratio = -1;
+    *out = a;
+    return CKPT_OK;
+}
+
+void adapt_free(adapt *a)
+{
+    if (!a)
+        return;
+    pthread_mutex_destroy(&a->lock);
+    free(a);
+}
+
+void adapt_save_begin(adapt *a)
+{
+    pthread_mutex_lock(&a->lock);
+    a->work_s = a->stored = 0;
+    a->probes = 0;
+    pthread_mutex_unlock(&a->lock);
+}
+
+static double known(double secs)
+{
+    return secs > 0 ? secs : 0;
+}
+
+static double max2(double x, double y)
+{
+    return x > y ? x : y;
+}
+
+void adapt_choose(adapt *a, size_t n, adapt_ticket *t)
+{
+    pthread_mutex_lock(&a->lock);
+    double W = a->workers, disk = known(rate_get(&a->disk));
+    double wr = known(rate_get(&a->write)), z = rate_get(&a->zstd);
+    double r = a->ratio >= 0 ? a->ratio : 1;
+    double zw = n * (known(z) + r * wr), zs = r * n;                 /* compressed */
+    double rw = n * (known(rate_get(&a->hash)) + wr), rs = (double)n; /* raw */
+    int compress;
+    if (a->compress_all || z < 0 || a->probes < a->workers) {
+        /* Forced, or zstd's rate on this save's data is not known yet: each
+         * worker compresses its first chunk of every save to measure it. */
+        compress = 1;
+        a->probes++;
+    } else {
+        double tz = max2((a->work_s + zw) / W, (a->stored + zs) * disk);
+        double tr = max2((a->work_s + rw) / W, (a->stored + rs) * disk);
+        compress = tz <= tr;
+    }
+    *t = (adapt_ticket){compress, n, compress ? zw : rw, compress ? zs : rs};
+    a->work_s += t->work_s;
+    a->stored += t->stored;
+    pthread_mutex_unlock(&a->lock);
+}
+
+static void average(double *avg, double sample)
+{
+    *avg = *avg < 0 ? sample : (1 - ALPHA) * *avg + ALPHA * sample;
+}
+
+void adapt_record(adapt *a, const adapt_ticket *t, size_t stored, double encode_s,
+                  double write_s)
+{
+    pthread_mutex_lock(&a->lock);
+    a->work_s += encode_s + write_s - t->work_s;
+    a->stored += (double)stored - t->stored;
+    if (t->n > 0) {
+        if (t->compress) {
+            rate_add(&a->zstd, encode_s / t->n);
+            average(&a->ratio, (double)stored / t->n);
+        } else {
+            rate_add(&a->hash, encode_s / t->n);
+        }
+    }
+    if (stored > 0)
+        rate_add(&a->write, write_s / stored);
+    pthread_mutex_unlock(&a->lock);
+}
+
+/* Wait on the group's condition for at most `ms` milliseconds; 1 when jobs
+ * are still pending after it. */
+static int jobs_pending(pool_group *g, long ms)
+{
+    pthread_mutex_lock(&g->lock);
+    if (g->pending > 0 && ms > 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts); /* the condition's default clock */
+        ts.tv_nsec += ms * 1000000L;
+        ts.tv_sec += ts.tv_nsec / 1000000000L;
+        ts.tv_nsec %= 1000000000L;
+        pthread_cond_timedwait(&g->done, &g->lock, &ts);
+    }
+    int pending = g->pending > 0;
+    pthread_mutex_unlock(&g->lock);
+    return pending;
+}
+
+int adapt_wait_jobs(adapt *a, pool_group *g, shard_writer *w, int writeback)
+{
+    uint64_t flushed = 0;
+    while (writeback && jobs_pending(g, 5)) {
+        uint64_t written = shard_writer_written(w);
+        if (written - flushed < WRITEBACK_MIN)
+            continue;
+        double t0 = util_now();
+        if (shard_writer_writeback(w) != 0) {
+            writeback = 0; /* not supported here: the final fsync does it all */
+            break;
+        }
+        double dt = util_now() - t0;
+        pthread_mutex_lock(&a->lock);
+        rate_add(&a->disk, dt / (double)(written - flushed));
+        pthread_mutex_unlock(&a->lock);
+        flushed = written;
+    }
+    return pool_group_wait(g);
+}

@@ -1,0 +1,58 @@
+/* adapt: per chunk, compress or store raw, so that a save is committed as
+ * soon as the disk allows.
+ *
+ * A save runs two resources side by side: the workers (hash, maybe zstd,
+ * pwrite into the page cache) and the disk (write-back, which the persist
+ * thread drives and times while the workers run).  Compressing a chunk
+ * costs worker time and saves disk time.  From measured rates (worker
+ * seconds per byte to compress, to hash only, to pwrite; disk seconds per
+ * byte written back; the compression ratio), each chunk takes the choice
+ * that keeps the projected finish, max(worker time / workers, disk time),
+ * lowest, compressing on a tie: on slow storage every chunk is compressed,
+ * on storage faster than the cores some go raw.  A chunk that would not
+ * shrink is stored raw either way (codec_encode).
+ *
+ * One per store: rates learnt in one save carry to the next.  Thread-safe
+ * (one mutex): workers of the save in flight call choose/record, its
+ * persist thread drives the write-back. */
+#ifndef CKPT_ADAPT_H
+#define CKPT_ADAPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pool.h"
+#include "shardfile.h"
+
+typedef struct adapt adapt;
+
+/* `workers`: how many encode in parallel; `compress_all`: every chunk is
+ * compressed (the store's CKPT_OPEN_COMPRESS_ALL). */
+int adapt_create(adapt **out, int workers, int compress_all);
+void adapt_free(adapt *a); /* NULL is fine */
+
+/* A save starts: its totals start from zero (the rates stay). */
+void adapt_save_begin(adapt *a);
+/* One chunk's choice and the cost projected for it. */
+typedef struct adapt_ticket {
+    int compress;     /* 1: compress the chunk; 0: store it raw */
+    size_t n;         /* raw bytes */
+    double work_s;    /* projected worker seconds */
+    double stored;    /* projected stored bytes */
+} adapt_ticket;
+/* Choose for the next chunk of n raw bytes.  Its projected cost counts in
+ * the save's totals until adapt_record replaces it with the measured one. */
+void adapt_choose(adapt *a, size_t n, adapt_ticket *t);
+/* What the chunk cost: `stored` bytes (raw when compression did not
+ * shrink it), `encode_s` seconds to encode (hash, maybe shuffle + zstd),
+ * `write_s` to write (and read back when the save checks that). */
+void adapt_record(adapt *a, const adapt_ticket *t, size_t stored, double encode_s,
+                  double write_s);
+
+/* The persist thread: until every job of `g` has run, write the frames
+ * written so far back to the disk (when `writeback`; the save fsyncs) and
+ * time it, which is how the disk's rate is known.  Returns
+ * pool_group_wait(g). */
+int adapt_wait_jobs(adapt *a, pool_group *g, shard_writer *w, int writeback);
+
+#endif

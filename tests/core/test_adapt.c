@@ -1,0 +1,233 @@
+/* The adaptive persist pipeline (lib/pipeline/adapt.h): on a slow disk
+ * every chunk is compressed, on a disk faster than the cores some chunks
+ * are stored raw, CKPT_OPEN_COMPRESS_ALL compresses every chunk whatever
+ * the disk; each way the checkpoint restores bit for bit.  The slow disk
+ * is a rate-limited writer behind the fsio `write` hook.  No test here
+ * measures time: each asserts the choice the measured rates must lead to. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "codec.h"
+#include "helpers.h"
+#include "testing.h"
+#include "reader.h"
+
+TestSuite(adapt, .init = tc_setup, .fini = tc_teardown, .timeout = 300);
+
+#define CHUNK (64u << 10)
+#define NCHUNKS 24
+
+/* fp32 "weights": random values in (-1, 1).  Shuffled, their exponent and
+ * top mantissa bytes compress (to about 0.85), the rest does not: data
+ * like a real state, which zstd handles far below memory speed. */
+static void weights(tc_state *s, uint64_t seed)
+{
+    tc_state_init(s);
+    int64_t shape[1] = {(int64_t)(NCHUNKS * CHUNK / 4)};
+    ckpt_tensor *t = tc_state_add(s, "w", CKPT_F32, 1, shape, TC_RANDOM, seed);
+    float *f = t->data;
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (int64_t i = 0; i < shape[0]; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        f[i] = (float)((double)(x >> 11) / 9007199254740992.0 * 2 - 1);
+    }
+}
+
+static ckpt_store *open_with(const char *root, unsigned flags, const fsio *fs)
+{
+    ckpt_store_options o;
+    tc_opts(&o);
+    o.chunk_bytes = CHUNK;
+    o.flags |= flags;
+    ckpt_store *st = NULL;
+    cr_assert_eq(ckpt_store_open_with_fsio(&st, root, &o, fs), CKPT_OK, "%s",
+                 ckpt_error_last());
+    return st;
+}
+
+/* Chunks of `step` stored compressed and raw, read from its shard index. */
+static void count_codecs(ckpt_store *st, int64_t step, unsigned *zstd, unsigned *raw)
+{
+    ckpt_checkpoint *ck = NULL;
+    cr_assert_eq(ckpt_checkpoint_open(&ck, st, step, CKPT_VERIFY_QUICK), CKPT_OK, "%s",
+                 ckpt_error_last());
+    *zstd = *raw = 0;
+    for (uint64_t e = 0; e < ck->ix[0].count; e++) {
+        unsigned c = ck->ix[0].entries[e].meta.codec;
+        cr_assert(c == CODEC_RAW || c == CODEC_ZSTD_SHUFFLE, "codec %u", c);
+        (c == CODEC_RAW ? (*raw)++ : (*zstd)++);
+    }
+    ckpt_checkpoint_free(ck);
+}
+
+/* A disk that writes 0.5 MB/s: each write call waits as long as the
+ * device would take for its bytes. */
+#define SLOW_NS_PER_BYTE 2000
+static size_t slow_write(void *ctx, int fd, uint64_t off, const void **data, size_t n)
+{
+    (void)ctx, (void)fd, (void)off, (void)data;
+    uint64_t ns = (uint64_t)n * SLOW_NS_PER_BYTE;
+    struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+    return n;
+}
+
+Test(adapt, slow_disk_gets_every_chunk_compressed)
+{
+    /* Smooth data (stored in about a third): even under valgrind, zstd
+     * runs far faster than the 2/3 of a chunk it saves take to write. */
+    tc_state s;
+    tc_state_init(&s);
+    int64_t shape[1] = {(int64_t)(NCHUNKS * CHUNK / 4)};
+    tc_state_add(&s, "w", CKPT_F32, 1, shape, TC_COMPRESSIBLE, 1);
+    fsio fs = {0};
+    fs.write = slow_write;
+    ckpt_store *st = open_with(tc_root, 0, &fs);
+    /* Two saves: the second starts with the rates the first measured. */
+    for (int64_t step = 1; step <= 2; step++) {
+        tc_save_ok(st, step, &s);
+        unsigned zstd, raw;
+        count_codecs(st, step, &zstd, &raw);
+        cr_assert_eq(raw, 0, "step %lld: %u of %u chunks stored raw on a 0.5 MB/s disk",
+                     (long long)step, raw, zstd + raw);
+        cr_assert_eq(zstd, NCHUNKS);
+        tc_restore_check(st, step, &s);
+    }
+    ckpt_store_free(st);
+    tc_state_free(&s);
+}
+
+Test(adapt, fast_disk_gets_some_chunks_raw)
+{
+    tc_state s;
+    weights(&s, 2);
+    /* No fsync, no rate limit: the page cache takes bytes far faster than
+     * zstd makes them, so storing raw commits sooner; the first chunk of
+     * each worker is compressed to measure zstd on this data. */
+    ckpt_store *st = open_with(tc_root, 0, NULL);
+    tc_save_ok(st, 1, &s);
+    tc_save_ok(st, 2, &s);
+    unsigned zstd, raw;
+    count_codecs(st, 2, &zstd, &raw);
+    cr_assert_gt(raw, 0, "every chunk compressed (%u) though the disk is faster", zstd);
+    cr_assert_gt(zstd, 0, "no chunk compressed: zstd's rate was never measured");
+    tc_restore_check(st, 1, &s);
+    tc_restore_check(st, 2, &s);
+
+    /* A raw chunk is read straight into the caller's buffer: a byte
+     * changed in it on disk still fails the restore, naming the chunk. */
+    ckpt_checkpoint *ck = NULL;
+    cr_assert_eq(ckpt_checkpoint_open(&ck, st, 2, CKPT_VERIFY_QUICK), CKPT_OK);
+    int64_t at = -1;
+    for (uint64_t e = 0; e < ck->ix[0].count && at < 0; e++)
+        if (ck->ix[0].entries[e].meta.codec == CODEC_RAW)
+            at = (int64_t)(ck->ix[0].entries[e].file_offset + 1000);
+    ckpt_checkpoint_free(ck);
+    char *dir = tc_step_dir(tc_root, 2);
+    char *shard = tc_find_suffix(dir, ".shard");
+    tc_flip_byte(shard, at);
+    tc_state got;
+    tc_state_like(&got, &s, 0);
+    int rc = ckpt_restore(st, 2, got.t, got.count, NULL, NULL);
+    cr_assert_eq(rc, CKPT_ECORRUPT, "restore of a flipped raw chunk: %d", rc);
+    cr_assert(strstr(ckpt_error_last(), "stored bytes hash"), "%s", ckpt_error_last());
+    cr_assert_eq(ckpt_verify(st, 2, CKPT_VERIFY_FULL, NULL), CKPT_ECORRUPT);
+    tc_flip_byte(shard, at);
+    tc_restore_check(st, 2, &s);
+    tc_state_free(&got);
+    free(shard);
+    free(dir);
+    ckpt_store_free(st);
+    tc_state_free(&s);
+}
+
+Test(adapt, compress_all_compresses_every_chunk)
+{
+    tc_state s;
+    weights(&s, 3);
+    ckpt_store *st = open_with(tc_root, CKPT_OPEN_COMPRESS_ALL, NULL);
+    tc_save_ok(st, 1, &s);
+    tc_save_ok(st, 2, &s);
+    unsigned zstd, raw;
+    count_codecs(st, 2, &zstd, &raw);
+    cr_assert_eq(raw, 0, "%u chunks raw under CKPT_OPEN_COMPRESS_ALL", raw);
+    cr_assert_eq(zstd, NCHUNKS);
+    ckpt_checkpoint *ck = NULL;
+    cr_assert_eq(ckpt_checkpoint_open(&ck, st, 2, CKPT_VERIFY_FULL), CKPT_OK, "%s",
+                 ckpt_error_last());
+    ckpt_tensor_info info;
+    cr_assert_eq(ckpt_checkpoint_tensor(ck, 0, &info), CKPT_OK);
+    cr_assert_lt(info.stored_bytes, info.bytes * 95 / 100, "%llu stored of %llu",
+                 (unsigned long long)info.stored_bytes, (unsigned long long)info.bytes);
+    ckpt_checkpoint_free(ck);
+    tc_restore_check(st, 2, &s);
+    ckpt_store_free(st);
+    tc_state_free(&s);
+}
+
+/* Data that compresses to nothing still goes raw when zstd is forced but
+ * does not shrink it: random bytes.  The choice never makes a chunk
+ * bigger than raw. */
+Test(adapt, incompressible_chunks_stay_raw_when_forced)
+{
+    tc_state s;
+    tc_state_init(&s);
+    int64_t shape[1] = {(int64_t)(4 * CHUNK)};
+    tc_state_add(&s, "r", CKPT_U8, 1, shape, TC_RANDOM, 4);
+    ckpt_store *st = open_with(tc_root, CKPT_OPEN_COMPRESS_ALL, NULL);
+    tc_save_ok(st, 1, &s);
+    unsigned zstd, raw;
+    count_codecs(st, 1, &zstd, &raw);
+    cr_assert_eq(raw, 4, "random chunks stored compressed (%u)", zstd);
+    tc_restore_check(st, 1, &s);
+    ckpt_store_free(st);
+    tc_state_free(&s);
+}
+
+/* The default verification (CKPT_VERIFY_STORED) reads every frame back:
+ * a disk that changes a byte of a frame fails the save with
+ * CKPT_ECORRUPT naming the shard, and nothing is committed. */
+typedef struct garbler {
+    long calls, at;
+    unsigned char *copy;
+} garbler;
+
+static size_t garble_write(void *ctx, int fd, uint64_t off, const void **data, size_t n)
+{
+    (void)fd, (void)off;
+    garbler *g = ctx;
+    if (++g->calls == g->at && n) {
+        g->copy = malloc(n);
+        memcpy(g->copy, *data, n);
+        g->copy[n / 3] ^= 0x10;
+        *data = g->copy;
+    }
+    return n;
+}
+
+Test(adapt, stored_verification_reads_frames_back)
+{
+    tc_state s;
+    weights(&s, 5);
+    garbler g = {0, 3, NULL}; /* the shard header, then frames */
+    fsio fs = {0};
+    fs.write = garble_write;
+    fs.ctx = &g;
+    ckpt_store *st = open_with(tc_root, 0, &fs);
+    int rc = tc_save(st, 1, &s, NULL);
+    cr_assert_eq(rc, CKPT_ECORRUPT, "save of a garbled frame: %d (%s)", rc,
+                 ckpt_error_last());
+    cr_assert(strstr(ckpt_error_last(), "read back"), "%s", ckpt_error_last());
+    tc_assert_steps(st, NULL, 0);
+    g.at = 0;
+    tc_save_ok(st, 2, &s);
+    tc_restore_check(st, 2, &s);
+    ckpt_store_free(st);
+    free(g.copy);
+    tc_state_free(&s);
+}

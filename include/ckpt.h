@@ -612,24 +612,34 @@ CKPT_API void ckpt_free(void *ptr);
 /** One save: from ckpt_save_begin() to its commit or failure. */
 typedef struct ckpt_save ckpt_save;
 
-#define CKPT_SAVE_OPTIONS_VERSION 1
+#define CKPT_SAVE_OPTIONS_VERSION 2
 /** Options of one save; start from CKPT_SAVE_OPTIONS_INIT or
- *  ckpt_save_options_init(). */
+ *  ckpt_save_options_init().  Version 1 (without `frameworks_json`) is
+ *  still accepted. */
 typedef struct ckpt_save_options {
     unsigned int version;       /* CKPT_SAVE_OPTIONS_VERSION                   */
     const char *metadata_json;  /* caller's JSON value stored in the manifest;
                                    NULL for none; parsed during the call      */
     void *cuda_stream;          /* cudaStream_t the device tensors were
                                    written on (NULL: legacy default stream)    */
+    /* Version 2.  The versions of the frameworks the caller saves from, as
+     * a JSON object {name: version}, each version a string or null (a
+     * component the framework lacks, e.g. a CPU-only torch's CUDA), names
+     * 1..64 bytes: recorded as "frameworks" in the manifest's environment
+     * record, which `ckpt doctor` compares with the current machine.  The
+     * Python binding records "python", "numpy" and, when the program has
+     * imported torch, "torch" and "torch.cuda" (torch.version.cuda).  NULL
+     * for none; parsed during the call; anything else is CKPT_EINVAL. */
+    const char *frameworks_json;
 } ckpt_save_options;
 
-#define CKPT_SAVE_OPTIONS_INIT { CKPT_SAVE_OPTIONS_VERSION, NULL, NULL }
+#define CKPT_SAVE_OPTIONS_INIT { CKPT_SAVE_OPTIONS_VERSION, NULL, NULL, NULL }
 
 /**
  * Fill `opts` with the defaults of CKPT_SAVE_OPTIONS_INIT for `version`
- * (pass CKPT_SAVE_OPTIONS_VERSION).  Returns CKPT_OK; CKPT_EINVAL if `opts`
- * is NULL; CKPT_EVERSION if `version` is unknown (`opts` is left
- * unchanged).  Thread-safe.
+ * (CKPT_SAVE_OPTIONS_VERSION, or 1: then only the version 1 fields are
+ * written).  Returns CKPT_OK; CKPT_EINVAL if `opts` is NULL; CKPT_EVERSION
+ * if `version` is unknown (`opts` is left unchanged).  Thread-safe.
  */
 CKPT_API int ckpt_save_options_init(ckpt_save_options *opts, unsigned int version);
 

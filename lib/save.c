@@ -7,15 +7,27 @@
 #include "error.h"
 #include "eventlog.h"
 
+#include <stddef.h>
+#include <string.h>
+
+/* Bytes of a version 1 ckpt_save_options: it ends before frameworks_json. */
+#define SAVE_OPTIONS_V1_SIZE offsetof(ckpt_save_options, frameworks_json)
+
 CKPT_API int ckpt_save_options_init(ckpt_save_options *opts, unsigned int version)
 {
     if (!opts)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_save_options_init: opts is NULL");
-    int rc = ckpt_check_version("ckpt_save_options", version, CKPT_SAVE_OPTIONS_VERSION);
+    int rc = version == 1 ? CKPT_OK
+                          : ckpt_check_version("ckpt_save_options", version,
+                                               CKPT_SAVE_OPTIONS_VERSION);
     if (rc)
         return rc;
     ckpt_save_options d = CKPT_SAVE_OPTIONS_INIT;
-    *opts = d;
+    if (version == 1)
+        memcpy(opts, &d, SAVE_OPTIONS_V1_SIZE); /* a v1 struct ends there */
+    else
+        *opts = d;
+    opts->version = version;
     return CKPT_OK;
 }
 
@@ -49,13 +61,19 @@ static int save_begin_checked(ckpt_save **out, ckpt_store *st, int64_t step,
     if (step < 0)
         return ckpt_seterr(CKPT_EINVAL, "step must be in 0..CKPT_STEP_MAX (got %lld)",
                            (long long)step);
-    if (opts) {
+    /* From here on every version reads as the current one. */
+    ckpt_save_options o = CKPT_SAVE_OPTIONS_INIT;
+    if (opts && opts->version == 1) {
+        memcpy(&o, opts, SAVE_OPTIONS_V1_SIZE); /* the rest keeps its defaults */
+    } else if (opts) {
         int rc = ckpt_check_version("ckpt_save_options", opts->version,
                                     CKPT_SAVE_OPTIONS_VERSION);
         if (rc)
             return rc;
+        o = *opts;
     }
-    int rc = save_begin(out, st, step, tensors, count, opts);
+    o.version = CKPT_SAVE_OPTIONS_VERSION;
+    int rc = save_begin(out, st, step, tensors, count, &o);
     if (rc)
         eventlog_save_end(st->events, step, rc, NULL, 0, 0);
     return rc;

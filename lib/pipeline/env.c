@@ -10,6 +10,7 @@
 #include <xxhash.h>
 
 #include "ckpt.h"
+#include "error.h"
 
 /* /proc/self/cmdline, arguments joined by spaces (bounded). */
 static json_t *command_line(void)
@@ -55,4 +56,31 @@ json_t *env_record(device *dev, int with_command_line)
     if (env && dev)
         device_describe(dev, env);
     return env;
+}
+
+int env_add_frameworks(json_t *env, const char *json)
+{
+    json_error_t err;
+    json_t *fw = json_loads(json, 0, &err);
+    if (!fw)
+        return ckpt_seterr(CKPT_EINVAL, "frameworks_json is not a JSON object (line %d, "
+                           "column %d: %s)", err.line, err.column, err.text);
+    if (!json_is_object(fw)) {
+        json_decref(fw);
+        return ckpt_seterr(CKPT_EINVAL, "frameworks_json is not a JSON object");
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(fw, k, v) {
+        size_t n = strlen(k);
+        if (n == 0 || n > 64 || !(json_is_string(v) || json_is_null(v))) {
+            json_decref(fw);
+            return ckpt_seterr(CKPT_EINVAL, "frameworks_json: entry \"%.64s%s\" must have a "
+                               "name of 1..64 bytes and a string or null version",
+                               k, n > 64 ? "..." : "");
+        }
+    }
+    if (json_object_set_new(env, "frameworks", fw))
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory recording the frameworks");
+    return CKPT_OK;
 }

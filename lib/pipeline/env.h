@@ -12,4 +12,10 @@
  * paths passed as arguments). */
 json_t *env_record(device *dev, int with_command_line);
 
+/* Parse `json` (ckpt_save_options.frameworks_json: an object of names of
+ * 1..64 bytes to version strings or null) and set it as env["frameworks"].
+ * Returns CKPT_OK; CKPT_EINVAL naming what is wrong (env unchanged);
+ * CKPT_ENOMEM. */
+int env_add_frameworks(json_t *env, const char *json);
+
 #endif

@@ -191,6 +191,11 @@ static int build_manifest(ckpt_save *s, const ckpt_tensor *t, size_t count,
     }
     if (!(m->env = env_record(st->dev, !(st->opts.flags & CKPT_OPEN_NO_CMDLINE))))
         return ckpt_seterr(CKPT_ENOMEM, "out of memory recording the environment");
+    if (opts && opts->frameworks_json) {
+        int rc = env_add_frameworks(m->env, opts->frameworks_json);
+        if (rc)
+            return rc;
+    }
     char shard_name[SHARD_NAME_SIZE];
     shard_file_name(st->rank, shard_name); /* one process: rank 0 */
     m->shards = calloc(1, sizeof *m->shards);

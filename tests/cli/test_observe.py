@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
@@ -203,3 +204,94 @@ def test_doctor_compares_the_newest_step_with_this_machine(tmp):
     check(f["severity"] == "warning" and "step 30 in: host" in f["message"], f)
     out = ckpt("doctor", root).out
     check('machine: host: step 30 has "ckpt-other-node", this machine "' in out, out)
+
+
+# Saves from Python record the frameworks in use (ckpt_save_options
+# .frameworks_json); doctor asks this interpreter for the same ones.
+PY = sys.executable
+SAVE_FROM_PYTHON = r"""
+import sys
+import numpy as np
+if sys.argv[3] == "torch":
+    import torch
+import libckpt
+import libckpt.store
+if len(sys.argv) > 4:  # pretend the save ran with other versions
+    real = libckpt.store.framework_versions
+    libckpt.store.framework_versions = lambda: dict(real(), **{
+        k: v for k, v in (a.split("=", 1) for a in sys.argv[4:])})
+s = libckpt.Store(sys.argv[1], fsync=False)
+s.save(int(sys.argv[2]), {"w": np.arange(8.0)}).wait()
+s.close()
+print(sorted(libckpt.store.framework_versions()))
+"""
+
+
+def save_from_python(root, step, framework, *fake):
+    r = run(PY, "-c", SAVE_FROM_PYTHON, root, str(step), framework, *fake)
+    check(r.rc == 0, "save from Python", r)
+    return r
+
+
+def here(expr, module):
+    r = run(PY, "-c", "import %s; print(%s)" % (module, expr))
+    check(r.rc == 0, expr, r)
+    return r.out.strip()
+
+
+def frameworks_finding(doc):
+    f = [x for x in doc["findings"] if x["check"] == "frameworks"]
+    check(len(f) == 1, doc["findings"])
+    return f[0]
+
+
+def test_doctor_compares_recorded_framework_versions(tmp):
+    pytest.importorskip("numpy")
+    pytest.importorskip("torch")
+    root = os.path.join(tmp, "root")
+    save_from_python(root, 1, "torch")
+    _, doc = ckpt_json("doctor", "doctor", root, rc=0, env={"CKPT_PYTHON": PY})
+    got = {f["name"]: f for f in doc["frameworks"]}
+    check(set(got) == {"python", "numpy", "torch", "torch.cuda"}, doc["frameworks"])
+    check(got["torch"]["checkpoint"] == here("torch.__version__", "torch") and
+          got["numpy"]["checkpoint"] == here("numpy.__version__", "numpy") and
+          got["python"]["checkpoint"] == here("platform.python_version()", "platform"),
+          doc["frameworks"])
+    check(all(f["now"] == f["checkpoint"] and f["installed"] and not f["drift"]
+              for f in got.values()), doc["frameworks"])
+    check(frameworks_finding(doc)["severity"] == "ok", doc["findings"])
+
+    # a numpy-only program records no torch (and imports none)
+    r = save_from_python(root, 2, "numpy")
+    check("torch" not in r.out and "numpy" in r.out, "recorded without torch", r)
+
+    # a save with other versions: drift, and a framework missing here
+    save_from_python(root, 3, "torch", "torch=0.0.1+other", "jaxx_not_here=1.0")
+    _, doc = ckpt_json("doctor", "doctor", root, rc=0, env={"CKPT_PYTHON": PY})
+    got = {f["name"]: f for f in doc["frameworks"]}
+    check(got["torch"]["checkpoint"] == "0.0.1+other" and got["torch"]["drift"] and
+          got["torch"]["now"] == here("torch.__version__", "torch"), doc["frameworks"])
+    check(not got["jaxx_not_here"]["installed"] and got["jaxx_not_here"]["drift"] and
+          got["jaxx_not_here"]["now"] is None, doc["frameworks"])
+    check(not got["numpy"]["drift"] and not got["python"]["drift"], doc["frameworks"])
+    f = frameworks_finding(doc)
+    check(f["severity"] == "warning" and
+          f["message"].endswith("in: torch, jaxx_not_here (not installed here)"), f)
+    # and between steps: the drift check sees the version change too
+    check(any(d["field"] == "frameworks.torch" for d in doc["drift"]), doc["drift"])
+    out = ckpt("doctor", root, env={"CKPT_PYTHON": PY}).out
+    check('framework: torch: step ' in out and 'has "0.0.1+other", this machine "' in out and
+          "framework: jaxx_not_here: step" in out and "(not installed here)" in out, out)
+
+    # no interpreter here: every framework is drift, with the reason
+    doc = ckpt("doctor", root, "--json", env={"CKPT_PYTHON": os.path.join(tmp, "none")}).json()
+    f = frameworks_finding(doc)
+    check(f["severity"] == "warning" and "cannot be run" in f["message"] and
+          all(x["drift"] and not x["installed"] for x in doc["frameworks"]), f)
+
+
+def test_doctor_without_recorded_frameworks(tmp):
+    root = os.path.join(tmp, "root")
+    train(root, steps=10)
+    _, doc = ckpt_json("doctor", "doctor", root, rc=0)
+    check(doc["frameworks"] == [] and frameworks_finding(doc)["severity"] == "ok", doc)

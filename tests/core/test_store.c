@@ -597,6 +597,65 @@ static void check_metadata(const char *meta, int64_t step)
     tc_state_free(&s);
 }
 
+/* Save `s` as `step` with options `so`; the status of ckpt_save_begin, or
+ * of ckpt_save_wait when it began. */
+static int save_with(ckpt_store *st, int64_t step, tc_state *s, const ckpt_save_options *so)
+{
+    ckpt_save *sv = NULL;
+    int rc = ckpt_save_begin(&sv, st, step, s->t, s->count, so);
+    if (rc == CKPT_OK)
+        rc = ckpt_save_wait(sv);
+    ckpt_save_free(sv);
+    return rc;
+}
+
+/* frameworks_json lands as env["frameworks"]; version 1 options (without
+ * it) still save; what is not an object of strings or null is refused. */
+Test(store, frameworks_recorded_in_env)
+{
+    tc_state s;
+    tc_state_standard(&s, 5);
+    ckpt_store *st = tc_open(tc_root);
+    ckpt_save_options so;
+    cr_assert_eq(ckpt_save_options_init(&so, CKPT_SAVE_OPTIONS_VERSION), CKPT_OK);
+    cr_assert_null(so.frameworks_json);
+    so.frameworks_json = "{\"python\": \"3.11.2\", \"torch.cuda\": null}";
+    cr_assert_eq(save_with(st, 5, &s, &so), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_checkpoint *ck = NULL;
+    cr_assert_eq(ckpt_checkpoint_open(&ck, st, 5, CKPT_VERIFY_QUICK), CKPT_OK);
+    json_t *env = parse(ckpt_checkpoint_env(ck), "ckpt_checkpoint_env");
+    json_t *want = parse(so.frameworks_json, "frameworks_json");
+    cr_assert(json_equal(json_object_get(env, "frameworks"), want), "env: %s",
+              ckpt_checkpoint_env(ck));
+    json_decref(want);
+    json_decref(env);
+    ckpt_checkpoint_free(ck);
+
+    ckpt_save_options v1;
+    memset(&v1, 0xff, sizeof v1); /* a v1 caller's struct ends before frameworks_json */
+    cr_assert_eq(ckpt_save_options_init(&v1, 1), CKPT_OK);
+    cr_assert_eq(v1.version, 1u);
+    cr_assert_null(v1.metadata_json);
+    cr_assert_eq(save_with(st, 6, &s, &v1), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_eq(ckpt_checkpoint_open(&ck, st, 6, CKPT_VERIFY_QUICK), CKPT_OK);
+    env = parse(ckpt_checkpoint_env(ck), "ckpt_checkpoint_env");
+    cr_assert_null(json_object_get(env, "frameworks"), "v1: %s", ckpt_checkpoint_env(ck));
+    json_decref(env);
+    ckpt_checkpoint_free(ck);
+
+    static const char *const bad[] = {"[1]", "{\"torch\": 1}", "{\"\": \"1\"}", "{",
+                                      "\"1.0\""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        so.frameworks_json = bad[i];
+        int rc = save_with(st, 7, &s, &so);
+        cr_assert_eq(rc, CKPT_EINVAL, "%s: %d", bad[i], rc);
+        cr_assert(strstr(ckpt_error_last(), "frameworks_json"), "%s: %s", bad[i],
+                  ckpt_error_last());
+    }
+    ckpt_store_free(st);
+    tc_state_free(&s);
+}
+
 Test(store, metadata_object)
 {
     check_metadata("{\"epoch\": 3, \"lr\": 0.001, \"tags\": [\"a\", \"b\"], "

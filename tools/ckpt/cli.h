@@ -180,6 +180,19 @@ uint64_t cli_steps_stored_bytes(ckpt_store *store, const int64_t *steps, size_t 
 /* Size in bytes of the regular files directly inside `dir` (0 if none). */
 uint64_t cli_dir_bytes(const char *dir);
 
+/* The versions on this machine of the frameworks a checkpoint recorded
+ * (its environment record's "frameworks": names of 1..64 bytes of
+ * [A-Za-z0-9_.-]), asked of $CKPT_PYTHON (default python3) with a short
+ * `-c` script that imports only the named modules ("python" imports none,
+ * "torch.cuda" means torch.version.cuda; a name it does not know is looked
+ * up in the installed distributions' metadata, never imported) and is
+ * killed after CLI_FRAMEWORKS_TIMEOUT_S.  Returns a new object {name:
+ * version or null} holding only the names installed here; NULL with the
+ * reason in `why` when the interpreter could not be run or did not answer.
+ * Names that are not valid are left out. */
+#define CLI_FRAMEWORKS_TIMEOUT_S 10
+json_t *cli_framework_versions(const json_t *recorded, char *why, size_t why_size);
+
 /* Subcommands. */
 int cmd_list(cli_ctx *ctx, int argc, char **argv);
 int cmd_verify(cli_ctx *ctx, int argc, char **argv);

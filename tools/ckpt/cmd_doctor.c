@@ -21,6 +21,9 @@ const cli_cmd cli_cmd_doctor = {
     "          zstd versions, CUDA driver and runtime, GPU, host, ...)\n"
     "  machine the newest readable step's environment against this machine's\n"
     "          (the fields both have; CUDA only where a runtime is in use)\n"
+    "  frameworks the framework versions the newest readable step recorded\n"
+    "          (python, numpy, torch, torch.cuda: saves from Python) against\n"
+    "          those of $CKPT_PYTHON (default python3) here\n"
     "Exits 1 when any check is an error (a step fails verification, no valid\n"
     "step, or too little free space), 0 otherwise.",
     1, cmd_doctor};
@@ -144,6 +147,48 @@ static json_t *scan_temps(ckpt_store *store, const char *root, uint64_t *bytes)
     return arr;
 }
 
+/* The framework versions recorded by step `step` (`rec`: its environment
+ * record's "frameworks", NULL when it has none) against this machine's:
+ * one entry per framework in `out`, and one finding. */
+static void check_frameworks(json_t *findings, json_t *out, json_t *rec, int64_t step)
+{
+    if (!json_is_object(rec) || !json_object_size(rec)) {
+        finding(findings, "frameworks", "ok",
+                "step %" PRId64 " recorded no framework versions (saved from C, or by an "
+                "older libckpt)", step);
+        return;
+    }
+    char why[256] = "", names[512] = "";
+    json_t *now = cli_framework_versions(rec, why, sizeof why);
+    int asked = now != NULL;
+    const char *k;
+    json_t *x;
+    size_t differ = 0;
+    json_object_foreach(rec, k, x) {
+        json_t *y = now ? json_object_get(now, k) : NULL;
+        int drift = !y || !json_equal(x, y);
+        json_array_append_new(out, json_pack("{s:I, s:s, s:O, s:O, s:b, s:b}", "step",
+                                             (json_int_t)step, "name", k,
+                                             "checkpoint", x, "now", y ? y : json_null(),
+                                             "installed", y != NULL, "drift", drift));
+        if (!drift)
+            continue;
+        size_t used = strlen(names);
+        snprintf(names + used, sizeof names - used, "%s%s%s", used ? ", " : "", k,
+                 y ? "" : " (not installed here)");
+        differ++;
+    }
+    json_decref(now);
+    if (differ)
+        finding(findings, "frameworks", "warning",
+                "this machine's frameworks differ from those of step %" PRId64 " in: %s%s%s",
+                step, names, asked ? "" : "; ", asked ? "" : why);
+    else
+        finding(findings, "frameworks", "ok",
+                "this machine's frameworks match those of step %" PRId64 " (%zu compared)",
+                step, json_object_size(rec));
+}
+
 int cmd_doctor(cli_ctx *ctx, int argc, char **argv)
 {
     const char *dir = NULL;
@@ -163,7 +208,7 @@ int cmd_doctor(cli_ctx *ctx, int argc, char **argv)
     size_t count = 0, nvalid = 0, nrecent = 0;
     json_t *findings = json_array(), *unverifiable = json_array(), *drift = json_array();
     json_t *recent = json_array(), *prev_env = NULL, *temps = NULL, *disk = NULL;
-    json_t *machine = json_array();
+    json_t *machine = json_array(), *fw_rec = NULL, *frameworks = json_array();
     int64_t prev_step = -1;
     uint64_t recent_max = 0, recent_total = 0;
     int errors = 0;
@@ -199,6 +244,10 @@ int cmd_doctor(cli_ctx *ctx, int argc, char **argv)
             json_decref(prev_env);
             prev_env = env;
             prev_step = s.step;
+            json_t *raw = cli_json_from_text(ckpt_checkpoint_env(s.ckpt));
+            json_decref(fw_rec);
+            fw_rec = json_incref(json_object_get(raw, "frameworks"));
+            json_decref(raw);
         }
         cli_step_clear(&s);
     }
@@ -322,14 +371,16 @@ int cmd_doctor(cli_ctx *ctx, int argc, char **argv)
     }
     ckpt_free(now_text);
     ckpt_error_clear();
+    if (prev_env)
+        check_frameworks(findings, frameworks, fw_rec, prev_step);
 
     if (ctx->json) {
-        cli_json_print(json_pack("{s:s, s:s, s:b, s:{s:I, s:I}, s:O, s:O, s:O, s:O, s:O, s:O}",
+        cli_json_print(json_pack("{s:s, s:s, s:b, s:{s:I, s:I}, s:O, s:O, s:O, s:O, s:O, s:O, s:O}",
                                  "root", root, "level", full ? "full" : "quick", "ok",
                                  errors == 0, "steps", "total", (json_int_t)count, "valid",
                                  (json_int_t)nvalid, "findings", findings, "disk", disk,
                                  "temp_dirs", temps, "unverifiable", unverifiable, "drift",
-                                 drift, "machine", machine));
+                                 drift, "machine", machine, "frameworks", frameworks));
     } else {
         size_t i;
         json_t *f;
@@ -365,6 +416,18 @@ int cmd_doctor(cli_ctx *ctx, int argc, char **argv)
             free(o);
             free(n);
         }
+        json_array_foreach(frameworks, i, f) {
+            if (!json_is_true(json_object_get(f, "drift")))
+                continue;
+            char *o = json_dumps(json_object_get(f, "checkpoint"), JSON_ENCODE_ANY | JSON_COMPACT);
+            char *n = json_dumps(json_object_get(f, "now"), JSON_ENCODE_ANY | JSON_COMPACT);
+            printf("    framework: %s: step %" PRId64 " has %s, this machine %s\n",
+                   json_string_value(json_object_get(f, "name")), prev_step, o ? o : "?",
+                   json_is_true(json_object_get(f, "installed")) ? (n ? n : "?")
+                                                                  : "(not installed here)");
+            free(o);
+            free(n);
+        }
         json_array_foreach(machine, i, f) {
             char *o = json_dumps(json_object_get(f, "checkpoint"), JSON_ENCODE_ANY | JSON_COMPACT);
             char *n = json_dumps(json_object_get(f, "now"), JSON_ENCODE_ANY | JSON_COMPACT);
@@ -382,6 +445,8 @@ done:
     json_decref(unverifiable);
     json_decref(drift);
     json_decref(machine);
+    json_decref(fw_rec);
+    json_decref(frameworks);
     json_decref(recent);
     json_decref(prev_env);
     json_decref(temps);

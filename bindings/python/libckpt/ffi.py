@@ -57,7 +57,7 @@ CKPT_SNAPSHOT_HOST, CKPT_SNAPSHOT_DEVICE, CKPT_SNAPSHOT_STREAM = 0, 1, 2
 
 CKPT_STORE_OPTIONS_VERSION = 2
 CKPT_COORDINATOR_VERSION = 1
-CKPT_SAVE_OPTIONS_VERSION = 1
+CKPT_SAVE_OPTIONS_VERSION = 2
 CKPT_RESTORE_OPTIONS_VERSION = 1
 
 # ---------------------------------------------------------------- structs
@@ -125,6 +125,7 @@ class ckpt_save_options(ctypes.Structure):
         ("version", ctypes.c_uint),
         ("metadata_json", ctypes.c_char_p),
         ("cuda_stream", ctypes.c_void_p),
+        ("frameworks_json", ctypes.c_char_p),  # version 2
     ]
 
 

@@ -10,6 +10,8 @@ import json
 import operator
 import os
 import pathlib
+import platform
+import sys
 import warnings
 import weakref
 from typing import Any, Dict, Iterator, List, Optional, Union
@@ -30,6 +32,24 @@ _SNAPSHOT = {"host": ffi.CKPT_SNAPSHOT_HOST, "device": ffi.CKPT_SNAPSHOT_DEVICE,
              "stream": ffi.CKPT_SNAPSHOT_STREAM}
 
 PathType = Union[str, bytes, os.PathLike]
+
+
+def framework_versions() -> Dict[str, Optional[str]]:
+    """The versions every save from Python records in its manifest's
+    environment record ("frameworks", see ckpt_save_options in ckpt.h), for
+    `ckpt doctor` to compare with the machine that restores: python and
+    numpy, and torch with torch.version.cuda (None for a CPU-only build)
+    only when the program has imported torch (never imported here)."""
+    found: Dict[str, Optional[str]] = {"python": platform.python_version()}
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        found["numpy"] = str(numpy.__version__)
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "__version__"):
+        found["torch"] = str(torch.__version__)
+        cuda = getattr(getattr(torch, "version", None), "cuda", None)
+        found["torch.cuda"] = None if cuda is None else str(cuda)
+    return found
 
 
 def _step_number(step: int, function: str) -> int:
@@ -288,6 +308,9 @@ class Store:
         keep.append(text)
         opts.metadata_json = text
         opts.cuda_stream = stream
+        frameworks = json.dumps(framework_versions()).encode("utf-8")
+        keep.append(frameworks)
+        opts.frameworks_json = frameworks
         device = any(t.memory == ffi.CKPT_MEM_DEVICE for t in described)
         ptr = ffi.save_p()
         with self._h.use() as s:

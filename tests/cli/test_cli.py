@@ -400,7 +400,8 @@ def test_doctor_healthy_and_problems(tmp):
     root = valid_root(tmp)
     _, doc = ckpt_json("doctor", "doctor", root, rc=0)
     check(doc["ok"] and findings(doc) == {"disk": "ok", "temp": "ok", "verify": "ok",
-                                          "drift": "ok", "machine": "ok"}
+                                          "drift": "ok", "machine": "ok",
+                                          "frameworks": "ok"}
           or findings(doc)["disk"] != "ok",
           "healthy doctor %s" % doc)
     check(doc["steps"] == {"total": 3, "valid": 3}, "steps %s" % doc["steps"])

@@ -277,8 +277,11 @@ def test_doctor_compares_recorded_framework_versions(tmp):
     f = frameworks_finding(doc)
     check(f["severity"] == "warning" and
           f["message"].endswith("in: torch, jaxx_not_here (not installed here)"), f)
-    # and between steps: the drift check sees the version change too
-    check(any(d["field"] == "frameworks.torch" for d in doc["drift"]), doc["drift"])
+    # and between steps: step 2 recorded no torch, step 3 another torch
+    torch_drift = {(d["from_step"], d["to_step"]): (d["old"], d["new"])
+                   for d in doc["drift"] if d["field"] == "frameworks.torch"}
+    check(torch_drift == {(1, 2): (got["torch"]["now"], None), (2, 3): (None, "0.0.1+other")},
+          doc["drift"])
     out = ckpt("doctor", root, env={"CKPT_PYTHON": PY}).out
     check('framework: torch: step ' in out and 'has "0.0.1+other", this machine "' in out and
           "framework: jaxx_not_here: step" in out and "(not installed here)" in out, out)

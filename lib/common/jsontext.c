@@ -81,7 +81,11 @@ char *jsontext_dumps(const json_t *v, size_t flags)
             while (j < len && is_num_char(text[j]))
                 j++;
             size_t n = j - i;
-            if (strcspn(text + i, ".eE") < n) { /* a real */
+            int real = 0; /* look within the number only: strcspn would scan on to
+                           * the end of the text, quadratic in a large manifest */
+            for (size_t k = i; k < j && !real; k++)
+                real = text[k] == '.' || text[k] == 'e' || text[k] == 'E';
+            if (real) {
                 char num[40], s[40];
                 if (n < sizeof num) {
                     memcpy(num, text + i, n);

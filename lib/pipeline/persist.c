@@ -30,34 +30,35 @@ static void finish(ckpt_save *s, int status)
 
 /* The writer enforces every limit the reader does (size, nesting depth of
  * the caller's metadata, ...) by reading its own manifest back: a step that
- * is acknowledged must be readable, whatever verify_after_save says. */
-static int check_readable(ckpt_save *s, const char *text, size_t len)
+ * is acknowledged must be readable, whatever verify_after_save says.  The
+ * decoded manifest is left in `back` (verify_temp reuses it). */
+static int check_readable(ckpt_save *s, const char *text, size_t len, manifest *back)
 {
-    manifest back;
     char where[64];
     snprintf(where, sizeof where, "the manifest of step %lld", (long long)s->m.step);
     int rc = len > MANIFEST_MAX_BYTES
                  ? ckpt_seterr(CKPT_EINVAL, "%s would be %zu bytes, more than readers accept "
                                "(%u): make the metadata smaller", where, len,
                                MANIFEST_MAX_BYTES)
-                 : manifest_decode(text, len, where, &back);
-    if (rc == CKPT_OK) {
-        manifest_clear(&back);
+                 : manifest_decode(text, len, where, back);
+    if (rc == CKPT_OK)
         return CKPT_OK;
-    }
     return ckpt_seterr(CKPT_EINVAL, "step %lld not saved: a reader could not read it back "
                        "(%s)", (long long)s->m.step, ckpt_error_last());
 }
 
-static int write_manifest(ckpt_save *s)
+/* Write the manifest; on success `*text` (`*len` bytes) is what was
+ * written and `*back` its decoding, both the caller's to free. */
+static int write_manifest(ckpt_save *s, char **text_out, size_t *len_out, manifest *back)
 {
     ckpt_store *st = s->store;
     char *text = NULL, *path = util_join(s->tmp, MANIFEST_NAME);
     size_t len;
+    memset(back, 0, sizeof *back);
     int rc = path ? manifest_encode(&s->m, &text, &len)
                   : ckpt_seterr(CKPT_ENOMEM, "out of memory");
     if (!rc)
-        rc = check_readable(s, text, len);
+        rc = check_readable(s, text, len, back);
     if (rc)
         goto done;
     int fd = fsio_open(&st->lay.fs, path, O_WRONLY | O_CREAT | O_EXCL,
@@ -77,18 +78,29 @@ static int write_manifest(ckpt_save *s)
     if (!rc && st->lay.fsync && (e = fsio_fsync_path(&st->lay.fs, s->tmp)))
         rc = ckpt_seterr_errno(-e, "cannot fsync %s", s->tmp);
 done:
-    free(text);
     free(path);
-    return rc;
+    if (rc) {
+        free(text);
+        manifest_clear(back);
+        return rc;
+    }
+    *text_out = text;
+    *len_out = len;
+    return CKPT_OK;
 }
 
-static int verify_temp(ckpt_save *s)
+/* `text` and `back`: what write_manifest wrote and decoded (consumed). */
+static int verify_temp(ckpt_save *s, const char *text, size_t len, manifest *back)
 {
     ckpt_store *st = s->store;
-    if (st->opts.verify_after_save == CKPT_VERIFY_NONE)
+    if (st->opts.verify_after_save == CKPT_VERIFY_NONE) {
+        manifest_clear(back);
         return CKPT_OK;
+    }
     ckpt_checkpoint *ck;
-    int rc = reader_open_dir(st, s->tmp, s->m.step, &ck);
+    /* The manifest file is read back and compared with what was written;
+     * only its decoding is not done a second time. */
+    int rc = reader_open_written(st, s->tmp, s->m.step, text, len, back, &ck);
     /* STORED: every frame was read back as it was written (save.c);
      * opening checks the rest (manifest, index, tiling). */
     if (!rc && st->opts.verify_after_save == CKPT_VERIFY_FULL)
@@ -137,7 +149,14 @@ static int persist(ckpt_save *s)
     s->m.stats.persist_s = util_now() - s->t_return;
     if (st->dist_finish)
         return CKPT_OK; /* several ranks: the part manifest and commit are lib/dist's */
-    if ((rc = write_manifest(s)) || (rc = verify_temp(s)))
+    char *text;
+    size_t len;
+    manifest back;
+    if ((rc = write_manifest(s, &text, &len, &back)))
+        return rc;
+    rc = verify_temp(s, text, len, &back);
+    free(text);
+    if (rc)
         return rc;
     if ((rc = layout_commit(&st->lay, s->tmp, s->m.step)))
         return rc;

@@ -27,6 +27,13 @@ struct ckpt_checkpoint {
 /* Open the checkpoint in `dir`, which must be step `step`.  Problems are
  * returned (first one) and, if `report`, listed there. */
 int reader_open_dir(ckpt_store *s, const char *dir, int64_t step, ckpt_checkpoint **out);
+/* reader_open_dir for a writer that has just written, and decoded, the
+ * manifest: when the file holds exactly `text` (`len` bytes), `*decoded`
+ * (manifest_decode of that text) is taken over instead of decoding it a
+ * second time; otherwise the file is decoded as usual.  `*decoded` is
+ * cleared either way (its owner is then the checkpoint, or nobody). */
+int reader_open_written(ckpt_store *s, const char *dir, int64_t step, const char *text,
+                        size_t len, manifest *decoded, ckpt_checkpoint **out);
 /* The same with another manifest file of `dir` (a rank's part manifest). */
 int reader_open_manifest(ckpt_store *s, const char *dir, const char *manifest_name,
                          int64_t step, ckpt_checkpoint **out);

@@ -71,7 +71,8 @@ class Checkpoint:
                 meta = json.loads(
                     C.ckpt_checkpoint_metadata(ck).decode("utf-8"))
                 self._codes: Dict[str, int] = {}
-                infos = [self._info(ck, i)
+                c = ffi.ckpt_tensor_info()  # one buffer, refilled per tensor
+                infos = [self._info(ck, i, c)
                          for i in range(C.ckpt_checkpoint_tensor_count(ck))]
             self._tree, self._metadata = nested.unwrap(meta)
         except BaseException:
@@ -115,11 +116,11 @@ class Checkpoint:
 
     # -- describing
 
-    def _info(self, ck: Any, i: int) -> TensorInfo:
-        c = ffi.ckpt_tensor_info()
+    def _info(self, ck: Any, i: int, c: Any) -> TensorInfo:
         C.ckpt_checkpoint_tensor(ck, i, _byref(c))
-        self._codes[c.name.decode("utf-8")] = c.dtype
-        return TensorInfo(c.name.decode("utf-8"), _tensors.dtype_name(c.dtype),
+        name, dtype = c.name.decode("utf-8"), c.dtype
+        self._codes[name] = dtype
+        return TensorInfo(name, _tensors.dtype_name(dtype),
                           tuple(c.shape[:c.ndim]), c.bytes, c.stored_bytes,
                           c.chunks)
 

@@ -71,10 +71,17 @@ def torch_dtype(ckpt_dtype, torch):
     return None
 
 
+_DTYPE_NAMES = {}  # the library's names never change: ask it once each
+
+
 def dtype_name(ckpt_dtype):
     """"float32", "bfloat16", ... as the C library names a dtype."""
-    name = ffi.lib.ckpt_dtype_name(ckpt_dtype)
-    return name.decode("ascii") if name else str(ckpt_dtype)
+    text = _DTYPE_NAMES.get(ckpt_dtype)
+    if text is None:
+        name = ffi.lib.ckpt_dtype_name(ckpt_dtype)
+        text = name.decode("ascii") if name else str(ckpt_dtype)
+        _DTYPE_NAMES[ckpt_dtype] = text
+    return text
 
 
 def numpy_dtype(ckpt_dtype):
@@ -276,24 +283,56 @@ def describe_all(tensors, writable=False):
     return [describe(n, a, writable) for n, a in tensors.items()]
 
 
+def _record_dtype():
+    """ckpt_tensor as a NumPy record type (same offsets), so c_array fills
+    every field of every tensor with one vectorised assignment."""
+    f = ffi.ckpt_tensor
+    kinds = {"name": np.uint64, "data": np.uint64, "bytes": np.uint64,
+             "dtype": np.int32, "ndim": np.int32, "shape": np.uint64,
+             "memory": np.int32}
+    for field, ctype in f._fields_:  # the widths must be the C ones
+        assert ctypes.sizeof(ctype) == np.dtype(kinds[field]).itemsize
+    return np.dtype({"names": list(kinds),
+                     "formats": list(kinds.values()),
+                     "offsets": [getattr(f, k).offset for k in kinds],
+                     "itemsize": ctypes.sizeof(f)})
+
+
+_RECORD = _record_dtype()
+
+
 def c_array(described):
     """A ctypes ckpt_tensor[] for the described tensors, and the objects it
-    points into (keep them alive while the array is in use)."""
-    arr = (ffi.ckpt_tensor * max(len(described), 1))()
-    keep = [arr]
-    for i, t in enumerate(described):
-        name = t.name.encode("utf-8")
-        shape = (ctypes.c_int64 * max(len(t.shape), 1))(*t.shape)
-        keep += [name, shape, t.owner]
-        c = arr[i]
-        c.name = name
-        c.data = t.ptr  # may be NULL for an empty tensor (torch's are)
-        c.bytes = t.nbytes
-        c.dtype = t.dtype
-        c.ndim = len(t.shape)
-        c.shape = ctypes.cast(shape, ffi.c_int64_p)
-        c.memory = t.memory
-    return arr, keep
+    points into (keep them alive while the array is in use).
+
+    Built in one pass for any number of tensors: the names live in one
+    NUL-separated buffer and the shapes in one int64 array, and each
+    column of the array is assigned at once (10,000 tiny tensors would
+    otherwise spend more time here than the library spends saving them)."""
+    n = len(described)
+    arr = (ffi.ckpt_tensor * max(n, 1))()
+    if n == 0:
+        return arr, [arr]
+    names = [t.name.encode("utf-8") for t in described]
+    blob = b"\0".join(names) + b"\0"
+    lens = np.fromiter(map(len, names), np.uint64, n)
+    ndims = np.fromiter((len(t.shape) for t in described), np.int32, n)
+    dims = [d for t in described for d in t.shape]
+    shapes = np.array(dims or [0], dtype=np.int64)  # a 0-d tensor points here too
+    starts = np.zeros(n, np.uint64)
+    np.cumsum(lens[:-1] + 1, out=starts[1:])
+    rec = np.frombuffer(arr, _RECORD)
+    rec["name"] = np.frombuffer(blob, np.uint8).ctypes.data + starts
+    starts = np.zeros(n, np.uint64)
+    np.cumsum(ndims[:-1].astype(np.uint64), out=starts[1:])
+    rec["shape"] = shapes.ctypes.data + starts * np.uint64(8)
+    # data may be NULL for an empty tensor (torch's are)
+    rec["data"] = np.fromiter((t.ptr or 0 for t in described), np.uint64, n)
+    rec["bytes"] = np.fromiter((t.nbytes for t in described), np.uint64, n)
+    rec["dtype"] = np.fromiter((t.dtype for t in described), np.int32, n)
+    rec["ndim"] = ndims
+    rec["memory"] = np.fromiter((t.memory for t in described), np.int32, n)
+    return arr, [arr, blob, shapes] + [t.owner for t in described]
 
 
 def one_stream(described):

@@ -1,0 +1,80 @@
+/* manifest (lib/format/manifest.c): the tensors array is written by hand,
+ * not through jansson (speed); its text must be exactly what jansson prints
+ * for the same document, and decode back to the same tensors, whatever
+ * the names hold (quotes, backslashes, control characters, non-ASCII). */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt.h"
+#include "jsontext.h"
+#include "manifest.h"
+
+static const char *NAMES[] = {"w", "a\"b", "back\\slash", "nl\nx", "ctl\x01\x1f", "sl/ash",
+                              "del\x7f", "\xc3\xa9\xe6\xbc\xa2/x", "model.fc1.weight"};
+#define N (sizeof NAMES / sizeof *NAMES)
+
+static void fill(manifest *m, size_t n)
+{
+    memset(m, 0, sizeof *m);
+    m->step = 7;
+    memcpy(m->id, "0123456789abcdef", SHARD_ID_SIZE);
+    m->chunk_bytes = 1u << 22;
+    m->level = 1;
+    m->tensors = calloc(n ? n : 1, sizeof *m->tensors);
+    m->ntensors = n;
+    for (size_t i = 0; i < n; i++) {
+        manifest_tensor *t = &m->tensors[i];
+        t->name = strdup(NAMES[i]);
+        t->dtype = CKPT_F32;
+        t->ndim = (int)(i % 4); /* 0-d tensors too: "shape": [] */
+        uint64_t numel = 1;
+        for (int d = 0; d < t->ndim; d++)
+            numel *= (uint64_t)(t->shape[d] = d + 2);
+        t->bytes = numel * 4;
+        t->chunks = 1;
+        t->stored_bytes = t->bytes + i;
+    }
+    m->shards = calloc(1, sizeof *m->shards);
+    m->nshards = 1;
+    m->shards[0].file = strdup("rank-00000.shard");
+    m->shards[0].size = 123;
+    m->env = json_pack("{s:s}", "host", "h");
+    m->metadata = json_pack("{s:[i]}", "tensors", 1); /* a decoy "tensors" key */
+}
+
+/* Encode, then compare with jansson's own printing of the parsed text. */
+static void check(size_t n)
+{
+    manifest m, back;
+    fill(&m, n);
+    char *text;
+    size_t len;
+    cr_assert_eq(manifest_encode(&m, &text, &len), CKPT_OK, "%s", ckpt_error_last());
+    json_t *root = json_loadb(text, len, 0, NULL);
+    cr_assert_not_null(root);
+    json_object_del(root, "checksum");
+    char *ref = jsontext_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    size_t rlen = strlen(ref);
+    cr_assert(rlen > 2 && len > rlen);
+    cr_assert(memcmp(text, ref, rlen - 2) == 0, "differs from jansson:\n%s\n---\n%s", text,
+              ref);
+    cr_assert_eq(manifest_decode(text, len, "t", &back), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_eq(back.ntensors, n);
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_str_eq(back.tensors[i].name, NAMES[i]);
+        cr_assert_eq(back.tensors[i].ndim, m.tensors[i].ndim);
+        cr_assert_eq(back.tensors[i].stored_bytes, m.tensors[i].stored_bytes);
+        for (int d = 0; d < back.tensors[i].ndim; d++)
+            cr_assert_eq(back.tensors[i].shape[d], m.tensors[i].shape[d]);
+    }
+    manifest_clear(&back);
+    manifest_clear(&m);
+    json_decref(root);
+    free(ref);
+    free(text);
+}
+
+Test(manifest, tensors_text_is_jansson_s) { check(N); }
+Test(manifest, one_tensor) { check(1); }
+Test(manifest, no_tensors) { check(0); }

@@ -74,10 +74,12 @@ int env_add_frameworks(json_t *env, const char *json)
     json_object_foreach(fw, k, v) {
         size_t n = strlen(k);
         if (n == 0 || n > 64 || !(json_is_string(v) || json_is_null(v))) {
+            /* the message first: `k` belongs to `fw` */
+            int rc = ckpt_seterr(CKPT_EINVAL, "frameworks_json: entry \"%.64s%s\" must "
+                                 "have a name of 1..64 bytes and a string or null version",
+                                 k, n > 64 ? "..." : "");
             json_decref(fw);
-            return ckpt_seterr(CKPT_EINVAL, "frameworks_json: entry \"%.64s%s\" must have a "
-                               "name of 1..64 bytes and a string or null version",
-                               k, n > 64 ? "..." : "");
+            return rc;
         }
     }
     if (json_object_set_new(env, "frameworks", fw))

@@ -167,17 +167,15 @@ submit() { # name [VAR=VALUE for the job's environment]
         --sleep-ms 30 --out "$T/work/$1.bin"
 }
 
-# Slurm holds a requeued job back for about two minutes (its BeginTime):
-# that delay is the cluster's, not the script's, so it is skipped.
-# The node must have finished cleaning up the job's previous run first:
-# slurmd drops a launch of a job it is still killing ("already killed, do
-# not launch batch job"), which left the job pending for good on a loaded
-# machine.
+# Slurm holds a requeued job back for about two minutes (its BeginTime).
+# The test waits for that rather than releasing the job early: slurmd drops
+# the launch of a job it is still cleaning up ("already killed, do not
+# launch batch job"), and a job released at once then stayed pending until
+# the test timed out on a loaded machine.
 node_idle() { [ "$(sinfo -h -N -o %T | head -n 1)" = idle ]; }
 wait_requeued() { # job
     poll 120 "job $1 to be pending again" state_is "$1" PENDING
     poll 120 "the node to finish the job's previous run" node_idle
-    scontrol update JobId="$1" StartTime=now || fail "scontrol update StartTime"
 }
 
 # The step the job last said it saved on a signal.

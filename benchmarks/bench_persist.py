@@ -500,6 +500,9 @@ def machine():
 
 
 def plot(b, path):
+    """One PNG: first libckpt's figures (default options) as ratios to
+    their limits and to torch, one group per data set, with the 1.1x line of
+    issue 12; then every row's seconds, one panel per data set."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -507,10 +510,44 @@ def plot(b, path):
     except ImportError:
         return "matplotlib is not installed (package python3-matplotlib): no plot"
     datasets = list(dict.fromkeys(r["data"] for r in b.rows))
-    fig, axes = plt.subplots(len(datasets), 1, figsize=(11, 3.2 * len(datasets)),
-                             squeeze=False)
+    fig, axes = plt.subplots(len(datasets) + 1, 1,
+                             figsize=(11, 4 + 3.2 * len(datasets)), squeeze=False)
+    # Ratios: what the targets are about.
+    ax = axes[0, 0]
+    series = [("stall", "stall ÷ memcpy", None),
+              ("persist", "persist ÷ write+fsync", None),
+              ("restore, warm", "restore warm ÷ read+decode", None),
+              ("restore, cold", "restore cold ÷ read+decode", None),
+              ("persist", "persist ÷ torch.save+fsync", "torch.save+fsync"),
+              ("restore, warm", "restore warm ÷ torch.load", "torch.load, warm")]
+    by = {(r["data"], r["what"]): r for r in b.rows}
+    width = 0.8 / len(series)
+    for k, (part, label, peer) in enumerate(series):
+        xs, ys = [], []
+        for i, d in enumerate(datasets):
+            r = by.get((d, "libckpt: " + part))
+            if r is None:
+                continue
+            if peer is None:
+                y = r.get("limit")
+            else:
+                p = by.get((d, peer))
+                y = r["s"] / p["s"] if p and p["s"] else None
+            if y is not None:
+                xs.append(i + (k - len(series) / 2 + 0.5) * width)
+                ys.append(y)
+        ax.bar(xs, ys, width=width, label=label)
+    ax.axhline(1.1, color="red", linewidth=0.8, linestyle="--", label="1.1×")
+    ax.axhline(1.0, color="black", linewidth=0.5)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(datasets)))
+    ax.set_xticklabels(datasets, fontsize=8)
+    ax.set_ylabel("ratio (log; lower is better)", fontsize=8)
+    ax.set_title("libckpt, default options: ratio to its limit and to torch "
+                 "(same run)", fontsize=9)
+    ax.legend(fontsize=7, ncol=3)
     colors = {"limit": "#999999", "libckpt": "#1f77b4", "peer": "#ff7f0e"}
-    for ax, d in zip(axes[:, 0], datasets):
+    for ax, d in zip(axes[1:, 0], datasets):
         rows = [r for r in b.rows if r["data"] == d]
         ax.barh([r["what"] for r in rows], [r["s"] for r in rows],
                 color=[colors[r["kind"]] for r in rows])

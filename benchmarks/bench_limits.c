@@ -7,7 +7,11 @@
  *   zstd      ZSTD_compressCCtx at LEVEL of every chunk, as is
  *   codec     libckpt's chunk codec: byte shuffle by ELEM + zstd + both hashes
  *   decode    decoding the codec's output back (unzstd + unshuffle + hashes)
- *   memcpy    copying every chunk into a second pre-faulted buffer
+ *             into a second pre-faulted buffer the size of the state, as a
+ *             restore decodes into its targets
+ *   memcpy    copying every chunk into that second buffer, as a snapshot
+ *             copies into its staging (a 4 MiB scratch buffer would stay
+ *             in cache and make both limits faster than any real target)
  *
  * Prints one JSON object: bytes, threads, seconds and GB/s of each, and the
  * codec's stored/raw ratio.  Usage: bench_limits FILE THREADS ELEM [LEVEL] */
@@ -27,7 +31,8 @@
 
 typedef struct job {
     const unsigned char *src;
-    unsigned char *dst;       /* memcpy target / encoded frames (CHUNK + bound each) */
+    unsigned char *dst;       /* encoded frames (bound of CHUNK each) */
+    unsigned char *back;      /* decode / memcpy target, `bytes` long */
     size_t bytes, nchunks, slot;
     unsigned elem;
     int level;
@@ -74,12 +79,12 @@ static void *worker(void *arg)
             memcpy(frame, stored, (size_t)j->meta[k].stored_len);
             atomic_fetch_add(&j->stored, j->meta[k].stored_len);
         } else if (j->what == 3) {
-            if (codec_decode_checked(c, frame, &j->meta[k], tmp) != CKPT_OK) {
+            if (codec_decode_checked(c, frame, &j->meta[k], j->back + off) != CKPT_OK) {
                 fprintf(stderr, "bench_limits: decode failed: %s\n", ckpt_error_last());
                 exit(1);
             }
         } else {
-            memcpy(tmp, p, n);
+            memcpy(j->back + off, p, n);
         }
     }
     (void)sink;
@@ -129,9 +134,11 @@ int main(int argc, char **argv)
     unsigned char *src = malloc(j.bytes);
     j.dst = malloc(j.nchunks * j.slot);
     j.meta = calloc(j.nchunks, sizeof *j.meta);
-    if (!src || !j.dst || !j.meta)
+    j.back = malloc(j.bytes);
+    if (!src || !j.dst || !j.meta || !j.back)
         return 1;
     memset(j.dst, 0, j.nchunks * j.slot); /* pre-fault */
+    memset(j.back, 0, j.bytes);
     for (size_t got = 0; got < j.bytes;) {
         ssize_t r = pread(fd, src + got, j.bytes - got, (off_t)got);
         if (r <= 0)
@@ -160,6 +167,7 @@ int main(int argc, char **argv)
            (double)stored[2] / j.bytes);
     free(src);
     free(j.dst);
+    free(j.back);
     free(j.meta);
     return 0;
 }

@@ -186,6 +186,9 @@ class Checkpoint:
         """The saved state (or, with a key path such as ``"model"`` or
         ``"optim", "state", 0``, the part of it there), reading only the
         tensors in that part."""
+        if not path:  # the whole state: each tensor read where it goes
+            with self._h.use() as ck:
+                return self._rebuild(self._reader(ck))
         part = self._rebuild(lambda name, origin, p: _Lazy(name))
         for i, key in enumerate(path):
             try:
@@ -196,6 +199,22 @@ class Checkpoint:
         found = {p: self.get_tensor(leaf.name)
                  for p, leaf in nested.leaves(part) if isinstance(leaf, _Lazy)}
         return nested.replace(part, found)
+
+    def _reader(self, ck: Any) -> Any:
+        """leaf(name, origin, path) for _rebuild that reads each tensor
+        as get_tensor does, through the handle `ck` in use."""
+        infos, codes, origin = self._infos, self._codes, self._origin
+        framework, device = self.framework, self.device
+
+        def leaf(name: str, _origin: str, _path: Any) -> Any:
+            info = infos.get(name)
+            if info is None:
+                info = self.info(name)  # raises NotFoundError
+            kind = framework
+            if kind == "auto":
+                kind = origin.get(name, "np")
+            return read_tensor(ck, info, codes[name], kind, device)
+        return leaf
 
     def _rebuild(self, leaf: Any) -> Any:
         if self._tree is not None:
@@ -209,6 +228,16 @@ class _Lazy:
 
     def __init__(self, name: str) -> None:
         self.name = name
+
+
+def tensor_names(ck: Any) -> List[str]:
+    """The tensor names of an open ckpt_checkpoint, in saved order."""
+    c = ffi.ckpt_tensor_info()
+    out = []
+    for i in range(C.ckpt_checkpoint_tensor_count(ck)):
+        C.ckpt_checkpoint_tensor(ck, i, _byref(c))
+        out.append(c.name.decode("utf-8"))
+    return out
 
 
 def _tensor_nodes(tree: Any) -> List[Tuple[str, str, tuple]]:

@@ -299,8 +299,8 @@ class Store:
         self._reap(block=False)
         with _no_gc():
             flat = nested.flatten(state)
-            described = [_tensors.describe(name, obj)
-                         for name, obj, _ in flat.tensors]
+            described = _tensors.describe_many(
+                [(name, obj) for name, obj, _ in flat.tensors])
             stream = _tensors.one_stream(described)
             arr, keep = _tensors.c_array(described)
         opts = ffi.ckpt_save_options()
@@ -421,8 +421,8 @@ class Store:
             strict = not allow_missing
         with _no_gc():
             flat = nested.flatten(state)
-            described = [_tensors.describe(name, obj, writable=True)
-                         for name, obj, _ in flat.tensors]
+            described = _tensors.describe_many(
+                [(name, obj) for name, obj, _ in flat.tensors], writable=True)
             stream = _tensors.one_stream(described)
             arr, keep = _tensors.c_array(described)
         opts = ffi.ckpt_restore_options()
@@ -445,8 +445,8 @@ class Store:
         finally:
             C.ckpt_report_free(report)
         reports.report_skipped(skipped)
-        with self._open(restored, ffi.CKPT_VERIFY_QUICK, "np", None) as ck:
-            return restore_result(ck, state, flat, skipped)
+        with self._checkpoint(restored) as ck:
+            return restore_result(ck, state, flat, skipped, strict)
 
     def latest(self, full: bool = True) -> Optional[int]:
         """The newest step that passes full verification (every chunk's

@@ -186,9 +186,8 @@ class Checkpoint:
         """The saved state (or, with a key path such as ``"model"`` or
         ``"optim", "state", 0``, the part of it there), reading only the
         tensors in that part."""
-        if not path:  # the whole state: each tensor read where it goes
-            with self._h.use() as ck:
-                return self._rebuild(self._reader(ck))
+        if not path:  # the whole state: every tensor in one call
+            return self._read_whole()
         part = self._rebuild(lambda name, origin, p: _Lazy(name))
         for i, key in enumerate(path):
             try:
@@ -199,6 +198,48 @@ class Checkpoint:
         found = {p: self.get_tensor(leaf.name)
                  for p, leaf in nested.leaves(part) if isinstance(leaf, _Lazy)}
         return nested.replace(part, found)
+
+    def _read_whole(self) -> Any:
+        """The whole saved state, its tensors allocated as the tree is
+        rebuilt and then read by one ckpt_checkpoint_restore (all chunks
+        decoded in parallel, one call instead of one per tensor).  A tree
+        naming a tensor twice, or a library without that call, reads them
+        one by one as get_tensor does."""
+        if not ffi.HAVE_CHECKPOINT_RESTORE:
+            with self._h.use() as ck:
+                return self._rebuild(self._reader(ck))
+        infos, codes, origin = self._infos, self._codes, self._origin
+        framework = self.framework
+        targets: List[Any] = []  # (description, output, kind)
+
+        def leaf(name: str, _origin: str, _path: Any) -> Any:
+            info = infos.get(name)
+            if info is None:
+                info = self.info(name)  # raises NotFoundError
+            kind = framework
+            if kind == "auto":
+                kind = origin.get(name, "np")
+            out, ptr = _allocate(info, codes[name], kind)
+            targets.append((_tensors.Tensor(
+                name, ptr, info.bytes, codes[name], info.shape,
+                ffi.CKPT_MEM_HOST, None, out), kind))
+            return out
+        state = self._rebuild(leaf)
+        described = [t for t, _ in targets]
+        if len({t.name for t in described}) != len(described):
+            with self._h.use() as ck:  # ckpt_checkpoint_restore refuses
+                return self._rebuild(self._reader(ck))
+        arr, keep = _tensors.c_array(described)
+        with self._h.use() as ck:
+            C.ckpt_checkpoint_restore(ck, arr, len(described), None)
+        del keep
+        if self.device is None or not any(k == "pt" for _, k in targets):
+            return state
+        # Moved to the device once read: the same tree again, its leaves
+        # in the same order.
+        moved = iter([t.owner.to(self.device) if k == "pt" else t.owner
+                      for t, k in targets])
+        return self._rebuild(lambda name, origin, p: next(moved))
 
     def _reader(self, ck: Any) -> Any:
         """leaf(name, origin, path) for _rebuild that reads each tensor
@@ -251,6 +292,16 @@ def read_tensor(ck: Any, info: TensorInfo, code: int, kind: str,
     """Read one tensor (of dtype `code`) of an open ckpt_checkpoint as a
     NumPy array (kind "np") or a torch tensor ("pt", then moved to
     `device`)."""
+    out, ptr = _allocate(info, code, kind)
+    C.ckpt_checkpoint_read(ck, info.name.encode("utf-8"), ptr or None,
+                           info.bytes)
+    if kind == "pt" and device is not None:
+        out = out.to(device)
+    return out
+
+
+def _allocate(info: TensorInfo, code: int, kind: str) -> Tuple[Any, int]:
+    """(a host NumPy array or torch tensor for `info`, its address)."""
     if kind == "pt":
         import torch
         tdt = _tensors.torch_dtype(code, torch)
@@ -268,8 +319,5 @@ def read_tensor(ck: Any, info: TensorInfo, code: int, kind: str,
         raise CorruptError("tensor %r: %d bytes for shape %s and dtype %s"
                            % (info.name, info.bytes, info.shape, info.dtype),
                            function="Checkpoint.get_tensor")
-    C.ckpt_checkpoint_read(ck, info.name.encode("utf-8"), ptr or None, size)
-    if kind == "pt" and device is not None:
-        out = out.to(device)
-    return out
+    return out, ptr
 

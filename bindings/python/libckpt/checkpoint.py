@@ -65,7 +65,8 @@ class Checkpoint:
         self.skipped: List[dict] = list(skipped or [])
         try:
             check_framework(framework, device)
-            with self._h.use() as ck:
+            # Thousands of objects that all live on: no collection passes.
+            with self._h.use() as ck, nested.no_gc():
                 self.step: int = int(C.ckpt_checkpoint_step(ck))
                 self.path: str = os.fsdecode(C.ckpt_checkpoint_path(ck))
                 meta = json.loads(
@@ -74,16 +75,25 @@ class Checkpoint:
                 c = ffi.ckpt_tensor_info()  # one buffer, refilled per tensor
                 infos = [self._info(ck, i, c)
                          for i in range(C.ckpt_checkpoint_tensor_count(ck))]
+                self._infos = {i.name: i for i in infos}
             self._tree, self._metadata = nested.unwrap(meta)
         except BaseException:
             self.close()
             raise
-        self._infos = {i.name: i for i in infos}
-        # What each tensor was saved from, for framework="auto".
-        self._origin: Dict[str, str] = {}
-        if self._tree is not None:
-            self._origin = {name: origin for name, origin, _ in
-                            _tensor_nodes(self._tree)}
+        self._origins: Optional[Dict[str, str]] = None  # see _origin
+
+    @property
+    def _origin(self) -> Dict[str, str]:
+        """What each tensor was saved from ("np" or "pt"), for
+        framework="auto"; found in the tree when first needed."""
+        if self._origins is None:
+            found: Dict[str, str] = {}
+            if self._tree is not None:
+                with nested.no_gc():
+                    nested.unflatten(self._tree, lambda name, origin, p:
+                                     found.__setitem__(name, origin))
+            self._origins = found
+        return self._origins
 
     # -- lifetime
 
@@ -187,7 +197,8 @@ class Checkpoint:
         ``"optim", "state", 0``, the part of it there), reading only the
         tensors in that part."""
         if not path:  # the whole state: every tensor in one call
-            return self._read_whole()
+            with nested.no_gc():
+                return self._read_whole()
         part = self._rebuild(lambda name, origin, p: _Lazy(name))
         for i, key in enumerate(path):
             try:
@@ -208,8 +219,9 @@ class Checkpoint:
         if not ffi.HAVE_CHECKPOINT_RESTORE:
             with self._h.use() as ck:
                 return self._rebuild(self._reader(ck))
-        infos, codes, origin = self._infos, self._codes, self._origin
+        infos, codes = self._infos, self._codes
         framework = self.framework
+        origin = self._origin if framework == "auto" else {}
         targets: List[Any] = []  # (description, output, kind)
 
         def leaf(name: str, _origin: str, _path: Any) -> Any:
@@ -244,8 +256,9 @@ class Checkpoint:
     def _reader(self, ck: Any) -> Any:
         """leaf(name, origin, path) for _rebuild that reads each tensor
         as get_tensor does, through the handle `ck` in use."""
-        infos, codes, origin = self._infos, self._codes, self._origin
+        infos, codes = self._infos, self._codes
         framework, device = self.framework, self.device
+        origin = self._origin if framework == "auto" else {}
 
         def leaf(name: str, _origin: str, _path: Any) -> Any:
             info = infos.get(name)
@@ -278,12 +291,6 @@ def tensor_names(ck: Any) -> List[str]:
     for i in range(C.ckpt_checkpoint_tensor_count(ck)):
         C.ckpt_checkpoint_tensor(ck, i, _byref(c))
         out.append(c.name.decode("utf-8"))
-    return out
-
-
-def _tensor_nodes(tree: Any) -> List[Tuple[str, str, tuple]]:
-    out: List[Tuple[str, str, tuple]] = []
-    nested.unflatten(tree, lambda n, o, p: out.append((n, o, p)))
     return out
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
-import gc
 import json
 import operator
 import os
@@ -23,6 +22,8 @@ from .checkpoint import Checkpoint, check_framework
 from .errors import Error, InvalidArgumentError, NoCheckpointError
 from .handles import SaveHandle, _Handle
 from .results import LoadResult, RestoreResult, restore_result
+
+_no_gc = nested.no_gc
 
 C = ffi.lib
 _byref = ctypes.byref
@@ -445,7 +446,7 @@ class Store:
         finally:
             C.ckpt_report_free(report)
         reports.report_skipped(skipped)
-        with self._checkpoint(restored) as ck:
+        with self._checkpoint(restored) as ck, _no_gc():
             return restore_result(ck, state, flat, skipped, strict)
 
     def latest(self, full: bool = True) -> Optional[int]:
@@ -525,22 +526,6 @@ class Store:
             return [arr[i] for i in range(n.value)]
         finally:
             C.ckpt_free(arr)
-
-
-@contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
-    """The cyclic garbage collector paused while a state is taken apart:
-    every node allocated there is live until the call returns, yet with
-    10,000 tensors the collector would scan them again and again (more
-    than half the time of flattening).  Nothing is lost: collection
-    resumes, as it was, on the way out."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _choice(what: str, table: Dict[str, int], value: str) -> int:

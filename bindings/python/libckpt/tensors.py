@@ -291,34 +291,50 @@ def describe_many(pairs, writable=False):
     fast = _fast_torch(torch)
     if fast is None:
         return [describe(name, obj, writable) for name, obj in pairs]
-    classes, codes, strided = fast
+    classes, kinds, strided = fast
     host = ffi.CKPT_MEM_HOST
     out = []
     append = out.append
     for name, t in pairs:
         if type(t) in classes and type(name) is str and "\0" not in name:
-            code = codes.get(t.dtype)
-            if (code is not None and t.layout is strided and t.is_cpu
-                    and not t.is_neg() and not t.is_conj()
+            kind = kinds.get(t.dtype)
+            # (code, bytes per element, complex): only a complex tensor
+            # can carry the lazy conjugate bit.
+            if (kind is not None and t.layout is strided and t.is_cpu
+                    and not t.is_neg() and not (kind[2] and t.is_conj())
                     and t.is_contiguous()):
-                append(Tensor(name, t.data_ptr(), t.numel() * t.element_size(),
-                              code, tuple(t.shape), host, None, t))
+                append(Tensor(name, t.data_ptr(), t.numel() * kind[1],
+                              kind[0], t.shape, host, None, t))
                 continue
         append(describe(name, t, writable))
     return out
 
 
 def _fast_torch(torch):
-    """(tensor classes, {torch dtype: code}, torch.strided) for
-    describe_many, or None when the torch in sys.modules is not one it
-    knows (absent, or a stand-in without these attributes)."""
+    """(tensor classes, {torch dtype: (code, element size, complex)},
+    torch.strided) for describe_many, or None when the torch in
+    sys.modules is not one it knows (absent, or a stand-in without these
+    attributes)."""
     if torch is None:
         return None
+    global _fast_cache
+    if _fast_cache[0] is not torch:
+        _fast_cache = (torch, _fast_torch_of(torch))
+    return _fast_cache[1]
+
+
+_fast_cache = (None, None)  # (the torch module, _fast_torch_of(it))
+
+
+def _fast_torch_of(torch):
     try:
         classes = {torch.Tensor, torch.nn.Parameter}
         probe = torch.empty(0)
         probe.is_cpu, probe.is_neg, probe.is_conj  # torch >= 1.10
-        return classes, _torch_dtypes(torch), torch.strided
+        kinds = {dt: (code, torch.empty(0, dtype=dt).element_size(),
+                      dt.is_complex)
+                 for dt, code in _torch_dtypes(torch).items()}
+        return classes, kinds, torch.strided
     except Exception:
         return None
 

@@ -930,6 +930,13 @@ typedef struct ckpt_tensor_info {
  *  Returns CKPT_OK; CKPT_EINVAL (a NULL argument, or `i` out of range). */
 CKPT_API int ckpt_checkpoint_tensor(const ckpt_checkpoint *ckpt, size_t i,
                                     ckpt_tensor_info *info);
+/** Describe tensors `first` .. `first`+`count`-1 into `infos[0..count)`,
+ *  each as ckpt_checkpoint_tensor would, in one call (a binding listing
+ *  10,000 tensors otherwise makes 10,000 calls).  Returns CKPT_OK;
+ *  CKPT_EINVAL (NULL `ckpt`, NULL `infos` with `count` > 0, or a range
+ *  beyond the tensor count). */
+CKPT_API int ckpt_checkpoint_tensors(const ckpt_checkpoint *ckpt, size_t first, size_t count,
+                                     ckpt_tensor_info *infos);
 /** Find a tensor by name and put its number in `*index`.  Returns CKPT_OK;
  *  CKPT_ENOTFOUND if absent; CKPT_EINVAL (a NULL argument). */
 CKPT_API int ckpt_checkpoint_find(const ckpt_checkpoint *ckpt, const char *name,

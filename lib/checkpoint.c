@@ -63,6 +63,19 @@ CKPT_API int ckpt_checkpoint_tensor(const ckpt_checkpoint *ck, size_t i, ckpt_te
     return CKPT_OK;
 }
 
+CKPT_API int ckpt_checkpoint_tensors(const ckpt_checkpoint *ck, size_t first, size_t count,
+                                     ckpt_tensor_info *infos)
+{
+    if (!ck || (!infos && count))
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_tensors: NULL argument");
+    if (first > ck->m.ntensors || count > ck->m.ntensors - first)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_tensors: tensors %zu..+%zu are out "
+                           "of range (%zu tensors)", first, count, (size_t)ck->m.ntensors);
+    for (size_t i = 0; i < count; i++)
+        ckpt_checkpoint_tensor(ck, first + i, &infos[i]);
+    return CKPT_OK;
+}
+
 CKPT_API int ckpt_checkpoint_find(const ckpt_checkpoint *ck, const char *name, size_t *index)
 {
     if (!ck || !name || !index)

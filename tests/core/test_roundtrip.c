@@ -308,6 +308,23 @@ Test(roundtrip, thousands_of_tiny_tensors)
     cr_assert(memcmp(buf, s.t[2999].data, s.t[2999].bytes) == 0);
     free(buf);
 
+    /* All their descriptions in one call, as one by one. */
+    ckpt_tensor_info *infos = calloc(s.count, sizeof *infos);
+    cr_assert_not_null(infos);
+    cr_assert_eq(ckpt_checkpoint_tensors(ck, 0, s.count, infos), CKPT_OK, "%s",
+                 ckpt_error_last());
+    for (size_t i = 0; i < s.count; i++) {
+        cr_assert_str_eq(infos[i].name, s.t[i].name);
+        check_info(&infos[i], &s.t[i]);
+    }
+    cr_assert_eq(ckpt_checkpoint_tensors(ck, 2990, 10, infos), CKPT_OK);
+    cr_assert_str_eq(infos[9].name, "layer.2999.p");
+    cr_assert_eq(ckpt_checkpoint_tensors(ck, 2990, 11, infos), CKPT_EINVAL);
+    cr_assert(strstr(ckpt_error_last(), "out of range"), "%s", ckpt_error_last());
+    cr_assert_eq(ckpt_checkpoint_tensors(ck, 3001, 0, infos), CKPT_EINVAL);
+    cr_assert_eq(ckpt_checkpoint_tensors(ck, 3000, 0, NULL), CKPT_OK);
+    free(infos);
+
     /* All of them in one ckpt_checkpoint_restore, into fresh buffers (in
      * reverse order: matched by name, not position). */
     ckpt_tensor *into = calloc(s.count, sizeof *into);

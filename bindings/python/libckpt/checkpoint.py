@@ -43,6 +43,23 @@ def check_framework(framework: str, device: Any) -> None:
                          "arrays live in host memory)" % (device,))
 
 
+def _info_record() -> Any:
+    """ckpt_tensor_info as a NumPy record type (same offsets), to read an
+    array of them column by column."""
+    f = ffi.ckpt_tensor_info
+    kinds = {"name": np.uint64, "dtype": np.int32, "ndim": np.int32,
+             "shape": (np.int64, ffi.CKPT_MAX_DIMS), "bytes": np.uint64,
+             "stored_bytes": np.uint64, "chunks": np.uint64}
+    for field, ctype in f._fields_:  # the widths must be the C ones
+        assert ctypes.sizeof(ctype) == np.dtype(kinds[field]).itemsize
+    return np.dtype({"names": list(kinds), "formats": list(kinds.values()),
+                     "offsets": [getattr(f, k).offset for k in kinds],
+                     "itemsize": ctypes.sizeof(f)})
+
+
+_INFO_RECORD = _info_record()
+
+
 class Checkpoint:
     """A committed step opened for reading: list its tensors, read one or
     some of them (only their chunks are read and verified), or rebuild the
@@ -72,9 +89,7 @@ class Checkpoint:
                 meta = json.loads(
                     C.ckpt_checkpoint_metadata(ck).decode("utf-8"))
                 self._codes: Dict[str, int] = {}
-                c = ffi.ckpt_tensor_info()  # one buffer, refilled per tensor
-                infos = [self._info(ck, i, c)
-                         for i in range(C.ckpt_checkpoint_tensor_count(ck))]
+                infos = self._describe(ck)
                 self._infos = {i.name: i for i in infos}
             self._tree, self._metadata = nested.unwrap(meta)
         except BaseException:
@@ -125,6 +140,27 @@ class Checkpoint:
             self.step, len(self._infos), " closed" if self.closed else "")
 
     # -- describing
+
+    def _describe(self, ck: Any) -> List[TensorInfo]:
+        """Every tensor's TensorInfo (and its dtype code in _codes), asked
+        of the library in one call where it can."""
+        n = C.ckpt_checkpoint_tensor_count(ck)
+        if not ffi.HAVE_CHECKPOINT_TENSORS or n == 0:
+            c = ffi.ckpt_tensor_info()  # one buffer, refilled per tensor
+            return [self._info(ck, i, c) for i in range(n)]
+        arr = (ffi.ckpt_tensor_info * n)()
+        C.ckpt_checkpoint_tensors(ck, 0, n, arr)
+        rec = np.frombuffer(arr, _INFO_RECORD)  # column by column
+        names = [ctypes.string_at(p).decode("utf-8")
+                 for p in rec["name"].tolist()]
+        codes = rec["dtype"].tolist()
+        self._codes = dict(zip(names, codes))
+        return [TensorInfo(name, _tensors.dtype_name(code), tuple(dims[:nd]),
+                           size, stored, chunks)
+                for name, code, nd, dims, size, stored, chunks in zip(
+                    names, codes, rec["ndim"].tolist(),
+                    rec["shape"].tolist(), rec["bytes"].tolist(),
+                    rec["stored_bytes"].tolist(), rec["chunks"].tolist())]
 
     def _info(self, ck: Any, i: int, c: Any) -> TensorInfo:
         C.ckpt_checkpoint_tensor(ck, i, _byref(c))

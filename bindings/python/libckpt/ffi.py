@@ -351,6 +351,10 @@ _fn("ckpt_checkpoint_path", _str, [checkpoint_p])
 _fn("ckpt_checkpoint_tensor_count", _size, [checkpoint_p])
 _fn("ckpt_checkpoint_tensor", _int,
     [checkpoint_p, _size, _P(ckpt_tensor_info)])
+# Whether this library describes many tensors of a checkpoint in one call.
+HAVE_CHECKPOINT_TENSORS = _fn("ckpt_checkpoint_tensors", _int,
+                              [checkpoint_p, _size, _size,
+                               _P(ckpt_tensor_info)], optional=True)
 _fn("ckpt_checkpoint_find", _int, [checkpoint_p, _str, _P(_size)])
 _fn("ckpt_checkpoint_metadata", _str, [checkpoint_p])
 _fn("ckpt_checkpoint_env", _str, [checkpoint_p])

@@ -322,9 +322,15 @@ class _Lazy:
 
 def tensor_names(ck: Any) -> List[str]:
     """The tensor names of an open ckpt_checkpoint, in saved order."""
+    n = C.ckpt_checkpoint_tensor_count(ck)
+    if ffi.HAVE_CHECKPOINT_TENSORS and n:
+        arr = (ffi.ckpt_tensor_info * n)()
+        C.ckpt_checkpoint_tensors(ck, 0, n, arr)
+        return [ctypes.string_at(p).decode("utf-8") for p in
+                np.frombuffer(arr, _INFO_RECORD)["name"].tolist()]
     c = ffi.ckpt_tensor_info()
     out = []
-    for i in range(C.ckpt_checkpoint_tensor_count(ck)):
+    for i in range(n):
         C.ckpt_checkpoint_tensor(ck, i, _byref(c))
         out.append(c.name.decode("utf-8"))
     return out

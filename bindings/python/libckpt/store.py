@@ -306,8 +306,9 @@ class Store:
             arr, keep = _tensors.c_array(described)
         opts = ffi.ckpt_save_options()
         C.ckpt_save_options_init(_byref(opts), ffi.CKPT_SAVE_OPTIONS_VERSION)
-        text = json.dumps(nested.wrap(flat.tree, metadata),
-                          allow_nan=False).encode("utf-8")
+        # Compact: the library parses it (and keeps its own compact form).
+        text = json.dumps(nested.wrap(flat.tree, metadata), allow_nan=False,
+                          separators=(",", ":")).encode("utf-8")
         keep.append(text)
         opts.metadata_json = text
         opts.cuda_stream = stream

@@ -930,6 +930,13 @@ typedef struct ckpt_tensor_info {
  *  Returns CKPT_OK; CKPT_EINVAL (a NULL argument, or `i` out of range). */
 CKPT_API int ckpt_checkpoint_tensor(const ckpt_checkpoint *ckpt, size_t i,
                                     ckpt_tensor_info *info);
+/** Describe tensors `first` .. `first`+`count`-1 into `infos[0..count)`,
+ *  each as ckpt_checkpoint_tensor would, in one call (a binding listing
+ *  10,000 tensors otherwise makes 10,000 calls).  Returns CKPT_OK;
+ *  CKPT_EINVAL (NULL `ckpt`, NULL `infos` with `count` > 0, or a range
+ *  beyond the tensor count). */
+CKPT_API int ckpt_checkpoint_tensors(const ckpt_checkpoint *ckpt, size_t first, size_t count,
+                                     ckpt_tensor_info *infos);
 /** Find a tensor by name and put its number in `*index`.  Returns CKPT_OK;
  *  CKPT_ENOTFOUND if absent; CKPT_EINVAL (a NULL argument). */
 CKPT_API int ckpt_checkpoint_find(const ckpt_checkpoint *ckpt, const char *name,
@@ -963,6 +970,26 @@ CKPT_API int ckpt_checkpoint_stats(const ckpt_checkpoint *ckpt, ckpt_save_stats 
  */
 CKPT_API int ckpt_checkpoint_read(ckpt_checkpoint *ckpt, const char *name, void *dst,
                                   uint64_t bytes);
+
+/**
+ * Restore `count` caller buffers (`tensors` may be NULL if `count` is 0),
+ * matched by name, from this checkpoint in one call: ckpt_restore's
+ * matching and errors (a dtype, shape or size that differs is
+ * CKPT_EMISMATCH naming the tensor, a name not in it CKPT_ENOTFOUND unless
+ * `opts->allow_missing`), its parallel decoding, and every chunk verified,
+ * without opening the step again (reading 10,000 tiny tensors one
+ * ckpt_checkpoint_read at a time costs more than the reading).  No other
+ * step is tried and no restore event is logged (as ckpt_checkpoint_read).
+ * Does not wait for a save in flight.  On failure the buffers' contents are
+ * unspecified.  `opts` may be NULL.  Returns CKPT_OK; CKPT_EMISMATCH;
+ * CKPT_ENOTFOUND; CKPT_ECORRUPT, CKPT_EINCOMPLETE (a chunk is damaged or
+ * cut short); CKPT_EIO; CKPT_EVERSION (unknown `opts->version`);
+ * CKPT_EINVAL (NULL `ckpt`, a tensor breaking a rule of ckpt_tensor, a
+ * name given twice); CKPT_ENODEVICE, CKPT_EDEVICE (device buffers);
+ * CKPT_ENOMEM.  Thread-safe: serialised with the other calls on its store.
+ */
+CKPT_API int ckpt_checkpoint_restore(ckpt_checkpoint *ckpt, const ckpt_tensor *tensors,
+                                     size_t count, const ckpt_restore_options *opts);
 
 /**
  * Load tensor `name` of checkpoint `step` into a new host buffer released

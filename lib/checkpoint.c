@@ -5,7 +5,9 @@
 
 #include "error.h"
 #include "reader.h"
+#include "restore.h"
 #include "save.h"
+#include "validate.h"
 
 
 CKPT_API int ckpt_checkpoint_open(ckpt_checkpoint **out, ckpt_store *s, int64_t step,
@@ -58,6 +60,19 @@ CKPT_API int ckpt_checkpoint_tensor(const ckpt_checkpoint *ck, size_t i, ckpt_te
     info->bytes = t->bytes;
     info->stored_bytes = t->stored_bytes;
     info->chunks = t->chunks;
+    return CKPT_OK;
+}
+
+CKPT_API int ckpt_checkpoint_tensors(const ckpt_checkpoint *ck, size_t first, size_t count,
+                                     ckpt_tensor_info *infos)
+{
+    if (!ck || (!infos && count))
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_tensors: NULL argument");
+    if (first > ck->m.ntensors || count > ck->m.ntensors - first)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_tensors: tensors %zu..+%zu are out "
+                           "of range (%zu tensors)", first, count, (size_t)ck->m.ntensors);
+    for (size_t i = 0; i < count; i++)
+        ckpt_checkpoint_tensor(ck, first + i, &infos[i]);
     return CKPT_OK;
 }
 
@@ -115,6 +130,29 @@ CKPT_API int ckpt_checkpoint_read(ckpt_checkpoint *ck, const char *name, void *d
     reader_target t = {(uint32_t)i, dst, CKPT_MEM_HOST, NULL, -1};
     pthread_mutex_lock(&ck->store->api_lock);
     int rc = reader_read(ck, &t, 1);
+    pthread_mutex_unlock(&ck->store->api_lock);
+    return rc;
+}
+
+CKPT_API int ckpt_checkpoint_restore(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count,
+                                     const ckpt_restore_options *opts)
+{
+    if (!ck)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_restore: checkpoint is NULL");
+    ckpt_restore_options o = CKPT_RESTORE_OPTIONS_INIT;
+    if (opts) {
+        int rc = ckpt_check_version("ckpt_restore_options", opts->version,
+                                    CKPT_RESTORE_OPTIONS_VERSION);
+        if (rc)
+            return rc;
+        o = *opts;
+    }
+    int rc = validate_tensors(t, count, 1);
+    if (rc)
+        return rc;
+    int caller_error;
+    pthread_mutex_lock(&ck->store->api_lock);
+    rc = restore_from(ck, t, count, &o, &caller_error);
     pthread_mutex_unlock(&ck->store->api_lock);
     return rc;
 }

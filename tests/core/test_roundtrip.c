@@ -307,6 +307,62 @@ Test(roundtrip, thousands_of_tiny_tensors)
     cr_assert_eq(ckpt_checkpoint_read(ck, "layer.2999.p", buf, s.t[2999].bytes), CKPT_OK);
     cr_assert(memcmp(buf, s.t[2999].data, s.t[2999].bytes) == 0);
     free(buf);
+
+    /* All their descriptions in one call, as one by one. */
+    ckpt_tensor_info *infos = calloc(s.count, sizeof *infos);
+    cr_assert_not_null(infos);
+    cr_assert_eq(ckpt_checkpoint_tensors(ck, 0, s.count, infos), CKPT_OK, "%s",
+                 ckpt_error_last());
+    for (size_t i = 0; i < s.count; i++) {
+        cr_assert_str_eq(infos[i].name, s.t[i].name);
+        check_info(&infos[i], &s.t[i]);
+    }
+    cr_assert_eq(ckpt_checkpoint_tensors(ck, 2990, 10, infos), CKPT_OK);
+    cr_assert_str_eq(infos[9].name, "layer.2999.p");
+    cr_assert_eq(ckpt_checkpoint_tensors(ck, 2990, 11, infos), CKPT_EINVAL);
+    cr_assert(strstr(ckpt_error_last(), "out of range"), "%s", ckpt_error_last());
+    cr_assert_eq(ckpt_checkpoint_tensors(ck, 3001, 0, infos), CKPT_EINVAL);
+    cr_assert_eq(ckpt_checkpoint_tensors(ck, 3000, 0, NULL), CKPT_OK);
+    free(infos);
+
+    /* All of them in one ckpt_checkpoint_restore, into fresh buffers (in
+     * reverse order: matched by name, not position). */
+    ckpt_tensor *into = calloc(s.count, sizeof *into);
+    cr_assert_not_null(into);
+    for (size_t i = 0; i < s.count; i++) {
+        into[i] = s.t[s.count - 1 - i];
+        into[i].data = into[i].bytes ? malloc(into[i].bytes) : NULL;
+        if (into[i].bytes)
+            memset(into[i].data, 0xEE, into[i].bytes);
+    }
+    cr_assert_eq(ckpt_checkpoint_restore(ck, into, s.count, NULL), CKPT_OK, "%s",
+                 ckpt_error_last());
+    for (size_t i = 0; i < s.count; i++)
+        cr_assert(into[i].bytes == 0 ||
+                      memcmp(into[i].data, s.t[s.count - 1 - i].data, into[i].bytes) == 0,
+                  "ckpt_checkpoint_restore: %s differs", into[i].name);
+    /* A wrong dtype is refused naming the tensor; so is a name not saved,
+     * unless allow_missing. */
+    ckpt_tensor bad = into[1];
+    bad.dtype = bad.dtype == CKPT_U8 ? CKPT_I8 : CKPT_U8;
+    bad.bytes = 1; /* of a one-byte dtype: its element count */
+    for (int d = 0; d < bad.ndim; d++)
+        bad.bytes *= (uint64_t)bad.shape[d];
+    cr_assert_eq(ckpt_checkpoint_restore(ck, &bad, 1, NULL), CKPT_EMISMATCH);
+    cr_assert(strstr(ckpt_error_last(), bad.name), "%s", ckpt_error_last());
+    ckpt_tensor absent = into[0];
+    absent.name = "not.saved";
+    cr_assert_eq(ckpt_checkpoint_restore(ck, &absent, 1, NULL), CKPT_ENOTFOUND);
+    cr_assert(strstr(ckpt_error_last(), "not.saved"), "%s", ckpt_error_last());
+    ckpt_restore_options ro;
+    ckpt_restore_options_init(&ro, CKPT_RESTORE_OPTIONS_VERSION);
+    ro.allow_missing = 1;
+    cr_assert_eq(ckpt_checkpoint_restore(ck, &absent, 1, &ro), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_assert_eq(ckpt_checkpoint_restore(NULL, into, 1, NULL), CKPT_EINVAL);
+    for (size_t i = 0; i < s.count; i++)
+        free(into[i].data);
+    free(into);
     ckpt_checkpoint_free(ck);
     ckpt_store_free(st);
     tc_state_free(&s);

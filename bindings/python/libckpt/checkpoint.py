@@ -43,6 +43,23 @@ def check_framework(framework: str, device: Any) -> None:
                          "arrays live in host memory)" % (device,))
 
 
+def _info_record() -> Any:
+    """ckpt_tensor_info as a NumPy record type (same offsets), to read an
+    array of them column by column."""
+    f = ffi.ckpt_tensor_info
+    kinds = {"name": np.uint64, "dtype": np.int32, "ndim": np.int32,
+             "shape": (np.int64, ffi.CKPT_MAX_DIMS), "bytes": np.uint64,
+             "stored_bytes": np.uint64, "chunks": np.uint64}
+    for field, ctype in f._fields_:  # the widths must be the C ones
+        assert ctypes.sizeof(ctype) == np.dtype(kinds[field]).itemsize
+    return np.dtype({"names": list(kinds), "formats": list(kinds.values()),
+                     "offsets": [getattr(f, k).offset for k in kinds],
+                     "itemsize": ctypes.sizeof(f)})
+
+
+_INFO_RECORD = _info_record()
+
+
 class Checkpoint:
     """A committed step opened for reading: list its tensors, read one or
     some of them (only their chunks are read and verified), or rebuild the
@@ -65,25 +82,33 @@ class Checkpoint:
         self.skipped: List[dict] = list(skipped or [])
         try:
             check_framework(framework, device)
-            with self._h.use() as ck:
+            # Thousands of objects that all live on: no collection passes.
+            with self._h.use() as ck, nested.no_gc():
                 self.step: int = int(C.ckpt_checkpoint_step(ck))
                 self.path: str = os.fsdecode(C.ckpt_checkpoint_path(ck))
                 meta = json.loads(
                     C.ckpt_checkpoint_metadata(ck).decode("utf-8"))
                 self._codes: Dict[str, int] = {}
-                c = ffi.ckpt_tensor_info()  # one buffer, refilled per tensor
-                infos = [self._info(ck, i, c)
-                         for i in range(C.ckpt_checkpoint_tensor_count(ck))]
+                infos = self._describe(ck)
+                self._infos = {i.name: i for i in infos}
             self._tree, self._metadata = nested.unwrap(meta)
         except BaseException:
             self.close()
             raise
-        self._infos = {i.name: i for i in infos}
-        # What each tensor was saved from, for framework="auto".
-        self._origin: Dict[str, str] = {}
-        if self._tree is not None:
-            self._origin = {name: origin for name, origin, _ in
-                            _tensor_nodes(self._tree)}
+        self._origins: Optional[Dict[str, str]] = None  # see _origin
+
+    @property
+    def _origin(self) -> Dict[str, str]:
+        """What each tensor was saved from ("np" or "pt"), for
+        framework="auto"; found in the tree when first needed."""
+        if self._origins is None:
+            found: Dict[str, str] = {}
+            if self._tree is not None:
+                with nested.no_gc():
+                    nested.unflatten(self._tree, lambda name, origin, p:
+                                     found.__setitem__(name, origin))
+            self._origins = found
+        return self._origins
 
     # -- lifetime
 
@@ -115,6 +140,27 @@ class Checkpoint:
             self.step, len(self._infos), " closed" if self.closed else "")
 
     # -- describing
+
+    def _describe(self, ck: Any) -> List[TensorInfo]:
+        """Every tensor's TensorInfo (and its dtype code in _codes), asked
+        of the library in one call where it can."""
+        n = C.ckpt_checkpoint_tensor_count(ck)
+        if not ffi.HAVE_CHECKPOINT_TENSORS or n == 0:
+            c = ffi.ckpt_tensor_info()  # one buffer, refilled per tensor
+            return [self._info(ck, i, c) for i in range(n)]
+        arr = (ffi.ckpt_tensor_info * n)()
+        C.ckpt_checkpoint_tensors(ck, 0, n, arr)
+        rec = np.frombuffer(arr, _INFO_RECORD)  # column by column
+        names = [ctypes.string_at(p).decode("utf-8")
+                 for p in rec["name"].tolist()]
+        codes = rec["dtype"].tolist()
+        self._codes = dict(zip(names, codes))
+        return [TensorInfo(name, _tensors.dtype_name(code), tuple(dims[:nd]),
+                           size, stored, chunks)
+                for name, code, nd, dims, size, stored, chunks in zip(
+                    names, codes, rec["ndim"].tolist(),
+                    rec["shape"].tolist(), rec["bytes"].tolist(),
+                    rec["stored_bytes"].tolist(), rec["chunks"].tolist())]
 
     def _info(self, ck: Any, i: int, c: Any) -> TensorInfo:
         C.ckpt_checkpoint_tensor(ck, i, _byref(c))
@@ -186,6 +232,9 @@ class Checkpoint:
         """The saved state (or, with a key path such as ``"model"`` or
         ``"optim", "state", 0``, the part of it there), reading only the
         tensors in that part."""
+        if not path:  # the whole state: every tensor in one call
+            with nested.no_gc():
+                return self._read_whole()
         part = self._rebuild(lambda name, origin, p: _Lazy(name))
         for i, key in enumerate(path):
             try:
@@ -196,6 +245,66 @@ class Checkpoint:
         found = {p: self.get_tensor(leaf.name)
                  for p, leaf in nested.leaves(part) if isinstance(leaf, _Lazy)}
         return nested.replace(part, found)
+
+    def _read_whole(self) -> Any:
+        """The whole saved state, its tensors allocated as the tree is
+        rebuilt and then read by one ckpt_checkpoint_restore (all chunks
+        decoded in parallel, one call instead of one per tensor).  A tree
+        naming a tensor twice, or a library without that call, reads them
+        one by one as get_tensor does."""
+        if not ffi.HAVE_CHECKPOINT_RESTORE:
+            with self._h.use() as ck:
+                return self._rebuild(self._reader(ck))
+        infos, codes = self._infos, self._codes
+        framework = self.framework
+        origin = self._origin if framework == "auto" else {}
+        targets: List[Any] = []  # (description, output, kind)
+
+        def leaf(name: str, _origin: str, _path: Any) -> Any:
+            info = infos.get(name)
+            if info is None:
+                info = self.info(name)  # raises NotFoundError
+            kind = framework
+            if kind == "auto":
+                kind = origin.get(name, "np")
+            out, ptr = _allocate(info, codes[name], kind)
+            targets.append((_tensors.Tensor(
+                name, ptr, info.bytes, codes[name], info.shape,
+                ffi.CKPT_MEM_HOST, None, out), kind))
+            return out
+        state = self._rebuild(leaf)
+        described = [t for t, _ in targets]
+        if len({t.name for t in described}) != len(described):
+            with self._h.use() as ck:  # ckpt_checkpoint_restore refuses
+                return self._rebuild(self._reader(ck))
+        arr, keep = _tensors.c_array(described)
+        with self._h.use() as ck:
+            C.ckpt_checkpoint_restore(ck, arr, len(described), None)
+        del keep
+        if self.device is None or not any(k == "pt" for _, k in targets):
+            return state
+        # Moved to the device once read: the same tree again, its leaves
+        # in the same order.
+        moved = iter([t.owner.to(self.device) if k == "pt" else t.owner
+                      for t, k in targets])
+        return self._rebuild(lambda name, origin, p: next(moved))
+
+    def _reader(self, ck: Any) -> Any:
+        """leaf(name, origin, path) for _rebuild that reads each tensor
+        as get_tensor does, through the handle `ck` in use."""
+        infos, codes = self._infos, self._codes
+        framework, device = self.framework, self.device
+        origin = self._origin if framework == "auto" else {}
+
+        def leaf(name: str, _origin: str, _path: Any) -> Any:
+            info = infos.get(name)
+            if info is None:
+                info = self.info(name)  # raises NotFoundError
+            kind = framework
+            if kind == "auto":
+                kind = origin.get(name, "np")
+            return read_tensor(ck, info, codes[name], kind, device)
+        return leaf
 
     def _rebuild(self, leaf: Any) -> Any:
         if self._tree is not None:
@@ -211,9 +320,19 @@ class _Lazy:
         self.name = name
 
 
-def _tensor_nodes(tree: Any) -> List[Tuple[str, str, tuple]]:
-    out: List[Tuple[str, str, tuple]] = []
-    nested.unflatten(tree, lambda n, o, p: out.append((n, o, p)))
+def tensor_names(ck: Any) -> List[str]:
+    """The tensor names of an open ckpt_checkpoint, in saved order."""
+    n = C.ckpt_checkpoint_tensor_count(ck)
+    if ffi.HAVE_CHECKPOINT_TENSORS and n:
+        arr = (ffi.ckpt_tensor_info * n)()
+        C.ckpt_checkpoint_tensors(ck, 0, n, arr)
+        return [ctypes.string_at(p).decode("utf-8") for p in
+                np.frombuffer(arr, _INFO_RECORD)["name"].tolist()]
+    c = ffi.ckpt_tensor_info()
+    out = []
+    for i in range(n):
+        C.ckpt_checkpoint_tensor(ck, i, _byref(c))
+        out.append(c.name.decode("utf-8"))
     return out
 
 
@@ -222,6 +341,16 @@ def read_tensor(ck: Any, info: TensorInfo, code: int, kind: str,
     """Read one tensor (of dtype `code`) of an open ckpt_checkpoint as a
     NumPy array (kind "np") or a torch tensor ("pt", then moved to
     `device`)."""
+    out, ptr = _allocate(info, code, kind)
+    C.ckpt_checkpoint_read(ck, info.name.encode("utf-8"), ptr or None,
+                           info.bytes)
+    if kind == "pt" and device is not None:
+        out = out.to(device)
+    return out
+
+
+def _allocate(info: TensorInfo, code: int, kind: str) -> Tuple[Any, int]:
+    """(a host NumPy array or torch tensor for `info`, its address)."""
     if kind == "pt":
         import torch
         tdt = _tensors.torch_dtype(code, torch)
@@ -239,8 +368,5 @@ def read_tensor(ck: Any, info: TensorInfo, code: int, kind: str,
         raise CorruptError("tensor %r: %d bytes for shape %s and dtype %s"
                            % (info.name, info.bytes, info.shape, info.dtype),
                            function="Checkpoint.get_tensor")
-    C.ckpt_checkpoint_read(ck, info.name.encode("utf-8"), ptr or None, size)
-    if kind == "pt" and device is not None:
-        out = out.to(device)
-    return out
+    return out, ptr
 

@@ -277,13 +277,14 @@ def _fn(name, restype, argtypes, check=None, optional=False):
                                function=name)
         missing.__name__ = name
         setattr(lib, name, missing)
-        return
+        return False
     f.restype = restype
     f.argtypes = argtypes
     if check is None:
         check = restype is ctypes.c_int
     if check:
         f.errcheck = _errcheck
+    return True
 
 
 _int, _u64, _i64 = ctypes.c_int, ctypes.c_uint64, ctypes.c_int64
@@ -350,6 +351,10 @@ _fn("ckpt_checkpoint_path", _str, [checkpoint_p])
 _fn("ckpt_checkpoint_tensor_count", _size, [checkpoint_p])
 _fn("ckpt_checkpoint_tensor", _int,
     [checkpoint_p, _size, _P(ckpt_tensor_info)])
+# Whether this library describes many tensors of a checkpoint in one call.
+HAVE_CHECKPOINT_TENSORS = _fn("ckpt_checkpoint_tensors", _int,
+                              [checkpoint_p, _size, _size,
+                               _P(ckpt_tensor_info)], optional=True)
 _fn("ckpt_checkpoint_find", _int, [checkpoint_p, _str, _P(_size)])
 _fn("ckpt_checkpoint_metadata", _str, [checkpoint_p])
 _fn("ckpt_checkpoint_env", _str, [checkpoint_p])
@@ -357,6 +362,11 @@ _fn("ckpt_checkpoint_manifest", _str, [checkpoint_p])
 _fn("ckpt_checkpoint_time", ctypes.c_double, [checkpoint_p])
 _fn("ckpt_checkpoint_stats", _int, [checkpoint_p, _P(ckpt_save_stats)])
 _fn("ckpt_checkpoint_read", _int, [checkpoint_p, _str, _vp, _u64])
+# Whether this library reads many tensors of a checkpoint in one call.
+HAVE_CHECKPOINT_RESTORE = _fn(
+    "ckpt_checkpoint_restore", _int,
+    [checkpoint_p, _P(ckpt_tensor), _size, _P(ckpt_restore_options)],
+    optional=True)
 _fn("ckpt_load", _int, [store_p, _i64, _str, _P(_vp), _P(_u64),
                         _P(ckpt_tensor_info)])
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import ctypes
-import gc
 import json
 import operator
 import os
@@ -23,6 +22,8 @@ from .checkpoint import Checkpoint, check_framework
 from .errors import Error, InvalidArgumentError, NoCheckpointError
 from .handles import SaveHandle, _Handle
 from .results import LoadResult, RestoreResult, restore_result
+
+_no_gc = nested.no_gc
 
 C = ffi.lib
 _byref = ctypes.byref
@@ -299,14 +300,15 @@ class Store:
         self._reap(block=False)
         with _no_gc():
             flat = nested.flatten(state)
-            described = [_tensors.describe(name, obj)
-                         for name, obj, _ in flat.tensors]
+            described = _tensors.describe_many(
+                [(name, obj) for name, obj, _ in flat.tensors])
             stream = _tensors.one_stream(described)
             arr, keep = _tensors.c_array(described)
         opts = ffi.ckpt_save_options()
         C.ckpt_save_options_init(_byref(opts), ffi.CKPT_SAVE_OPTIONS_VERSION)
-        text = json.dumps(nested.wrap(flat.tree, metadata),
-                          allow_nan=False).encode("utf-8")
+        # Compact: the library parses it (and keeps its own compact form).
+        text = json.dumps(nested.wrap(flat.tree, metadata), allow_nan=False,
+                          separators=(",", ":")).encode("utf-8")
         keep.append(text)
         opts.metadata_json = text
         opts.cuda_stream = stream
@@ -421,8 +423,8 @@ class Store:
             strict = not allow_missing
         with _no_gc():
             flat = nested.flatten(state)
-            described = [_tensors.describe(name, obj, writable=True)
-                         for name, obj, _ in flat.tensors]
+            described = _tensors.describe_many(
+                [(name, obj) for name, obj, _ in flat.tensors], writable=True)
             stream = _tensors.one_stream(described)
             arr, keep = _tensors.c_array(described)
         opts = ffi.ckpt_restore_options()
@@ -445,8 +447,8 @@ class Store:
         finally:
             C.ckpt_report_free(report)
         reports.report_skipped(skipped)
-        with self._open(restored, ffi.CKPT_VERIFY_QUICK, "np", None) as ck:
-            return restore_result(ck, state, flat, skipped)
+        with self._checkpoint(restored) as ck, _no_gc():
+            return restore_result(ck, state, flat, skipped, strict)
 
     def latest(self, full: bool = True) -> Optional[int]:
         """The newest step that passes full verification (every chunk's
@@ -525,22 +527,6 @@ class Store:
             return [arr[i] for i in range(n.value)]
         finally:
             C.ckpt_free(arr)
-
-
-@contextlib.contextmanager
-def _no_gc() -> Iterator[None]:
-    """The cyclic garbage collector paused while a state is taken apart:
-    every node allocated there is live until the call returns, yet with
-    10,000 tensors the collector would scan them again and again (more
-    than half the time of flattening).  Nothing is lost: collection
-    resumes, as it was, on the way out."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _choice(what: str, table: Dict[str, int], value: str) -> int:

@@ -65,10 +65,14 @@ _torch_map = None
 def torch_dtype(ckpt_dtype, torch):
     """The torch dtype for a checkpoint dtype (None if this torch has
     none: uint16/32/64 before torch 2.3, float8 before 2.1)."""
-    for tdt, code in _torch_dtypes(torch).items():
-        if code == ckpt_dtype:
-            return tdt
-    return None
+    global _torch_inverse
+    if _torch_inverse is None:
+        _torch_inverse = {code: tdt for tdt, code in
+                          _torch_dtypes(torch).items()}
+    return _torch_inverse.get(ckpt_dtype)
+
+
+_torch_inverse = None
 
 
 _DTYPE_NAMES = {}  # the library's names never change: ask it once each
@@ -273,6 +277,66 @@ def _from_dlpack(name, obj, writable):
         return _from_torch(name, t, torch, writable)._replace_owner((t, obj))
     raise TypeError("tensor %r: DLPack device type %d is not supported "
                     "(CPU and CUDA are)" % (name, device))
+
+
+def describe_many(pairs, writable=False):
+    """[describe(name, obj, writable) for name, obj in pairs], the common
+    case quicker: a dense, contiguous torch CPU tensor of a supported dtype
+    is described here with a few attribute reads (10,000 tiny tensors would
+    otherwise spend more time in the general path than the library spends
+    saving them).  Anything else, and anything this path would refuse, goes
+    through describe(), which gives the same description or the same
+    error."""
+    torch = sys.modules.get("torch")
+    fast = _fast_torch(torch)
+    if fast is None:
+        return [describe(name, obj, writable) for name, obj in pairs]
+    classes, kinds, strided = fast
+    host = ffi.CKPT_MEM_HOST
+    out = []
+    append = out.append
+    for name, t in pairs:
+        if type(t) in classes and type(name) is str and "\0" not in name:
+            kind = kinds.get(t.dtype)
+            # (code, bytes per element, complex): only a complex tensor
+            # can carry the lazy conjugate bit.
+            if (kind is not None and t.layout is strided and t.is_cpu
+                    and not t.is_neg() and not (kind[2] and t.is_conj())
+                    and t.is_contiguous()):
+                append(Tensor(name, t.data_ptr(), t.numel() * kind[1],
+                              kind[0], t.shape, host, None, t))
+                continue
+        append(describe(name, t, writable))
+    return out
+
+
+def _fast_torch(torch):
+    """(tensor classes, {torch dtype: (code, element size, complex)},
+    torch.strided) for describe_many, or None when the torch in
+    sys.modules is not one it knows (absent, or a stand-in without these
+    attributes)."""
+    if torch is None:
+        return None
+    global _fast_cache
+    if _fast_cache[0] is not torch:
+        _fast_cache = (torch, _fast_torch_of(torch))
+    return _fast_cache[1]
+
+
+_fast_cache = (None, None)  # (the torch module, _fast_torch_of(it))
+
+
+def _fast_torch_of(torch):
+    try:
+        classes = {torch.Tensor, torch.nn.Parameter}
+        probe = torch.empty(0)
+        probe.is_cpu, probe.is_neg, probe.is_conj  # torch >= 1.10
+        kinds = {dt: (code, torch.empty(0, dtype=dt).element_size(),
+                      dt.is_complex)
+                 for dt, code in _torch_dtypes(torch).items()}
+        return classes, kinds, torch.strided
+    except Exception:
+        return None
 
 
 def describe_all(tensors, writable=False):

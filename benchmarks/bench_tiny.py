@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""bench_tiny.py: the per-tensor cost of the Python binding (issue 12, item
+5: "10,000 tiny tensors cost under 2x one tensor of the same total bytes,
+in stall, persist and restore").
+
+    LIBCKPT_LIBRARY=BUILD/lib/libckpt.so PYTHONPATH=bindings/python \\
+        /usr/bin/python3 benchmarks/bench_tiny.py DIR [--n 10000]
+        [--bytes 4096] [--reps 3] [--rounds 1]
+        [--binding NAME=PYTHONPATH ...]
+
+The same float32 bytes are saved and read back twice in one run: as N
+torch CPU tensors of --bytes each in a flat dict, and as one tensor (a
+root of its own for each layout, so retention never mixes them).  Each
+figure is the best of --reps repetitions after a warm-up one:
+
+  stall    Store.save until it returns (the snapshot is taken)
+  persist  SaveHandle.wait until it returns (committed, durable)
+  restore  Store.restore(state) into the existing tensors (newest step)
+  load     Store.load(framework="pt") (newest step that fully verifies)
+
+and the ratio tiny / one of each.  One more repetition runs with every
+libckpt C function wrapped in a timer: it prints, for each operation, the
+seconds spent inside C calls, the rest (Python), the number of C calls and
+the C functions that took the most, so the split between the library and
+the binding is visible.  (The wrappers cost about a microsecond per call:
+that repetition is slower than the others and is not part of the best.)
+
+With --binding (given twice or more, e.g. main=../main/bindings/python
+new=bindings/python) each binding is measured in a child process of its
+own with that PYTHONPATH, --rounds times, the bindings interleaved (A B A
+B ...) so that a shared, noisy machine weighs on them alike; a table of
+every round follows.  The C library is whatever LIBCKPT_LIBRARY names,
+the same for all.  Compare ratios within a round, and the tiny seconds
+across bindings of one round.
+"""
+
+import argparse
+import ctypes
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+OPS = ("stall", "persist", "restore", "load")
+
+
+def make_states(torch, n, each):
+    """(tiny, one): n tensors of `each` bytes, and one of all their bytes,
+    holding the same small random values (full mantissas, as
+    bench_tiny.c)."""
+    g = torch.Generator().manual_seed(1)
+    k = each // 4
+    big = torch.randn(n * k, generator=g) * 1e-3
+    tiny = {"t%d" % i: big[i * k:(i + 1) * k].clone() for i in range(n)}
+    return tiny, {"t": big}
+
+
+class CTimer:
+    """Every ctypes function of the loaded library wrapped to add its
+    seconds and calls to per-function totals while `on`."""
+
+    def __init__(self, lib):
+        self.lib = lib
+        self.orig = {name: f for name, f in vars(lib).items()
+                     if name.startswith("ckpt_")
+                     and isinstance(f, ctypes._CFuncPtr)}
+        self.seconds = {}
+        self.calls = {}
+
+    def __enter__(self):
+        clock = time.perf_counter
+        seconds, calls = self.seconds, self.calls
+
+        def wrap(name, f):
+            def timed(*args):
+                t0 = clock()
+                try:
+                    return f(*args)
+                finally:
+                    seconds[name] = seconds.get(name, 0.0) + clock() - t0
+                    calls[name] = calls.get(name, 0) + 1
+            return timed
+        for name, f in self.orig.items():
+            setattr(self.lib, name, wrap(name, f))
+        return self
+
+    def __exit__(self, *exc):
+        for name, f in self.orig.items():
+            setattr(self.lib, name, f)
+
+    def reset(self):
+        self.seconds.clear()
+        self.calls.clear()
+
+    def split(self, total):
+        c = sum(self.seconds.values())
+        top = sorted(self.seconds.items(), key=lambda kv: -kv[1])[:3]
+        return {"total": total, "c": c, "python": total - c,
+                "calls": sum(self.calls.values()),
+                "top": [[k, v, self.calls[k]] for k, v in top]}
+
+
+def one_rep(libckpt, st, step, state, timer=None):
+    """stall, persist, restore and load of `state` as step `step`."""
+    clock = time.perf_counter
+    out, split = {}, {}
+
+    def mark(op, t0):
+        out[op] = clock() - t0
+        if timer is not None:
+            split[op] = timer.split(out[op])
+            timer.reset()
+    t0 = clock()
+    h = st.save(step, state)
+    mark("stall", t0)
+    t0 = clock()
+    h.wait()
+    mark("persist", t0)
+    h.close()
+    t0 = clock()
+    got = st.restore(state)
+    mark("restore", t0)
+    assert int(got) == step, (got, step)
+    t0 = clock()
+    loaded = st.load(framework="pt")
+    mark("load", t0)
+    assert loaded.step == step and len(loaded.state) == len(state)
+    return out, split
+
+
+def measure(root, reps, n, each):
+    """The figures of both layouts in this process, as a dict."""
+    import torch
+    import libckpt
+    from libckpt import ffi
+    tiny, one = make_states(torch, n, each)
+    result = {"binding": os.path.dirname(os.path.dirname(
+        os.path.abspath(libckpt.__file__))), "n": n, "bytes": each,
+        "reps": reps, "best": {}, "split": {}}
+    step = 0
+    for layout, state in (("one", one), ("tiny", tiny)):
+        path = os.path.join(root, layout)
+        best = dict.fromkeys(OPS, float("inf"))
+        with libckpt.Store(path, keep_last=2) as st:
+            for r in range(reps + 1):  # the first warms files and caches
+                step += 1
+                figs, _ = one_rep(libckpt, st, step, state)
+                if r:
+                    best = {op: min(best[op], figs[op]) for op in OPS}
+            with CTimer(ffi.lib) as timer:
+                step += 1
+                _, split = one_rep(libckpt, st, step, state, timer)
+        # The restore wrote the checkpoint back into the tensors: still
+        # the very bytes saved.
+        check = torch.cat([t for t in state.values()])
+        assert torch.equal(check, one["t"]), "restore changed the data"
+        shutil.rmtree(path)
+        result["best"][layout] = best
+        result["split"][layout] = split
+    return result
+
+
+def print_result(r):
+    print("binding %s: %d x %d B vs 1 x %d B (best of %d)"
+          % (r["binding"], r["n"], r["bytes"], r["n"] * r["bytes"], r["reps"]))
+    one, tiny = r["best"]["one"], r["best"]["tiny"]
+    for op in OPS:
+        print("  %-8s one %8.4f s  tiny %8.4f s  ratio %6.2fx"
+              % (op, one[op], tiny[op], tiny[op] / one[op]))
+    print("  one timed repetition, tiny (C calls vs the rest, in Python):")
+    for op in OPS:
+        s = r["split"]["tiny"][op]
+        top = ", ".join("%s %.4f s/%d" % (k[5:], v, c) for k, v, c in s["top"])
+        print("  %-8s total %7.4f s  C %7.4f s  Python %7.4f s  %6d calls  (%s)"
+              % (op, s["total"], s["c"], s["python"], s["calls"], top))
+
+
+def compare(args, bindings):
+    """Each binding in a child process, interleaved, --rounds times."""
+    rows = []
+    for rnd in range(args.rounds):
+        for name, path in bindings:
+            env = dict(os.environ, PYTHONPATH=path,
+                       PYTHONDONTWRITEBYTECODE="1")
+            with tempfile.TemporaryDirectory(dir=args.dir) as root:
+                cmd = [sys.executable, os.path.abspath(__file__), root,
+                       "--n", str(args.n), "--bytes", str(args.bytes),
+                       "--reps", str(args.reps), "--json"]
+                out = subprocess.run(cmd, env=env, check=True,
+                                     stdout=subprocess.PIPE).stdout
+            r = json.loads(out)
+            load = os.getloadavg()[0]
+            print("round %d, %s (load %.1f)" % (rnd + 1, name, load))
+            print_result(r)
+            sys.stdout.flush()
+            rows.append((rnd + 1, name, r, load))
+    print()
+    print("| round | binding | load | " + " | ".join(
+        "%s tiny (s) | %s ratio" % (op, op) for op in OPS) + " |")
+    print("| --- | --- | ---: | " + " | ".join(
+        "---: | ---:" for _ in OPS) + " |")
+    for rnd, name, r, load in rows:
+        one, tiny = r["best"]["one"], r["best"]["tiny"]
+        print("| %d | %s | %.1f | " % (rnd, name, load) + " | ".join(
+            "%.4f | %.2fx" % (tiny[op], tiny[op] / one[op]) for op in OPS)
+            + " |")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("dir", help="a directory on the disk to measure")
+    p.add_argument("--n", type=int, default=10000)
+    p.add_argument("--bytes", type=int, default=4096)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--binding", action="append", default=[],
+                   metavar="NAME=PYTHONPATH")
+    p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.n < 1 or args.bytes < 4 or args.bytes % 4 or args.reps < 1:
+        p.error("--n >= 1, --bytes a multiple of 4, --reps >= 1")
+    os.makedirs(args.dir, exist_ok=True)
+    if args.binding:
+        bindings = [b.split("=", 1) if "=" in b else (b, b)
+                    for b in args.binding]
+        compare(args, [(n, os.path.abspath(path)) for n, path in bindings])
+        return
+    with tempfile.TemporaryDirectory(dir=args.dir) as root:
+        r = measure(root, args.reps, args.n, args.bytes)
+    if args.json:
+        json.dump(r, sys.stdout)
+    else:
+        print_result(r)
+
+
+if __name__ == "__main__":
+    main()

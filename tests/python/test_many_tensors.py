@@ -1,0 +1,171 @@
+"""States of thousands of tensors through the binding's quick paths (torch
+CPU tensors described in one loop, the whole state read by one
+ckpt_checkpoint_restore, restore reading only the metadata back): every
+byte, type, key and plain value comes back, and what they refuse is
+refused as before, naming the tensor."""
+
+import collections
+
+import numpy as np
+import pytest
+
+import libckpt
+from libckpt import nested
+
+torch = pytest.importorskip("torch")
+
+N = 3000  # parameters: enough that a slip in any column shows
+
+
+def big_state(seed=0):
+    """A model of N parameters of several dtypes and shapes (0-d and empty
+    included), an Adam-like state with a plain "step" for each, and plain
+    values around them, as training saves it."""
+    g = torch.Generator().manual_seed(seed)
+    model = collections.OrderedDict()
+    model._metadata = {"": {"version": 1}}
+    dtypes = [torch.float32, torch.bfloat16, torch.int64, torch.float16,
+              torch.bool, torch.uint8, torch.float64]
+    for i in range(N):
+        shape = [(), (0,), (3,), (2, 5), (1, 1, 4)][i % 5]
+        t = torch.randn(shape, generator=g) * 100
+        dt = dtypes[i % len(dtypes)]
+        model["layer%d.p" % i] = t > 0 if dt == torch.bool else t.to(dt)
+    optim = {"state": {i: {"step": i + 1, "exp_avg": torch.randn(2, generator=g)}
+                       for i in range(0, N, 3)},
+             "param_groups": [{"lr": 1e-3, "params": list(range(N))}]}
+    return {"model": model, "optim": optim, "epoch": 4,
+            "extra": (np.arange(5, dtype=np.int32), "note", None)}
+
+
+def same(a, b, path="state"):
+    """a == b bit for bit: types, keys in order, tensor dtypes and bytes."""
+    assert type(a) is type(b), "%s: %s vs %s" % (path, type(a), type(b))
+    if isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and a.shape == b.shape, path
+        assert torch.equal(a.reshape(-1).view(torch.uint8),
+                           b.reshape(-1).view(torch.uint8)), path
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and a.tobytes() == b.tobytes(), path
+    elif isinstance(a, dict):
+        assert list(a) == list(b), path
+        assert getattr(a, "_metadata", None) == getattr(b, "_metadata", None)
+        for k in a:
+            same(a[k], b[k], "%s[%r]" % (path, k))
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            same(x, y, "%s[%d]" % (path, i))
+    else:
+        assert a == b, path
+
+
+def zeroed(state):
+    """The same structure, every tensor a zeroed clone, plain values
+    changed."""
+    def leaf(x):
+        if isinstance(x, torch.Tensor):
+            return torch.zeros_like(x)
+        if isinstance(x, np.ndarray):
+            return np.zeros_like(x)
+        return x
+    out = nested.replace(state, {p: leaf(v) for p, v in nested.leaves(state)})
+    out["epoch"] = 0
+    return out
+
+
+def test_many_tensors_load_bit_exactly_as_saved(store):
+    state = big_state()
+    store.save(1, state).wait()
+    step, got = store.load(framework="auto")
+    assert step == 1
+    same(got, state)
+    _, as_np = store.load()  # framework="np": NumPy arrays, same bytes
+    assert as_np["model"]["layer2.p"].dtype == np.int64
+    assert as_np["model"]["layer2.p"].tobytes() == \
+        state["model"]["layer2.p"].numpy().tobytes()
+    with store.open(framework="pt") as ck:  # the lazy path, part of it
+        optim = ck.state("optim")
+        same(optim, state["optim"])
+
+
+def test_many_tensors_restore_in_place_bit_exactly(store):
+    state = big_state()
+    store.save(2, state).wait()
+    mine = zeroed(state)
+    r = store.restore(mine)
+    assert r == 2 and r.missing_keys == [] and r.unexpected_keys == []
+    same(mine["model"], state["model"])            # filled in place
+    assert mine["epoch"] == 0 and r.state["epoch"] == 4
+    same(r.state, state)
+    assert r.state["model"] is mine["model"]       # nothing replaced there
+
+
+def test_restore_names_what_the_step_has_beyond_a_strict_state(store):
+    state = big_state()
+    store.save(1, state).wait()
+    mine = zeroed(state)
+    del mine["optim"]["state"][3]
+    del mine["model"]["layer7.p"]
+    r = store.restore(mine)  # strict: every tensor of mine is in the step
+    assert r.missing_keys == []
+    assert r.unexpected_keys == ["model.layer7.p", "optim.state.3.exp_avg",
+                                 "optim.state.3.step"]
+    same(mine["model"]["layer8.p"], state["model"]["layer8.p"])
+
+
+def test_restore_refuses_a_wrong_dtype_or_shape_naming_the_tensor(store):
+    state = big_state()
+    store.save(1, state).wait()
+    mine = zeroed(state)
+    mine["model"]["layer2000.p"] = torch.zeros(3, dtype=torch.float32)
+    with pytest.raises(libckpt.MismatchError, match="model.layer2000.p"):
+        store.restore(mine)
+    mine = zeroed(state)
+    mine["model"]["layer2001.p"] = torch.zeros(1, 3, dtype=torch.float16)
+    with pytest.raises(libckpt.MismatchError, match="model.layer2001.p"):
+        store.restore(mine)
+
+
+def test_what_the_quick_description_skips_is_refused_as_before(store):
+    state = {"w%d" % i: torch.ones(4) for i in range(100)}
+    state["w50"] = torch.ones(4, 2).t()
+    with pytest.raises(libckpt.InvalidArgumentError,
+                       match="'w50' is not contiguous"):
+        store.save(1, state)
+    state["w50"] = torch.ones(4, dtype=torch.complex64).conj()
+    with pytest.raises(libckpt.InvalidArgumentError,
+                       match="'w50' has a lazy conjugate"):
+        store.save(1, state)
+    state["w50"] = torch.ones(4).to_sparse()
+    with pytest.raises(TypeError, match="'w50': layout"):
+        store.save(1, state)
+
+
+def test_a_tree_naming_a_tensor_twice_still_loads(store, monkeypatch):
+    """One ckpt_checkpoint_restore refuses a name given twice: such a tree
+    (not written by this binding) is read tensor by tensor."""
+    real = nested.wrap
+
+    def twice(tree, metadata):
+        pairs = tree["dict"]
+        pairs.append(["again", pairs[0][1]])
+        return real(tree, metadata)
+    monkeypatch.setattr(nested, "wrap", twice)
+    store.save(1, {"a": torch.arange(3), "b": torch.ones(2)}).wait()
+    monkeypatch.undo()
+    _, got = store.load(framework="pt")
+    assert list(got) == ["a", "b", "again"]
+    assert got["again"].tolist() == [0, 1, 2]
+    assert got["again"] is not got["a"]
+
+
+def test_replace_with_many_plain_values_replaces_exactly_those():
+    state = {"optim": {"state": {i: {"step": 0, "m": i} for i in range(2000)}},
+             "keep": {"x": 1}}
+    values = {("optim", "state", i, "step"): i + 1 for i in range(0, 2000, 2)}
+    out = nested.replace(state, values)
+    assert out["keep"] is state["keep"]
+    assert out["optim"]["state"][1] is state["optim"]["state"][1]
+    assert [out["optim"]["state"][i]["step"] for i in range(4)] == [1, 0, 3, 0]
+    assert state["optim"]["state"][0]["step"] == 0  # the input is untouched

@@ -31,6 +31,31 @@ void manifest_clear(manifest *m)
     memset(m, 0, sizeof *m);
 }
 
+int manifest_copy(manifest *dst, const manifest *src)
+{
+    *dst = *src;
+    dst->tensors = calloc(src->ntensors ? src->ntensors : 1, sizeof *dst->tensors);
+    dst->shards = calloc(src->nshards ? src->nshards : 1, sizeof *dst->shards);
+    dst->ntensors = dst->nshards = 0;
+    dst->env = src->env ? json_deep_copy(src->env) : NULL;
+    dst->metadata = src->metadata ? json_deep_copy(src->metadata) : NULL;
+    int bad = !dst->tensors || !dst->shards || (src->env && !dst->env) ||
+              (src->metadata && !dst->metadata);
+    for (size_t i = 0; i < src->nshards && !bad; i++, dst->nshards++) {
+        dst->shards[i] = src->shards[i];
+        bad = !(dst->shards[i].file = util_strdup(src->shards[i].file));
+    }
+    for (size_t i = 0; i < src->ntensors && !bad; i++, dst->ntensors++) {
+        dst->tensors[i] = src->tensors[i];
+        bad = !(dst->tensors[i].name = util_strdup(src->tensors[i].name));
+    }
+    if (bad) {
+        manifest_clear(dst);
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory copying a manifest");
+    }
+    return CKPT_OK;
+}
+
 char *manifest_json_text(const json_t *v)
 {
     if (!v)

@@ -58,6 +58,9 @@ int manifest_encode(const manifest *m, char **text, size_t *len);
  * messages.  On failure *m is left empty. */
 int manifest_decode(const char *text, size_t len, const char *where, manifest *m);
 void manifest_clear(manifest *m);
+/* A deep copy of `src` into `dst` (env and metadata copied too, so the two
+ * share nothing).  On failure (CKPT_ENOMEM) *dst is left empty. */
+int manifest_copy(manifest *dst, const manifest *src);
 
 /* JSON text of a value, malloc'd ("null" for NULL). */
 char *manifest_json_text(const json_t *v);

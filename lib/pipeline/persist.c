@@ -41,8 +41,11 @@ static int check_readable(ckpt_save *s, const char *text, size_t len, manifest *
                                "(%u): make the metadata smaller", where, len,
                                MANIFEST_MAX_BYTES)
                  : manifest_decode(text, len, where, back);
-    if (rc == CKPT_OK)
+    if (rc == CKPT_OK) {
+        /* Retention after the next saves and a restore open this step. */
+        mcache_put(s->store->mcache, text, len, back);
         return CKPT_OK;
+    }
     return ckpt_seterr(CKPT_EINVAL, "step %lld not saved: a reader could not read it back "
                        "(%s)", (long long)s->m.step, ckpt_error_last());
 }

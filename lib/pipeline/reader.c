@@ -185,8 +185,10 @@ static int open_manifest(ckpt_store *s, const char *dir, const char *manifest_na
     if (!rc && decoded && len == known_len && memcmp(ck->text, known, len) == 0) {
         ck->m = *decoded; /* the same bytes decode the same */
         memset(decoded, 0, sizeof *decoded);
-    } else if (!rc) {
+    } else if (!rc && !mcache_get(s->mcache, ck->text, len, &ck->m)) {
         rc = manifest_decode(ck->text, len, where, &ck->m);
+        if (!rc)
+            mcache_put(s->mcache, ck->text, len, &ck->m);
     }
     if (!rc && ck->m.step != step)
         rc = ckpt_seterr(CKPT_ECORRUPT, "%s: manifest is for step %lld", where,

@@ -85,39 +85,67 @@ void save_drain(ckpt_store *st)
 
 /* ---------------------------------------------------------------- workers */
 
+/* Small chunks go in batches: consecutive jobs of up to BATCH_BYTES raw
+ * bytes (BATCH_MAX jobs) run as one, and their frames reach the shard in
+ * one write and one read back.  10,000 tiny tensors would otherwise cost
+ * 10,000 rounds of queueing, system calls and rate bookkeeping. */
+#define BATCH_BYTES ((size_t)256 << 10)
+#define BATCH_MAX 256
+
+/* Runs the `batch` jobs starting at `arg`. */
 static int encode_job_run(void *arg, int worker)
 {
-    encode_job *j = arg;
-    ckpt_save *s = j->save;
+    encode_job *jobs = arg;
+    ckpt_save *s = jobs->save;
     ckpt_store *st = s->store;
-    if (j->ev) {
-        int rc = device_event_wait(st->dev, j->ev);
-        if (rc)
-            return rc;
+    size_t count = jobs->batch, raw = 0;
+    for (size_t i = 0; i < count; i++) {
+        raw += jobs[i].n;
+        if (jobs[i].ev) {
+            int rc = device_event_wait(st->dev, jobs[i].ev);
+            if (rc)
+                return rc;
+        }
     }
     if (pool_group_failed(&s->group))
         return CKPT_OK; /* the save is lost already; drain quickly */
-    const void *stored;
-    chunk_meta meta;
+    shard_frame frames[BATCH_MAX];
+    const void *stored = NULL;
+    size_t total = 0;
     worker_ctx *w = &st->workers[worker];
     adapt_ticket t;
-    adapt_choose(st->adapt, j->n, &t);
+    adapt_choose(st->adapt, raw, &t);
     double t0 = util_now();
     int rc = CKPT_OK;
-    if (t.compress)
-        rc = codec_encode(w->codec, j->src, j->n, j->elem, &stored, &meta);
+    for (size_t i = 0; i < count && !rc; i++) {
+        encode_job *j = &jobs[i];
+        shard_frame *f = &frames[i];
+        f->tensor = j->tensor;
+        f->offset = j->offset;
+        if (t.compress)
+            rc = codec_encode(w->codec, j->src, j->n, j->elem, &stored, &f->meta);
+        else
+            codec_store_raw(j->src, j->n, &stored, &f->meta);
+        if (rc || count == 1)
+            break; /* one frame is written from where the codec left it */
+        rc = worker_reserve_frames(w, total + (size_t)f->meta.stored_len);
+        if (!rc)
+            memcpy(w->frames + total, stored, (size_t)f->meta.stored_len);
+        total += (size_t)f->meta.stored_len;
+    }
+    if (count == 1)
+        total = (size_t)frames[0].meta.stored_len;
     else
-        codec_store_raw(j->src, j->n, &stored, &meta);
+        stored = w->frames;
     /* STORED verification reads every frame back as it is written. */
     int check = st->opts.verify_after_save == CKPT_VERIFY_STORED;
     if (!rc && check)
-        rc = worker_reserve_in(w, (size_t)meta.stored_len);
+        rc = worker_reserve_in(w, total);
     if (rc)
         return rc;
     double t1 = util_now();
-    rc = shard_writer_append(s->writer, j->tensor, j->offset, &meta, stored,
-                             check ? w->in : NULL);
-    adapt_record(st->adapt, &t, (size_t)meta.stored_len, t1 - t0, util_now() - t1);
+    rc = shard_writer_append_frames(s->writer, frames, count, stored, check ? w->in : NULL);
+    adapt_record(st->adapt, &t, total, t1 - t0, util_now() - t1);
     return rc;
 }
 
@@ -222,16 +250,28 @@ static int build_manifest(ckpt_save *s, const ckpt_tensor *t, size_t count,
  * while the caller is stalled. */
 static int submit_range(ckpt_save *s, size_t from, size_t to)
 {
-    for (size_t k = from; k < to; k++) {
+    for (size_t k = from; k < to;) {
         encode_job *j = &s->jobs[k];
-        if (!j->src || j->queued)
+        if (!j->src || j->queued) {
+            k++;
             continue;
+        }
+        size_t n = 1, bytes = j->n;
+        for (; k + n < to && n < BATCH_MAX; n++) {
+            const encode_job *x = &s->jobs[k + n];
+            if (!x->src || x->queued || bytes + x->n > BATCH_BYTES)
+                break;
+            bytes += x->n;
+        }
+        j->batch = n;
         int rc = pool_submit(s->store->pool, &s->group, encode_job_run, j);
         if (rc)
             return rc;
-        j->queued = 1;
-        if (s->njobs < k + 1)
-            s->njobs = k + 1;
+        for (size_t i = 0; i < n; i++)
+            s->jobs[k + i].queued = 1;
+        k += n;
+        if (s->njobs < k)
+            s->njobs = k;
     }
     return CKPT_OK;
 }
@@ -344,7 +384,7 @@ int save_snapshot_chunks(ckpt_save *s, const ckpt_tensor *t, size_t count,
             const unsigned char *src = (const unsigned char *)t[i].data + off;
             encode_job *j = &s->jobs[k];
             *j = (encode_job){s, (uint32_t)i, off, dst, n, codec_shuffle_width(t[i].dtype),
-                              NULL, 0};
+                              NULL, 0, 0};
             if (is_dev) {
                 if ((rc = run_add(s, &run, dst, src, n, k, t[i].name)))
                     return rc;

@@ -21,6 +21,19 @@ int shard_writer_open(shard_writer **out, const fsio *fs, const char *path,
  * mismatch is CKPT_ECORRUPT naming the file and offset. */
 int shard_writer_append(shard_writer *w, uint32_t tensor, uint64_t offset,
                         const chunk_meta *meta, const void *stored, void *check);
+/* One frame of shard_writer_append_frames. */
+typedef struct shard_frame {
+    uint32_t tensor;
+    uint64_t offset; /* in the tensor */
+    chunk_meta meta;
+} shard_frame;
+/* Append `count` frames whose stored bytes lie back to back in `stored`
+ * (the sum of their stored_len): one range of the file, one write and,
+ * with `check` (a buffer of that sum), one read back after which every
+ * frame's stored hash is checked.  Many small chunks then cost the system
+ * calls of one. */
+int shard_writer_append_frames(shard_writer *w, const shard_frame *frames, size_t count,
+                               const void *stored, void *check);
 /* Frame bytes whose write has returned so far (thread-safe). */
 uint64_t shard_writer_written(shard_writer *w);
 /* Write the frames written so far out to the disk and wait (a hint,

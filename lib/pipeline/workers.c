@@ -20,6 +20,8 @@ int context_start(ckpt_store *s)
         rc = pool_create(&s->pool, threads);
     if (!rc)
         rc = adapt_create(&s->adapt, threads, (s->opts.flags & CKPT_OPEN_COMPRESS_ALL) != 0);
+    if (!rc)
+        rc = mcache_create(&s->mcache);
     return rc;
 }
 
@@ -32,9 +34,12 @@ void context_stop(ckpt_store *s)
     s->pool = NULL;
     adapt_free(s->adapt);
     s->adapt = NULL;
+    mcache_free(s->mcache);
+    s->mcache = NULL;
     for (int i = 0; s->workers && i < s->nworkers; i++) {
         codec_free(s->workers[i].codec);
         free(s->workers[i].in);
+        free(s->workers[i].frames);
         device_host_free(s->dev, s->workers[i].out, s->workers[i].out_cap,
                          s->workers[i].out_pinned);
     }
@@ -60,6 +65,21 @@ int worker_reserve_in(worker_ctx *w, size_t n)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory for a %zu-byte read buffer", n);
     w->in = p;
     w->in_cap = n;
+    return CKPT_OK;
+}
+
+int worker_reserve_frames(worker_ctx *w, size_t n)
+{
+    if (w->frames_cap >= n)
+        return CKPT_OK;
+    size_t cap = w->frames_cap ? w->frames_cap : 4096;
+    while (cap < n)
+        cap *= 2;
+    unsigned char *p = realloc(w->frames, cap);
+    if (!p)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory for a %zu-byte frame buffer", cap);
+    w->frames = p;
+    w->frames_cap = cap;
     return CKPT_OK;
 }
 

@@ -2,7 +2,6 @@
 #include "manifest.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -145,15 +144,18 @@ static int tb_str(textbuf *b, const char *s)
     return tb_put(b, s, strlen(s));
 }
 
-static int tb_printf(textbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int tb_printf(textbuf *b, const char *fmt, ...)
+/* A decimal integer, as "%lld" prints it (printf per field made the
+ * tensors array most of the cost of encoding the manifest). */
+static int tb_int(textbuf *b, long long v)
 {
-    char tmp[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    return n < 0 || (size_t)n >= sizeof tmp ? -1 : tb_put(b, tmp, (size_t)n);
+    char tmp[24], *p = tmp + sizeof tmp;
+    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    do
+        *--p = (char)('0' + u % 10);
+    while (u /= 10);
+    if (v < 0)
+        *--p = '-';
+    return tb_put(b, p, (size_t)(tmp + sizeof tmp - p));
 }
 
 /* A JSON string as jansson prints it: plain names as they are, the rare
@@ -183,18 +185,19 @@ static char *tensors_text(const manifest *m)
     for (size_t i = 0; i < m->ntensors && !bad; i++) {
         const manifest_tensor *t = &m->tensors[i];
         bad |= tb_str(&b, i ? ",\n    {\n      \"name\": " : "\n    {\n      \"name\": ") ||
-               tb_json_string(&b, t->name) ||
-               tb_printf(&b, ",\n      \"dtype\": \"%s\",\n      \"shape\": ",
-                         ckpt_dtype_name(t->dtype)) ||
-               tb_str(&b, t->ndim ? "[" : "[]");
+               tb_json_string(&b, t->name) || tb_str(&b, ",\n      \"dtype\": \"") ||
+               tb_str(&b, ckpt_dtype_name(t->dtype)) ||
+               tb_str(&b, "\",\n      \"shape\": ") || tb_str(&b, t->ndim ? "[" : "[]");
         for (int d = 0; d < t->ndim && !bad; d++)
-            bad |= tb_printf(&b, "%s\n        %lld", d ? "," : "", (long long)t->shape[d]);
+            bad |= tb_str(&b, d ? ",\n        " : "\n        ") ||
+                   tb_int(&b, (long long)t->shape[d]);
         if (t->ndim && !bad)
             bad |= tb_str(&b, "\n      ]");
-        bad |= tb_printf(&b, ",\n      \"bytes\": %lld,\n      \"shard\": %d,\n      \"chunks\": "
-                         "%lld,\n      \"stored_bytes\": %lld\n    }",
-                         (long long)t->bytes, (int)t->shard, (long long)t->chunks,
-                         (long long)t->stored_bytes);
+        bad |= tb_str(&b, ",\n      \"bytes\": ") || tb_int(&b, (long long)t->bytes) ||
+               tb_str(&b, ",\n      \"shard\": ") || tb_int(&b, (long long)t->shard) ||
+               tb_str(&b, ",\n      \"chunks\": ") || tb_int(&b, (long long)t->chunks) ||
+               tb_str(&b, ",\n      \"stored_bytes\": ") ||
+               tb_int(&b, (long long)t->stored_bytes) || tb_str(&b, "\n    }");
     }
     bad = bad || tb_str(&b, m->ntensors ? "\n  ]" : "]");
     if (bad) {
@@ -214,7 +217,15 @@ static char *splice_tensors(char *body, const char *tensors)
     if (!at)
         return NULL;
     size_t head = (size_t)(at - body) + sizeof key - 3; /* up to the '[' */
-    return util_printf("%.*s%s%s", (int)head, body, tensors, at + sizeof key - 1);
+    const char *rest = at + sizeof key - 1;
+    size_t tlen = strlen(tensors), rlen = strlen(rest);
+    char *out = malloc(head + tlen + rlen + 1);
+    if (!out)
+        return NULL;
+    memcpy(out, body, head);
+    memcpy(out + head, tensors, tlen);
+    memcpy(out + head + tlen, rest, rlen + 1);
+    return out;
 }
 
 int manifest_encode(const manifest *m, char **text, size_t *len)
@@ -241,12 +252,17 @@ int manifest_encode(const manifest *m, char **text, size_t *len)
     blen -= 2;
     char h[17];
     util_hex64(codec_hash(body, blen), h);
-    char *out = util_printf("%.*s" SUFFIX_HEAD "%s" SUFFIX_TAIL, (int)blen, body, h);
-    free(body);
-    if (!out)
+    const size_t head = sizeof SUFFIX_HEAD - 1, tail = sizeof SUFFIX_TAIL - 1;
+    char *out = realloc(body, blen + head + 16 + tail + 1); /* body stays on failure */
+    if (!out) {
+        free(body);
         return ckpt_seterr(CKPT_ENOMEM, "out of memory encoding the manifest");
+    }
+    memcpy(out + blen, SUFFIX_HEAD, head);
+    memcpy(out + blen + head, h, 16);
+    memcpy(out + blen + head + 16, SUFFIX_TAIL, tail + 1);
     *text = out;
-    *len = strlen(out);
+    *len = blen + head + 16 + tail;
     return CKPT_OK;
 }
 

@@ -50,26 +50,34 @@ static int check_readable(ckpt_save *s, const char *text, size_t len, manifest *
                        "(%s)", (long long)s->m.step, ckpt_error_last());
 }
 
-/* Write the manifest; on success `*text` (`*len` bytes) is what was
- * written and `*back` its decoding, both the caller's to free. */
-static int write_manifest(ckpt_save *s, char **text_out, size_t *len_out, manifest *back)
+/* check_readable on a worker. */
+typedef struct check_job {
+    ckpt_save *save;
+    const char *text;
+    size_t len;
+    manifest *back;
+} check_job;
+
+static int check_job_run(void *arg, int worker)
+{
+    check_job *j = arg;
+    return check_readable(j->save, j->text, j->len, j->back);
+}
+
+/* Make the shard durable (sealed by persist), then write the manifest and
+ * make it durable too.  The temporary directory is never read as a
+ * checkpoint, so writing the manifest before its check has passed is
+ * harmless: a failed check removes the directory. */
+static int write_durable(ckpt_save *s, const char *path, const char *text, size_t len)
 {
     ckpt_store *st = s->store;
-    char *text = NULL, *path = util_join(s->tmp, MANIFEST_NAME);
-    size_t len;
-    memset(back, 0, sizeof *back);
-    int rc = path ? manifest_encode(&s->m, &text, &len)
-                  : ckpt_seterr(CKPT_ENOMEM, "out of memory");
-    if (!rc)
-        rc = check_readable(s, text, len, back);
+    int rc = shard_writer_close(s->writer, st->lay.fsync);
     if (rc)
-        goto done;
+        return rc;
     int fd = fsio_open(&st->lay.fs, path, O_WRONLY | O_CREAT | O_EXCL,
                      st->lay.file_mode);
-    if (fd < 0) {
-        rc = ckpt_seterr_errno(-fd, "cannot create %s", path);
-        goto done;
-    }
+    if (fd < 0)
+        return ckpt_seterr_errno(-fd, "cannot create %s", path);
     int e = fsio_pwrite(&st->lay.fs, fd, text, len, 0);
     if (e)
         rc = ckpt_seterr_errno(-e, "cannot write %s", path);
@@ -80,6 +88,35 @@ static int write_manifest(ckpt_save *s, char **text_out, size_t *len_out, manife
         rc = ckpt_seterr_errno(-e, "cannot close %s", path);
     if (!rc && st->lay.fsync && (e = fsio_fsync_path(&st->lay.fs, s->tmp)))
         rc = ckpt_seterr_errno(-e, "cannot fsync %s", s->tmp);
+    return rc;
+}
+
+/* Write the manifest; on success `*text` (`*len` bytes) is what was
+ * written and `*back` its decoding, both the caller's to free. */
+static int write_manifest(ckpt_save *s, char **text_out, size_t *len_out, manifest *back)
+{
+    ckpt_store *st = s->store;
+    char *text = NULL, *path = util_join(s->tmp, MANIFEST_NAME);
+    size_t len;
+    memset(back, 0, sizeof *back);
+    int rc = path ? manifest_encode(&s->m, &text, &len)
+                  : ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    if (rc)
+        goto done;
+    /* Decoding a manifest of many tensors takes longer than the fsyncs: a
+     * worker (idle now) checks it while this thread waits for the disk. */
+    check_job job = {s, text, len, back};
+    pool_group g;
+    pool_group_init(&g);
+    int queued = pool_submit(st->pool, &g, check_job_run, &job) == CKPT_OK;
+    int check = queued ? CKPT_OK : check_readable(s, text, len, back);
+    ckpt_error_state written;
+    ckpt_error_capture(&written, check ? check : write_durable(s, path, text, len));
+    if (queued)
+        check = pool_group_wait(&g);
+    pool_group_destroy(&g);
+    /* The check's failure says more than the write's. */
+    rc = check ? check : ckpt_error_restore(&written);
 done:
     free(path);
     if (rc) {
@@ -137,7 +174,9 @@ static int persist(ckpt_save *s)
         return rc;
     manifest_shard *sh = &s->m.shards[0];
     uint64_t chunks;
-    rc = shard_writer_finish(s->writer, st->lay.fsync, &sh->size, &sh->index_hash, &chunks);
+    rc = shard_writer_seal(s->writer, &sh->size, &sh->index_hash, &chunks);
+    if (!rc && st->dist_finish) /* no manifest here: see write_durable otherwise */
+        rc = shard_writer_close(s->writer, st->lay.fsync);
     if (rc)
         return rc;
     sh->chunks = chunks;

@@ -138,6 +138,13 @@ static int cmp_entry(const void *a, const void *b)
 int shard_writer_finish(shard_writer *w, int do_fsync, uint64_t *size,
                         uint64_t *index_hash, uint64_t *chunks)
 {
+    int rc = shard_writer_seal(w, size, index_hash, chunks);
+    return rc ? rc : shard_writer_close(w, do_fsync);
+}
+
+int shard_writer_seal(shard_writer *w, uint64_t *size, uint64_t *index_hash,
+                      uint64_t *chunks)
+{
     if (w->count > 0) /* entries is NULL for a save of empty tensors only */
         qsort(w->entries, (size_t)w->count, sizeof *w->entries, cmp_entry);
     size_t ilen = (size_t)w->count * SHARD_ENTRY_SIZE;
@@ -154,15 +161,21 @@ int shard_writer_finish(shard_writer *w, int do_fsync, uint64_t *size,
     free(buf);
     if (rc)
         return ckpt_seterr_errno(-rc, "cannot write the index of shard %s", w->path);
+    *size = w->next + ilen + SHARD_TRAILER_SIZE;
+    *index_hash = ih;
+    *chunks = w->count;
+    return CKPT_OK;
+}
+
+int shard_writer_close(shard_writer *w, int do_fsync)
+{
+    int rc;
     if (do_fsync && (rc = fsio_fsync(w->fs, w->fd)))
         return ckpt_seterr_errno(-rc, "cannot fsync shard %s", w->path);
     rc = fsio_close(w->fs, w->fd);
     w->fd = -1;
     if (rc)
         return ckpt_seterr_errno(-rc, "cannot close shard %s", w->path);
-    *size = w->next + ilen + SHARD_TRAILER_SIZE;
-    *index_hash = ih;
-    *chunks = w->count;
     return CKPT_OK;
 }
 

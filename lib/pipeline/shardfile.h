@@ -41,9 +41,15 @@ uint64_t shard_writer_written(shard_writer *w);
  * against appends; not against finish or free. */
 int shard_writer_writeback(shard_writer *w);
 /* Write index and trailer, fsync if asked, close.  Reports the file size and
- * the index hash for the manifest. */
+ * the index hash for the manifest (shard_writer_seal, then _close). */
 int shard_writer_finish(shard_writer *w, int do_fsync, uint64_t *size,
                         uint64_t *index_hash, uint64_t *chunks);
+/* Write index and trailer (no more appends); the file stays open, so that
+ * the manifest can be prepared while shard_writer_close fsyncs it. */
+int shard_writer_seal(shard_writer *w, uint64_t *size, uint64_t *index_hash,
+                      uint64_t *chunks);
+/* After seal: fsync if asked, close. */
+int shard_writer_close(shard_writer *w, int do_fsync);
 /* After finish: the entries written, sorted by (tensor, offset). */
 const shard_entry *shard_writer_entries(const shard_writer *w);
 /* Close (if still open) and free; the file is left for the caller. */

@@ -529,8 +529,13 @@ static int run_tasks(ckpt_checkpoint *ck, chunk_task *tasks, size_t n)
 {
     pool_group g;
     pool_group_init(&g);
-    int rc = CKPT_OK;
-    for (size_t i = 0; i < n && !rc;) {
+    void **heads = malloc((n ? n : 1) * sizeof *heads);
+    if (!heads) {
+        pool_group_destroy(&g);
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory reading %s", ck->label);
+    }
+    size_t nheads = 0;
+    for (size_t i = 0; i < n;) {
         size_t b = 1;
         uint64_t bytes = tasks[i].e->meta.stored_len;
         if (!tasks[i].report && tasks[i].dst && tasks[i].memory != CKPT_MEM_DEVICE)
@@ -540,9 +545,11 @@ static int run_tasks(ckpt_checkpoint *ck, chunk_task *tasks, size_t n)
         for (size_t k = i; k < i + b; k++)
             tasks[k].group = &g;
         tasks[i].batch = b;
-        rc = pool_submit(ck->store->pool, &g, chunk_batch_job, &tasks[i]);
+        heads[nheads++] = &tasks[i];
         i += b;
     }
+    int rc = pool_submit_many(ck->store->pool, &g, chunk_batch_job, heads, nheads);
+    free(heads);
     int wrc = pool_group_wait(&g);
     pool_group_destroy(&g);
     return rc ? rc : wrc;

@@ -250,6 +250,10 @@ static int build_manifest(ckpt_save *s, const ckpt_tensor *t, size_t count,
  * while the caller is stalled. */
 static int submit_range(ckpt_save *s, size_t from, size_t to)
 {
+    void **heads = calloc(to > from ? to - from : 1, sizeof *heads);
+    if (!heads)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory queueing %zu jobs", to - from);
+    size_t nheads = 0, end = from;
     for (size_t k = from; k < to;) {
         encode_job *j = &s->jobs[k];
         if (!j->src || j->queued) {
@@ -264,15 +268,20 @@ static int submit_range(ckpt_save *s, size_t from, size_t to)
             bytes += x->n;
         }
         j->batch = n;
-        int rc = pool_submit(s->store->pool, &s->group, encode_job_run, j);
-        if (rc)
-            return rc;
-        for (size_t i = 0; i < n; i++)
-            s->jobs[k + i].queued = 1;
+        heads[nheads++] = j;
         k += n;
-        if (s->njobs < k)
-            s->njobs = k;
+        end = k;
     }
+    /* One wake-up for all: the caller is stalled until this returns. */
+    int rc = pool_submit_many(s->store->pool, &s->group, encode_job_run, heads, nheads);
+    free(heads);
+    if (rc)
+        return rc;
+    for (size_t k = from; k < end; k++)
+        if (s->jobs[k].src)
+            s->jobs[k].queued = 1;
+    if (nheads && s->njobs < end)
+        s->njobs = end;
     return CKPT_OK;
 }
 

@@ -16,15 +16,22 @@ typedef struct mcache_entry {
 
 struct mcache {
     pthread_mutex_t lock; /* protects everything below */
-    mcache_entry e[MCACHE_ENTRIES];
+    mcache_entry *e;
+    size_t n;     /* slots */
+    size_t bytes; /* text bytes held */
     unsigned long long clock;
 };
 
-int mcache_create(mcache **out)
+int mcache_create(mcache **out, size_t entries)
 {
     mcache *c = calloc(1, sizeof *c);
-    if (!c)
+    if (c)
+        c->e = calloc(entries ? entries : 1, sizeof *c->e);
+    if (!c || !c->e) {
+        free(c);
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    }
+    c->n = entries ? entries : 1;
     pthread_mutex_init(&c->lock, NULL);
     *out = c;
     return CKPT_OK;
@@ -41,15 +48,16 @@ void mcache_free(mcache *c)
 {
     if (!c)
         return;
-    for (int i = 0; i < MCACHE_ENTRIES; i++)
+    for (size_t i = 0; i < c->n; i++)
         entry_clear(&c->e[i]);
+    free(c->e);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }
 
 static mcache_entry *find(mcache *c, const char *text, size_t len)
 {
-    for (int i = 0; i < MCACHE_ENTRIES; i++)
+    for (size_t i = 0; i < c->n; i++)
         if (c->e[i].text && c->e[i].len == len && memcmp(c->e[i].text, text, len) == 0)
             return &c->e[i];
     return NULL;
@@ -58,7 +66,7 @@ static mcache_entry *find(mcache *c, const char *text, size_t len)
 int mcache_get(mcache *c, const char *text, size_t len, manifest *m)
 {
     memset(m, 0, sizeof *m);
-    if (!c || len > MCACHE_MAX_TEXT)
+    if (!c || len > MCACHE_MAX_BYTES)
         return 0;
     pthread_mutex_lock(&c->lock);
     mcache_entry *e = find(c, text, len);
@@ -75,9 +83,23 @@ int mcache_get(mcache *c, const char *text, size_t len, manifest *m)
     return hit;
 }
 
+/* The entry to give up: the lowest step, the least recently used of its
+ * manifests (two texts of one step: a re-save). */
+static mcache_entry *victim(mcache *c)
+{
+    mcache_entry *v = NULL;
+    for (size_t i = 0; i < c->n; i++) {
+        mcache_entry *e = &c->e[i];
+        if (e->text && (!v || e->m.step < v->m.step ||
+                        (e->m.step == v->m.step && e->used < v->used)))
+            v = e;
+    }
+    return v;
+}
+
 void mcache_put(mcache *c, const char *text, size_t len, const manifest *m)
 {
-    if (!c || len > MCACHE_MAX_TEXT)
+    if (!c || len > MCACHE_MAX_BYTES)
         return;
     ckpt_error_state keep; /* best effort: the caller's error stays */
     ckpt_error_capture(&keep, CKPT_OK);
@@ -93,23 +115,24 @@ void mcache_put(mcache *c, const char *text, size_t len, const manifest *m)
     mcache_entry *slot = find(c, text, len);
     if (slot) { /* already there (another thread): keep that one */
         slot->used = ++c->clock;
-        pthread_mutex_unlock(&c->lock);
         entry_clear(&fresh);
-        ckpt_error_restore(&keep);
-        return;
-    }
-    for (int i = 0; i < MCACHE_ENTRIES; i++) { /* a free slot, else the oldest */
-        if (!c->e[i].text) {
-            slot = &c->e[i];
-            break;
+    } else {
+        /* Make room: a free slot, and the bytes (len fits the budget). */
+        for (;;) {
+            slot = NULL;
+            for (size_t i = 0; i < c->n && !slot; i++)
+                if (!c->e[i].text)
+                    slot = &c->e[i];
+            if (slot && c->bytes + len <= MCACHE_MAX_BYTES)
+                break;
+            mcache_entry *v = victim(c); /* not NULL: something is held */
+            c->bytes -= v->len;
+            entry_clear(v);
         }
-        if (!slot || c->e[i].used < slot->used)
-            slot = &c->e[i];
+        fresh.used = ++c->clock;
+        *slot = fresh;
+        c->bytes += len;
     }
-    mcache_entry old = *slot;
-    fresh.used = ++c->clock;
-    *slot = fresh;
     pthread_mutex_unlock(&c->lock);
-    entry_clear(&old); /* freed outside the lock */
     ckpt_error_restore(&keep);
 }

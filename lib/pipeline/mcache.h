@@ -4,12 +4,15 @@
  * takes longer to decode (jansson builds, and frees, some 250,000 values)
  * than its shard takes to read.  A store decodes the same files again and
  * again: the writer's own check, retention after every commit (each kept
- * step), a restore after a save.  A file whose bytes equal those of a
- * cached entry takes a copy of that entry's decoding instead; everything
- * else about opening a step (shards, index, trust) is done as before.
+ * step, and the one it retires), a restore after a save.  A file whose
+ * bytes equal those of a cached entry takes a copy of that entry's
+ * decoding instead; everything else about opening a step (shards, index,
+ * trust) is done as before.
  *
- * Bounded: MCACHE_ENTRIES manifests of at most MCACHE_MAX_TEXT bytes each
- * (text and decoding), replaced oldest first.  Thread-safe (one mutex). */
+ * Bounded: at most `entries` manifests (mcache_create) whose texts add up
+ * to MCACHE_MAX_BYTES (their decodings take about as much again).  When
+ * full, the entry of the lowest step goes first: retention retires the
+ * lowest steps, restores read the newest.  Thread-safe (one mutex). */
 #ifndef CKPT_MCACHE_H
 #define CKPT_MCACHE_H
 
@@ -17,12 +20,12 @@
 
 #include "manifest.h"
 
-#define MCACHE_ENTRIES 4
-#define MCACHE_MAX_TEXT ((size_t)16 << 20)
+#define MCACHE_MAX_BYTES ((size_t)64 << 20)
 
 typedef struct mcache mcache;
 
-int mcache_create(mcache **out);
+/* `entries`: how many manifests at most (at least 1). */
+int mcache_create(mcache **out, size_t entries);
 void mcache_free(mcache *c); /* NULL is fine */
 /* 1 with a copy of the decoding of `text` (`len` bytes) in *m when the
  * cache holds those bytes; 0 (and *m empty) when it does not, or when the

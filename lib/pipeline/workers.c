@@ -20,8 +20,11 @@ int context_start(ckpt_store *s)
         rc = pool_create(&s->pool, threads);
     if (!rc)
         rc = adapt_create(&s->adapt, threads, (s->opts.flags & CKPT_OPEN_COMPRESS_ALL) != 0);
+    /* Retention opens the steps it keeps and the one it retires, beside
+     * the step just written: keep_last + 1 manifests, and one to spare. */
+    size_t keep = s->opts.keep_last > 0 ? (size_t)s->opts.keep_last : 0;
     if (!rc)
-        rc = mcache_create(&s->mcache);
+        rc = mcache_create(&s->mcache, keep + 2 < 4 ? 4 : keep + 2 > 64 ? 64 : keep + 2);
     return rc;
 }
 

@@ -519,7 +519,17 @@ static int check_sum(const char *text, size_t len, const char *where)
 
 int manifest_decode(const char *text, size_t len, const char *where, manifest *m)
 {
+    json_t *tree;
+    int rc = manifest_decode_keep(text, len, where, m, &tree);
+    json_decref(tree);
+    return rc;
+}
+
+int manifest_decode_keep(const char *text, size_t len, const char *where, manifest *m,
+                         json_t **tree)
+{
     memset(m, 0, sizeof *m);
+    *tree = NULL;
     int rc = check_sum(text, len, where);
     if (rc)
         return rc;
@@ -528,10 +538,16 @@ int manifest_decode(const char *text, size_t len, const char *where, manifest *m
     if (!root)
         return BAD("%s: manifest is not valid JSON (line %d: %s)", where, err.line, err.text);
     rc = decode_root(root, where, m);
-    json_decref(root);
-    if (rc)
+    if (rc) {
+        json_decref(root);
         manifest_clear(m);
-    return rc;
+        return rc;
+    }
+    /* m holds env and metadata: the tree keeps nothing m uses. */
+    json_object_del(root, "env");
+    json_object_del(root, "metadata");
+    *tree = root;
+    return CKPT_OK;
 }
 
 /* The split decode parses the text in pieces: the document with an empty

@@ -35,6 +35,8 @@ struct ckpt_store {
     int readonly;
     pthread_mutex_t api_lock;  /* serialises public calls on this store */
     pool *pool;
+    pool_group background;     /* jobs nobody waits for (freeing a decoded
+                                  manifest's JSON); context_stop drains it */
     adapt *adapt;              /* compress or store raw, per chunk (adapt.h) */
     mcache *mcache;            /* manifests decoded last (mcache.h) */
     worker_ctx *workers;       /* nworkers of them */

@@ -127,6 +127,20 @@ static int open_manifest(ckpt_store *s, const char *dir, const char *manifest_na
                          int64_t step, const char *known, size_t known_len,
                          manifest *decoded, ckpt_checkpoint **out);
 
+static int free_job(void *arg, int worker)
+{
+    json_decref(arg);
+    return CKPT_OK;
+}
+
+/* Free a decoded manifest's JSON tree on a worker: a restore of 10,000
+ * tensors need not wait the 10 ms or so that takes. */
+static void free_later(ckpt_store *s, json_t *tree)
+{
+    if (tree && (!s->pool || pool_submit(s->pool, &s->background, free_job, tree)))
+        json_decref(tree); /* no pool or no memory to queue: here */
+}
+
 int reader_open_dir(ckpt_store *s, const char *dir, int64_t step, ckpt_checkpoint **out)
 {
     return open_manifest(s, dir, MANIFEST_NAME, step, NULL, 0, NULL, out);
@@ -186,7 +200,9 @@ static int open_manifest(ckpt_store *s, const char *dir, const char *manifest_na
         ck->m = *decoded; /* the same bytes decode the same */
         memset(decoded, 0, sizeof *decoded);
     } else if (!rc && !mcache_get(s->mcache, ck->text, len, &ck->m)) {
-        rc = manifest_decode(ck->text, len, where, &ck->m);
+        json_t *tree;
+        rc = manifest_decode_keep(ck->text, len, where, &ck->m, &tree);
+        free_later(s, tree);
         if (!rc)
             mcache_put(s->mcache, ck->text, len, &ck->m);
     }

@@ -16,8 +16,8 @@ int context_start(ckpt_store *s)
         rc = codec_create(&s->workers[i].codec, s->opts.level);
         s->nworkers++; /* counts workers set up, for context_stop */
     }
-    if (!rc)
-        rc = pool_create(&s->pool, threads);
+    if (!rc && !(rc = pool_create(&s->pool, threads)))
+        pool_group_init(&s->background); /* lives as long as the pool */
     if (!rc)
         rc = adapt_create(&s->adapt, threads, (s->opts.flags & CKPT_OPEN_COMPRESS_ALL) != 0);
     /* Retention opens the steps it keeps and the one it retires, beside
@@ -33,7 +33,11 @@ void context_stop(ckpt_store *s)
     save_drain(s);
     if (s->dev)
         device_quiesce(s->dev); /* no copy may land in memory freed below */
-    pool_free(s->pool);
+    if (s->pool) {
+        pool_group_wait(&s->background); /* its jobs cannot fail */
+        pool_free(s->pool);
+        pool_group_destroy(&s->background);
+    }
     s->pool = NULL;
     adapt_free(s->adapt);
     s->adapt = NULL;

@@ -7,6 +7,10 @@
  *
  * Usage: bench_tiny DIR [N] [bytes per tensor] [reps]
  *   defaults: 10000 tensors of 4096 bytes, best of 3 reps.
+ *
+ * "restore" runs on the store that saved (which has the manifest decoded
+ * already); "cold rest." on a read-only store opened for it, as a job
+ * restarted after a crash restores.
  */
 #include <ckpt.h>
 #include <stdint.h>
@@ -27,7 +31,7 @@ static double now(void)
 /* Best stall, persist and restore of `n` tensors over `data` (one root per
  * layout, so retention never mixes them). */
 static int run(const char *dir, const char *tag, ckpt_tensor *t, size_t n, int reps,
-               double out[3])
+               double out[4])
 {
     char root[4096];
     snprintf(root, sizeof root, "%s/%s", dir, tag);
@@ -38,7 +42,7 @@ static int run(const char *dir, const char *tag, ckpt_tensor *t, size_t n, int r
     if (ckpt_store_open(&st, root, &o))
         return -1;
     static int64_t step; /* steps only grow in a root, across both rounds */
-    out[0] = out[1] = out[2] = 1e9;
+    out[0] = out[1] = out[2] = out[3] = 1e9;
     for (int r = 0; r <= reps; r++) {
         ckpt_save *sv = NULL;
         double t0 = now();
@@ -61,6 +65,20 @@ static int run(const char *dir, const char *tag, ckpt_tensor *t, size_t n, int r
         }
     }
     ckpt_store_free(st);
+    ckpt_store_options ro;
+    ckpt_store_options_init(&ro, CKPT_STORE_OPTIONS_VERSION);
+    ro.flags = CKPT_OPEN_READONLY;
+    for (int r = 0; r < reps; r++) {
+        if (ckpt_store_open(&st, root, &ro))
+            return -1;
+        double t0 = now();
+        int rc = ckpt_restore(st, CKPT_LATEST, t, n, NULL, NULL);
+        double t1 = now();
+        ckpt_store_free(st);
+        if (rc)
+            return -1;
+        out[3] = MIN(out[3], t1 - t0);
+    }
     return 0;
 fail:
     ckpt_store_free(st);
@@ -97,16 +115,16 @@ int main(int argc, char **argv)
     }
     int64_t all = (int64_t)(n * each / 4);
     ckpt_tensor one = {"t", data, n * each, CKPT_F32, 1, &all, CKPT_MEM_HOST};
-    double a[3], b[3];
+    double a[4], b[4];
     if (run(argv[1], "one", &one, 1, reps, a) || run(argv[1], "tiny", t, n, reps, b) ||
         run(argv[1], "one", &one, 1, reps, a) || run(argv[1], "tiny", t, n, reps, b)) {
         fprintf(stderr, "bench_tiny: %s\n", ckpt_error_last());
         return 1;
     }
-    const char *what[3] = {"stall", "persist", "restore"};
+    const char *what[4] = {"stall", "persist", "restore", "cold rest."};
     printf("%zu x %zu B vs 1 x %zu B (best of %d)\n", n, each, n * each, reps);
-    for (int i = 0; i < 3; i++)
-        printf("%-8s one %8.4f s  tiny %8.4f s  ratio %6.2fx\n", what[i], a[i], b[i],
+    for (int i = 0; i < 4; i++)
+        printf("%-10s one %8.4f s  tiny %8.4f s  ratio %6.2fx\n", what[i], a[i], b[i],
                b[i] / a[i]);
     free(data), free(t), free(names), free(shapes);
     return 0;

@@ -182,3 +182,42 @@ int pool_group_failed(pool_group *g)
     pthread_mutex_unlock(&g->lock);
     return failed;
 }
+
+int pool_submit_many(pool *p, pool_group *g, pool_fn fn, void *const *args, size_t n)
+{
+    if (n == 0)
+        return CKPT_OK;
+    job *first = NULL, *last = NULL;
+    for (size_t i = 0; i < n; i++) {
+        job *j = malloc(sizeof *j);
+        if (!j) {
+            while (first) {
+                job *next = first->next;
+                free(first);
+                first = next;
+            }
+            return ckpt_seterr(CKPT_ENOMEM, "out of memory queueing %zu jobs", n);
+        }
+        *j = (job){fn, args[i], g, NULL};
+        if (last)
+            last->next = j;
+        else
+            first = j;
+        last = j;
+    }
+    pthread_mutex_lock(&g->lock);
+    g->pending += n;
+    pthread_mutex_unlock(&g->lock);
+    pthread_mutex_lock(&p->lock);
+    if (p->tail)
+        p->tail->next = first;
+    else
+        p->head = first;
+    p->tail = last;
+    if (n == 1)
+        pthread_cond_signal(&p->ready);
+    else
+        pthread_cond_broadcast(&p->ready);
+    pthread_mutex_unlock(&p->lock);
+    return CKPT_OK;
+}

@@ -28,6 +28,10 @@ void pool_group_init(pool_group *g);
 void pool_group_destroy(pool_group *g);
 /* Queue fn(arg) in group g.  Never blocks on the queue (it grows). */
 int pool_submit(pool *p, pool_group *g, pool_fn fn, void *arg);
+/* Queue fn(args[i]) for each of the n args in group g, under one lock and
+ * one wake-up: the workers do not start (and compete for the cores with
+ * the thread queueing) until every job is in.  All or none are queued. */
+int pool_submit_many(pool *p, pool_group *g, pool_fn fn, void *const *args, size_t n);
 /* Block until every job of g has run; returns g's status and, on error,
  * sets this thread's last error to the job's message. */
 int pool_group_wait(pool_group *g);

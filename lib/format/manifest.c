@@ -2,7 +2,6 @@
 #include "manifest.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +28,31 @@ void manifest_clear(manifest *m)
     json_decref(m->env);
     json_decref(m->metadata);
     memset(m, 0, sizeof *m);
+}
+
+int manifest_copy(manifest *dst, const manifest *src)
+{
+    *dst = *src;
+    dst->tensors = calloc(src->ntensors ? src->ntensors : 1, sizeof *dst->tensors);
+    dst->shards = calloc(src->nshards ? src->nshards : 1, sizeof *dst->shards);
+    dst->ntensors = dst->nshards = 0;
+    dst->env = src->env ? json_deep_copy(src->env) : NULL;
+    dst->metadata = src->metadata ? json_deep_copy(src->metadata) : NULL;
+    int bad = !dst->tensors || !dst->shards || (src->env && !dst->env) ||
+              (src->metadata && !dst->metadata);
+    for (size_t i = 0; i < src->nshards && !bad; i++, dst->nshards++) {
+        dst->shards[i] = src->shards[i];
+        bad = !(dst->shards[i].file = util_strdup(src->shards[i].file));
+    }
+    for (size_t i = 0; i < src->ntensors && !bad; i++, dst->ntensors++) {
+        dst->tensors[i] = src->tensors[i];
+        bad = !(dst->tensors[i].name = util_strdup(src->tensors[i].name));
+    }
+    if (bad) {
+        manifest_clear(dst);
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory copying a manifest");
+    }
+    return CKPT_OK;
 }
 
 char *manifest_json_text(const json_t *v)
@@ -120,15 +144,18 @@ static int tb_str(textbuf *b, const char *s)
     return tb_put(b, s, strlen(s));
 }
 
-static int tb_printf(textbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int tb_printf(textbuf *b, const char *fmt, ...)
+/* A decimal integer, as "%lld" prints it (printf per field made the
+ * tensors array most of the cost of encoding the manifest). */
+static int tb_int(textbuf *b, long long v)
 {
-    char tmp[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    return n < 0 || (size_t)n >= sizeof tmp ? -1 : tb_put(b, tmp, (size_t)n);
+    char tmp[24], *p = tmp + sizeof tmp;
+    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    do
+        *--p = (char)('0' + u % 10);
+    while (u /= 10);
+    if (v < 0)
+        *--p = '-';
+    return tb_put(b, p, (size_t)(tmp + sizeof tmp - p));
 }
 
 /* A JSON string as jansson prints it: plain names as they are, the rare
@@ -151,25 +178,28 @@ static int tb_json_string(textbuf *b, const char *s)
  * root object (from '[' to ']').  Written directly because building,
  * printing and freeing a jansson object per tensor made the manifest most of
  * the persist time of a save of 10,000 tiny tensors. */
-static char *tensors_text(const manifest *m)
+static char *tensors_text(const manifest *m, size_t *cut)
 {
     textbuf b = {0};
     int bad = tb_str(&b, "[");
     for (size_t i = 0; i < m->ntensors && !bad; i++) {
         const manifest_tensor *t = &m->tensors[i];
+        if (cut)
+            cut[i] = i ? b.len : 0; /* the ',' (or '[') before the element */
         bad |= tb_str(&b, i ? ",\n    {\n      \"name\": " : "\n    {\n      \"name\": ") ||
-               tb_json_string(&b, t->name) ||
-               tb_printf(&b, ",\n      \"dtype\": \"%s\",\n      \"shape\": ",
-                         ckpt_dtype_name(t->dtype)) ||
-               tb_str(&b, t->ndim ? "[" : "[]");
+               tb_json_string(&b, t->name) || tb_str(&b, ",\n      \"dtype\": \"") ||
+               tb_str(&b, ckpt_dtype_name(t->dtype)) ||
+               tb_str(&b, "\",\n      \"shape\": ") || tb_str(&b, t->ndim ? "[" : "[]");
         for (int d = 0; d < t->ndim && !bad; d++)
-            bad |= tb_printf(&b, "%s\n        %lld", d ? "," : "", (long long)t->shape[d]);
+            bad |= tb_str(&b, d ? ",\n        " : "\n        ") ||
+                   tb_int(&b, (long long)t->shape[d]);
         if (t->ndim && !bad)
             bad |= tb_str(&b, "\n      ]");
-        bad |= tb_printf(&b, ",\n      \"bytes\": %lld,\n      \"shard\": %d,\n      \"chunks\": "
-                         "%lld,\n      \"stored_bytes\": %lld\n    }",
-                         (long long)t->bytes, (int)t->shard, (long long)t->chunks,
-                         (long long)t->stored_bytes);
+        bad |= tb_str(&b, ",\n      \"bytes\": ") || tb_int(&b, (long long)t->bytes) ||
+               tb_str(&b, ",\n      \"shard\": ") || tb_int(&b, (long long)t->shard) ||
+               tb_str(&b, ",\n      \"chunks\": ") || tb_int(&b, (long long)t->chunks) ||
+               tb_str(&b, ",\n      \"stored_bytes\": ") ||
+               tb_int(&b, (long long)t->stored_bytes) || tb_str(&b, "\n    }");
     }
     bad = bad || tb_str(&b, m->ntensors ? "\n  ]" : "]");
     if (bad) {
@@ -179,8 +209,9 @@ static char *tensors_text(const manifest *m)
     return b.p;
 }
 
-/* `body` with the root's empty tensors array replaced by `tensors`. */
-static char *splice_tensors(char *body, const char *tensors)
+/* `body` with the root's empty tensors array replaced by `tensors`, which
+ * starts at offset *at_out of the result. */
+static char *splice_tensors(char *body, const char *tensors, size_t *at_out)
 {
     /* The root's keys come in a fixed order and "save" holds no array, so
      * the first such line is the root's, before env and metadata. */
@@ -189,39 +220,80 @@ static char *splice_tensors(char *body, const char *tensors)
     if (!at)
         return NULL;
     size_t head = (size_t)(at - body) + sizeof key - 3; /* up to the '[' */
-    return util_printf("%.*s%s%s", (int)head, body, tensors, at + sizeof key - 1);
+    const char *rest = at + sizeof key - 1;
+    size_t tlen = strlen(tensors), rlen = strlen(rest);
+    char *out = malloc(head + tlen + rlen + 1);
+    if (!out)
+        return NULL;
+    memcpy(out, body, head);
+    memcpy(out + head, tensors, tlen);
+    memcpy(out + head + tlen, rest, rlen + 1);
+    *at_out = head;
+    return out;
+}
+
+void manifest_split_free(manifest_split *sp)
+{
+    free(sp->cut);
+    memset(sp, 0, sizeof *sp);
 }
 
 int manifest_encode(const manifest *m, char **text, size_t *len)
 {
+    return manifest_encode_split(m, text, len, NULL);
+}
+
+int manifest_encode_split(const manifest *m, char **text, size_t *len, manifest_split *sp)
+{
     json_t *root = build(m);
     char *body = root ? jsontext_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(root);
-    if (body && m->ntensors) {
-        char *tensors = tensors_text(m);
-        char *whole = tensors ? splice_tensors(body, tensors) : NULL;
+    size_t *cut = NULL, at = 0, tlen = 0;
+    if (body && m->ntensors && (!sp || (cut = malloc(m->ntensors * sizeof *cut)))) {
+        char *tensors = tensors_text(m, cut);
+        char *whole = tensors ? splice_tensors(body, tensors, &at) : NULL;
+        tlen = tensors ? strlen(tensors) : 0;
         free(tensors);
         free(body);
         body = whole;
+    } else if (body && m->ntensors) {
+        free(body);
+        body = NULL;
     }
-    if (!body)
+    if (!body) {
+        free(cut);
         return ckpt_seterr(CKPT_ENOMEM, "cannot encode the manifest of step %lld",
                            (long long)m->step);
+    }
+    if (sp) {
+        for (size_t i = 0; i < m->ntensors; i++)
+            cut[i] += at;
+        *sp = (manifest_split){at, at + tlen - 1, cut, m->ntensors};
+    }
     size_t blen = strlen(body);
     /* jansson ends an indented object with "\n}". */
     if (blen < 2 || body[blen - 1] != '}' || body[blen - 2] != '\n') {
         free(body);
+        if (sp)
+            manifest_split_free(sp);
         return ckpt_seterr(CKPT_EINTERNAL, "unexpected JSON layout from jansson");
     }
     blen -= 2;
     char h[17];
     util_hex64(codec_hash(body, blen), h);
-    char *out = util_printf("%.*s" SUFFIX_HEAD "%s" SUFFIX_TAIL, (int)blen, body, h);
-    free(body);
-    if (!out)
+    const size_t head = sizeof SUFFIX_HEAD - 1, tail = sizeof SUFFIX_TAIL - 1;
+    char *out = realloc(body, blen + head + 16 + tail + 1); /* body stays on failure */
+    if (!out) {
+        free(body);
+        if (sp)
+            manifest_split_free(sp);
         return ckpt_seterr(CKPT_ENOMEM, "out of memory encoding the manifest");
+    }
+    memcpy(out + blen, SUFFIX_HEAD, head);
+    memcpy(out + blen + head, h, 16);
+    memcpy(out + blen + head + 16, SUFFIX_TAIL, tail + 1);
     *text = out;
-    *len = strlen(out);
+    *len = blen + head + 16 + tail;
     return CKPT_OK;
 }
 
@@ -318,6 +390,24 @@ static int decode_tensor(json_t *jt, size_t i, const char *where, manifest_tenso
     return CKPT_OK;
 }
 
+/* Names must be unique, or a restore could match the wrong bytes. */
+static int unique_tensor_names(const manifest *m, const char *where)
+{
+    size_t nt = m->ntensors;
+    char **names = malloc((nt ? nt : 1) * sizeof *names);
+    if (!names)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory reading %s", where);
+    for (size_t i = 0; i < nt; i++)
+        names[i] = m->tensors[i].name;
+    qsort(names, nt, sizeof *names, cmp_names);
+    int rc = CKPT_OK;
+    for (size_t i = 1; i < nt && !rc; i++)
+        if (strcmp(names[i - 1], names[i]) == 0)
+            rc = BAD("%s: tensor name '%s' appears twice", where, names[i]);
+    free(names);
+    return rc;
+}
+
 static int decode_root(json_t *root, const char *where, manifest *m)
 {
     json_t *fmt = json_object_get(root, "format"), *ver = json_object_get(root, "format_version");
@@ -387,20 +477,8 @@ static int decode_root(json_t *root, const char *where, manifest *m)
         if (rc)
             return rc;
     }
-    /* Names must be unique, or a restore could match the wrong bytes. */
-    char **names = malloc((nt ? nt : 1) * sizeof *names);
-    if (!names)
-        return ckpt_seterr(CKPT_ENOMEM, "out of memory reading %s", where);
-    for (size_t i = 0; i < nt; i++)
-        names[i] = m->tensors[i].name;
-    qsort(names, nt, sizeof *names, cmp_names);
-    for (size_t i = 1; i < nt; i++)
-        if (strcmp(names[i - 1], names[i]) == 0) {
-            rc = BAD("%s: tensor name '%s' appears twice", where, names[i]);
-            free(names);
-            return rc;
-        }
-    free(names);
+    if ((rc = unique_tensor_names(m, where)))
+        return rc;
     json_t *world = json_object_get(root, "world_size");
     if (world) {
         /* Rank i wrote shard i, numbering its chunks' tensors among the
@@ -416,9 +494,9 @@ static int decode_root(json_t *root, const char *where, manifest *m)
     return CKPT_OK;
 }
 
-int manifest_decode(const char *text, size_t len, const char *where, manifest *m)
+/* The checksum suffix: present and matching the rest. */
+static int check_sum(const char *text, size_t len, const char *where)
 {
-    memset(m, 0, sizeof *m);
     const size_t head = sizeof SUFFIX_HEAD - 1, tail = sizeof SUFFIX_TAIL - 1;
     if (len < head + 16 + tail + 2)
         return BAD("%s: manifest of %zu bytes is truncated", where, len);
@@ -436,13 +514,111 @@ int manifest_decode(const char *text, size_t len, const char *where, manifest *m
     if (want != have)
         return BAD("%s: manifest checksum %016llx does not match its content (%016llx)",
                    where, (unsigned long long)want, (unsigned long long)have);
+    return CKPT_OK;
+}
+
+int manifest_decode(const char *text, size_t len, const char *where, manifest *m)
+{
+    json_t *tree;
+    int rc = manifest_decode_keep(text, len, where, m, &tree);
+    json_decref(tree);
+    return rc;
+}
+
+int manifest_decode_keep(const char *text, size_t len, const char *where, manifest *m,
+                         json_t **tree)
+{
+    memset(m, 0, sizeof *m);
+    *tree = NULL;
+    int rc = check_sum(text, len, where);
+    if (rc)
+        return rc;
     json_error_t err;
     json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
     if (!root)
         return BAD("%s: manifest is not valid JSON (line %d: %s)", where, err.line, err.text);
-    int rc = decode_root(root, where, m);
+    rc = decode_root(root, where, m);
+    if (rc) {
+        json_decref(root);
+        manifest_clear(m);
+        return rc;
+    }
+    /* m holds env and metadata: the tree keeps nothing m uses. */
+    json_object_del(root, "env");
+    json_object_del(root, "metadata");
+    *tree = root;
+    return CKPT_OK;
+}
+
+/* The split decode parses the text in pieces: the document with an empty
+ * tensors array, and runs of the array's elements, each wrapped in "[ ]".
+ * The cuts lie between elements (where manifest_encode_split put the ','
+ * separators), so every byte of the text is parsed once, as part of the
+ * same value it belongs to in the whole document: jansson accepts the
+ * whole exactly when it accepts every piece (duplicate keys are a matter
+ * of one object, and an element is never cut). */
+int manifest_decode_head(const char *text, size_t len, const manifest_split *sp,
+                         const char *where, manifest *m)
+{
+    memset(m, 0, sizeof *m);
+    int rc = check_sum(text, len, where);
+    if (rc)
+        return rc;
+    if (sp->n == 0 || sp->open >= sp->close || sp->close >= len || text[sp->open] != '[' ||
+        text[sp->close] != ']')
+        return ckpt_seterr(CKPT_EINTERNAL, "%s: the tensors array is not where the encoder "
+                           "said", where);
+    size_t rlen = sp->open + 1 + (len - sp->close);
+    char *rest = malloc(rlen);
+    if (!rest)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory reading %s", where);
+    memcpy(rest, text, sp->open + 1);
+    memcpy(rest + sp->open + 1, text + sp->close, len - sp->close);
+    json_error_t err;
+    json_t *root = json_loadb(rest, rlen, JSON_REJECT_DUPLICATES, &err);
+    free(rest);
+    if (!root)
+        return BAD("%s: manifest is not valid JSON (line %d: %s)", where, err.line, err.text);
+    rc = decode_root(root, where, m);
     json_decref(root);
     if (rc)
         manifest_clear(m);
     return rc;
+}
+
+int manifest_decode_piece(const char *text, const manifest_split *sp, size_t a, size_t b,
+                          const char *where, manifest_tensor *out)
+{
+    size_t from = sp->cut[a] + 1, to = b == sp->n ? sp->close : sp->cut[b];
+    size_t plen = to - from + 2;
+    char *piece = malloc(plen);
+    if (!piece)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory reading %s", where);
+    piece[0] = '[';
+    memcpy(piece + 1, text + from, to - from);
+    piece[plen - 1] = ']';
+    json_error_t err;
+    json_t *arr = json_loadb(piece, plen, JSON_REJECT_DUPLICATES, &err);
+    free(piece);
+    if (!arr)
+        return BAD("%s: manifest is not valid JSON (tensors %zu to %zu: %s)", where, a, b - 1,
+                   err.text);
+    int rc = CKPT_OK;
+    if (!json_is_array(arr) || json_array_size(arr) != b - a)
+        rc = ckpt_seterr(CKPT_EINTERNAL, "%s: tensors %zu to %zu are not where the encoder "
+                         "said", where, a, b - 1);
+    /* Shards below the most a manifest lists; _finish checks its own count. */
+    for (size_t i = a; i < b && !rc; i++)
+        rc = decode_tensor(json_array_get(arr, i - a), i, where, &out[i], 65536);
+    json_decref(arr);
+    return rc;
+}
+
+int manifest_decode_finish(manifest *m, const char *where)
+{
+    for (size_t i = 0; i < m->ntensors; i++)
+        if (m->tensors[i].shard >= m->nshards)
+            return BAD("%s: tensor '%s' is in shard %u of %zu", where, m->tensors[i].name,
+                       m->tensors[i].shard, m->nshards);
+    return unique_tensor_names(m, where);
 }

@@ -13,6 +13,7 @@
 #include "codec.h"
 #include "device.h"
 #include "layout.h"
+#include "mcache.h"
 #include "pool.h"
 
 /* Per-worker state: jobs reach it through the worker index. */
@@ -24,6 +25,8 @@ typedef struct worker_ctx {
     size_t out_cap;
     int out_pinned;
     device_event *out_busy; /* H2D copy still reading `out`, or NULL */
+    unsigned char *frames;  /* a batch of encoded frames, back to back */
+    size_t frames_cap;
 } worker_ctx;
 
 struct ckpt_store {
@@ -32,7 +35,10 @@ struct ckpt_store {
     int readonly;
     pthread_mutex_t api_lock;  /* serialises public calls on this store */
     pool *pool;
+    pool_group background;     /* jobs nobody waits for (freeing a decoded
+                                  manifest's JSON); context_stop drains it */
     adapt *adapt;              /* compress or store raw, per chunk (adapt.h) */
+    mcache *mcache;            /* manifests decoded last (mcache.h) */
     worker_ctx *workers;       /* nworkers of them */
     int nworkers;
     device *dev;
@@ -73,6 +79,7 @@ void context_stop(ckpt_store *s);
 
 /* Worker buffer growth (stored bytes in / decoded bytes out). */
 int worker_reserve_in(worker_ctx *w, size_t n);
+int worker_reserve_frames(worker_ctx *w, size_t n);
 int worker_reserve_out(ckpt_store *s, worker_ctx *w, size_t n, int pinned);
 
 /* save.c: wait for the in-flight save, if any, and drop the store's hold

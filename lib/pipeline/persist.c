@@ -31,42 +31,48 @@ static void finish(ckpt_save *s, int status)
 /* The writer enforces every limit the reader does (size, nesting depth of
  * the caller's metadata, ...) by reading its own manifest back: a step that
  * is acknowledged must be readable, whatever verify_after_save says.  The
- * decoded manifest is left in `back` (verify_temp reuses it). */
-static int check_readable(ckpt_save *s, const char *text, size_t len, manifest *back)
+ * decoding is left in `back` (verify_temp reuses it).
+ *
+ * Decoding a manifest of many tensors takes longer than the fsyncs, so the
+ * workers (idle now) do it while the persist thread waits for the disk:
+ * one job for the whole text, or with many tensors one for everything but
+ * the tensors and one per run of tensors (manifest_decode_head/_piece). */
+#define CHECK_PIECE_MIN 1024 /* tensors per run, at least */
+
+typedef struct check_job {
+    const char *text;
+    size_t len;
+    const manifest_split *sp; /* NULL: decode the whole text */
+    size_t a, b;              /* with sp: tensors [a, b), or the head when a == b */
+    const char *where;
+    manifest *back;           /* whole text or head */
+    manifest_tensor *tensors; /* pieces */
+} check_job;
+
+static int check_job_run(void *arg, int worker)
 {
-    char where[64];
-    snprintf(where, sizeof where, "the manifest of step %lld", (long long)s->m.step);
-    int rc = len > MANIFEST_MAX_BYTES
-                 ? ckpt_seterr(CKPT_EINVAL, "%s would be %zu bytes, more than readers accept "
-                               "(%u): make the metadata smaller", where, len,
-                               MANIFEST_MAX_BYTES)
-                 : manifest_decode(text, len, where, back);
-    if (rc == CKPT_OK)
-        return CKPT_OK;
-    return ckpt_seterr(CKPT_EINVAL, "step %lld not saved: a reader could not read it back "
-                       "(%s)", (long long)s->m.step, ckpt_error_last());
+    check_job *j = arg;
+    if (!j->sp)
+        return manifest_decode(j->text, j->len, j->where, j->back);
+    if (j->a == j->b)
+        return manifest_decode_head(j->text, j->len, j->sp, j->where, j->back);
+    return manifest_decode_piece(j->text, j->sp, j->a, j->b, j->where, j->tensors);
 }
 
-/* Write the manifest; on success `*text` (`*len` bytes) is what was
- * written and `*back` its decoding, both the caller's to free. */
-static int write_manifest(ckpt_save *s, char **text_out, size_t *len_out, manifest *back)
+/* Make the shard durable (sealed by persist), then write the manifest and
+ * make it durable too.  The temporary directory is never read as a
+ * checkpoint, so writing the manifest before its check has passed is
+ * harmless: a failed check removes the directory. */
+static int write_durable(ckpt_save *s, const char *path, const char *text, size_t len)
 {
     ckpt_store *st = s->store;
-    char *text = NULL, *path = util_join(s->tmp, MANIFEST_NAME);
-    size_t len;
-    memset(back, 0, sizeof *back);
-    int rc = path ? manifest_encode(&s->m, &text, &len)
-                  : ckpt_seterr(CKPT_ENOMEM, "out of memory");
-    if (!rc)
-        rc = check_readable(s, text, len, back);
+    int rc = shard_writer_close(s->writer, st->lay.fsync);
     if (rc)
-        goto done;
+        return rc;
     int fd = fsio_open(&st->lay.fs, path, O_WRONLY | O_CREAT | O_EXCL,
                      st->lay.file_mode);
-    if (fd < 0) {
-        rc = ckpt_seterr_errno(-fd, "cannot create %s", path);
-        goto done;
-    }
+    if (fd < 0)
+        return ckpt_seterr_errno(-fd, "cannot create %s", path);
     int e = fsio_pwrite(&st->lay.fs, fd, text, len, 0);
     if (e)
         rc = ckpt_seterr_errno(-e, "cannot write %s", path);
@@ -77,8 +83,82 @@ static int write_manifest(ckpt_save *s, char **text_out, size_t *len_out, manife
         rc = ckpt_seterr_errno(-e, "cannot close %s", path);
     if (!rc && st->lay.fsync && (e = fsio_fsync_path(&st->lay.fs, s->tmp)))
         rc = ckpt_seterr_errno(-e, "cannot fsync %s", s->tmp);
+    return rc;
+}
+
+/* Write the manifest; on success `*text` (`*len` bytes) is what was
+ * written and `*back` its decoding, both the caller's to free. */
+static int write_manifest(ckpt_save *s, char **text_out, size_t *len_out, manifest *back)
+{
+    ckpt_store *st = s->store;
+    char *text = NULL, *path = util_join(s->tmp, MANIFEST_NAME);
+    size_t len = 0, n = s->m.ntensors, pieces = 0;
+    manifest_split sp = {0};
+    manifest_tensor *tensors = NULL;
+    check_job *jobs = NULL;
+    void **args = NULL;
+    char where[64];
+    snprintf(where, sizeof where, "the manifest of step %lld", (long long)s->m.step);
+    memset(back, 0, sizeof *back);
+    if (st->nworkers > 1 && n >= 2 * CHECK_PIECE_MIN)
+        pieces = n / CHECK_PIECE_MIN < (size_t)st->nworkers ? n / CHECK_PIECE_MIN
+                                                            : (size_t)st->nworkers;
+    int rc = !path ? ckpt_seterr(CKPT_ENOMEM, "out of memory")
+             : pieces ? manifest_encode_split(&s->m, &text, &len, &sp)
+                      : manifest_encode(&s->m, &text, &len);
+    if (!rc && len > MANIFEST_MAX_BYTES) {
+        ckpt_seterr(CKPT_EINVAL, "%s would be %zu bytes, more than readers accept (%u): make "
+                    "the metadata smaller", where, len, MANIFEST_MAX_BYTES);
+        rc = ckpt_seterr(CKPT_EINVAL, "step %lld not saved: a reader could not read it back "
+                         "(%s)", (long long)s->m.step, ckpt_error_last());
+    }
+    if (!rc && ((pieces && !(tensors = calloc(n, sizeof *tensors))) ||
+                !(jobs = calloc(1 + pieces, sizeof *jobs)) ||
+                !(args = calloc(1 + pieces, sizeof *args))))
+        rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    if (rc)
+        goto done;
+    jobs[0] = (check_job){text, len, pieces ? &sp : NULL, 0, 0, where, back, NULL};
+    args[0] = &jobs[0];
+    for (size_t i = 0; i < pieces; i++) {
+        jobs[1 + i] = (check_job){text, len, &sp, n * i / pieces, n * (i + 1) / pieces, where,
+                                  NULL, tensors};
+        args[1 + i] = &jobs[1 + i];
+    }
+    pool_group g;
+    pool_group_init(&g);
+    int queued = pool_submit_many(st->pool, &g, check_job_run, args, 1 + pieces) == CKPT_OK;
+    int check = CKPT_OK;
+    for (size_t i = 0; !queued && i < 1 + pieces && !check; i++)
+        check = check_job_run(&jobs[i], 0); /* out of memory to queue: here */
+    ckpt_error_state written;
+    ckpt_error_capture(&written, check ? check : write_durable(s, path, text, len));
+    if (queued)
+        check = pool_group_wait(&g);
+    pool_group_destroy(&g);
+    if (pieces) { /* the tensors join the head's decoding, also to be freed */
+        free(back->tensors);
+        back->tensors = tensors;
+        back->ntensors = n;
+        tensors = NULL;
+        if (!check)
+            check = manifest_decode_finish(back, where);
+    }
+    if (check) {
+        manifest_clear(back);
+        rc = ckpt_seterr(CKPT_EINVAL, "step %lld not saved: a reader could not read it back "
+                         "(%s)", (long long)s->m.step, ckpt_error_last());
+    } else {
+        /* Retention after the next saves and a restore open this step. */
+        mcache_put(st->mcache, text, len, back);
+        rc = ckpt_error_restore(&written);
+    }
 done:
     free(path);
+    free(jobs);
+    free(args);
+    free(tensors);
+    manifest_split_free(&sp);
     if (rc) {
         free(text);
         manifest_clear(back);
@@ -134,7 +214,9 @@ static int persist(ckpt_save *s)
         return rc;
     manifest_shard *sh = &s->m.shards[0];
     uint64_t chunks;
-    rc = shard_writer_finish(s->writer, st->lay.fsync, &sh->size, &sh->index_hash, &chunks);
+    rc = shard_writer_seal(s->writer, &sh->size, &sh->index_hash, &chunks);
+    if (!rc && st->dist_finish) /* no manifest here: see write_durable otherwise */
+        rc = shard_writer_close(s->writer, st->lay.fsync);
     if (rc)
         return rc;
     sh->chunks = chunks;

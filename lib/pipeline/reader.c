@@ -127,6 +127,20 @@ static int open_manifest(ckpt_store *s, const char *dir, const char *manifest_na
                          int64_t step, const char *known, size_t known_len,
                          manifest *decoded, ckpt_checkpoint **out);
 
+static int free_job(void *arg, int worker)
+{
+    json_decref(arg);
+    return CKPT_OK;
+}
+
+/* Free a decoded manifest's JSON tree on a worker: a restore of 10,000
+ * tensors need not wait the 10 ms or so that takes. */
+static void free_later(ckpt_store *s, json_t *tree)
+{
+    if (tree && (!s->pool || pool_submit(s->pool, &s->background, free_job, tree)))
+        json_decref(tree); /* no pool or no memory to queue: here */
+}
+
 int reader_open_dir(ckpt_store *s, const char *dir, int64_t step, ckpt_checkpoint **out)
 {
     return open_manifest(s, dir, MANIFEST_NAME, step, NULL, 0, NULL, out);
@@ -185,8 +199,12 @@ static int open_manifest(ckpt_store *s, const char *dir, const char *manifest_na
     if (!rc && decoded && len == known_len && memcmp(ck->text, known, len) == 0) {
         ck->m = *decoded; /* the same bytes decode the same */
         memset(decoded, 0, sizeof *decoded);
-    } else if (!rc) {
-        rc = manifest_decode(ck->text, len, where, &ck->m);
+    } else if (!rc && !mcache_get(s->mcache, ck->text, len, &ck->m)) {
+        json_t *tree;
+        rc = manifest_decode_keep(ck->text, len, where, &ck->m, &tree);
+        free_later(s, tree);
+        if (!rc)
+            mcache_put(s->mcache, ck->text, len, &ck->m);
     }
     if (!rc && ck->m.step != step)
         rc = ckpt_seterr(CKPT_ECORRUPT, "%s: manifest is for step %lld", where,
@@ -351,6 +369,7 @@ typedef struct chunk_task {
     int device;             /* CUDA device of dst (DEVICE memory) */
     ckpt_report *report;    /* verify: collect every problem */
     pool_group *group;
+    size_t batch;           /* a batch's first task: how many tasks it runs */
 } chunk_task;
 
 static int chunk_fail(chunk_task *t, int status)
@@ -444,6 +463,66 @@ static int chunk_job(void *arg, int worker)
     return CKPT_OK;
 }
 
+/* Small chunks that lie back to back in one shard are read in batches
+ * (one pread of up to BATCH_BYTES for up to BATCH_MAX chunks), each chunk
+ * then checked and decoded as chunk_job would: 10,000 tiny tensors would
+ * otherwise cost 10,000 queued jobs and reads. */
+#define BATCH_BYTES ((uint64_t)256 << 10)
+#define BATCH_MAX 256
+
+/* Can task `b` join the batch that ends with task `a`? */
+static int batchable(const chunk_task *a, const chunk_task *b)
+{
+    return b->shard == a->shard && b->dst && b->memory != CKPT_MEM_DEVICE &&
+           b->e->file_offset == a->e->file_offset + a->e->meta.stored_len;
+}
+
+/* Runs the `batch` tasks starting at `arg` (host destinations). */
+static int chunk_batch_job(void *arg, int worker)
+{
+    chunk_task *tasks = arg;
+    size_t count = tasks->batch;
+    if (count == 1)
+        return chunk_job(arg, worker);
+    if (pool_group_failed(tasks->group))
+        return CKPT_OK;
+    ckpt_store *s = tasks->ck->store;
+    worker_ctx *w = &s->workers[worker];
+    uint64_t start = tasks->e->file_offset;
+    const shard_entry *last = tasks[count - 1].e;
+    size_t span = (size_t)(last->file_offset + last->meta.stored_len - start);
+    int rc = worker_reserve_in(w, span);
+    if (rc)
+        return rc;
+    int64_t got = fsio_pread(&s->lay.fs, tasks->ck->fds[tasks->shard], w->in, span, start);
+    if (got < 0)
+        return chunk_fail(tasks, ckpt_seterr_errno((int)-got, "read failed"));
+    for (size_t i = 0; i < count; i++) {
+        chunk_task *t = &tasks[i];
+        const chunk_meta *meta = &t->e->meta;
+        uint64_t at = t->e->file_offset - start;
+        const unsigned char *in = w->in + at;
+        unsigned char *dst = t->dst + t->e->offset;
+        if ((uint64_t)got < at + meta->stored_len)
+            return chunk_fail(t, ckpt_seterr(CKPT_EINCOMPLETE, "file ends early"));
+        /* Check what was read before sizing anything by what it claims. */
+        if ((rc = codec_check_stored(in, meta)))
+            return chunk_fail(t, rc);
+        if (meta->codec == CODEC_RAW) { /* as raw_chunk_job: stored = raw */
+            if (meta->stored_hash != meta->raw_hash)
+                return chunk_fail(t, ckpt_seterr(CKPT_ECORRUPT, "raw chunk with a stored "
+                                                 "hash %016llx and a different raw hash "
+                                                 "%016llx",
+                                                 (unsigned long long)meta->stored_hash,
+                                                 (unsigned long long)meta->raw_hash));
+            memcpy(dst, in, (size_t)meta->stored_len);
+        } else if ((rc = codec_decode_checked(w->codec, in, meta, dst))) {
+            return chunk_fail(t, rc);
+        }
+    }
+    return CKPT_OK;
+}
+
 /* After the jobs: every H2D copy must have landed before the restore is
  * reported good (and before the staging buffers are touched again). */
 static int drain_copies(ckpt_store *s)
@@ -466,11 +545,27 @@ static int run_tasks(ckpt_checkpoint *ck, chunk_task *tasks, size_t n)
 {
     pool_group g;
     pool_group_init(&g);
-    int rc = CKPT_OK;
-    for (size_t i = 0; i < n && !rc; i++) {
-        tasks[i].group = &g;
-        rc = pool_submit(ck->store->pool, &g, chunk_job, &tasks[i]);
+    void **heads = malloc((n ? n : 1) * sizeof *heads);
+    if (!heads) {
+        pool_group_destroy(&g);
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory reading %s", ck->label);
     }
+    size_t nheads = 0;
+    for (size_t i = 0; i < n;) {
+        size_t b = 1;
+        uint64_t bytes = tasks[i].e->meta.stored_len;
+        if (!tasks[i].report && tasks[i].dst && tasks[i].memory != CKPT_MEM_DEVICE)
+            for (; i + b < n && b < BATCH_MAX && batchable(&tasks[i + b - 1], &tasks[i + b]) &&
+                   bytes + tasks[i + b].e->meta.stored_len <= BATCH_BYTES; b++)
+                bytes += tasks[i + b].e->meta.stored_len;
+        for (size_t k = i; k < i + b; k++)
+            tasks[k].group = &g;
+        tasks[i].batch = b;
+        heads[nheads++] = &tasks[i];
+        i += b;
+    }
+    int rc = pool_submit_many(ck->store->pool, &g, chunk_batch_job, heads, nheads);
+    free(heads);
     int wrc = pool_group_wait(&g);
     pool_group_destroy(&g);
     return rc ? rc : wrc;
@@ -497,7 +592,7 @@ int reader_read(ckpt_checkpoint *ck, const reader_target *targets, size_t count)
         for (size_t c = 0; c < count_chunks(ck, ti); c++, k++)
             tasks[k] = (chunk_task){ck, &ck->ix[sh].entries[ck->first[ti] + c], sh,
                                     targets[i].dst, targets[i].memory, targets[i].stream,
-                                    targets[i].device, NULL, NULL};
+                                    targets[i].device, NULL, NULL, 0};
     }
     int rc = run_tasks(ck, tasks, n);
     int drc = drain_copies(ck->store);
@@ -521,7 +616,7 @@ int reader_verify_all(ckpt_checkpoint *ck, ckpt_report *report)
     for (uint32_t sh = 0; sh < ck->m.nshards; sh++)
         for (uint64_t e = 0; e < ck->ix[sh].count; e++, k++)
             tasks[k] = (chunk_task){ck, &ck->ix[sh].entries[e], sh, NULL, CKPT_MEM_HOST,
-                                    NULL, -1, report ? report : local, NULL};
+                                    NULL, -1, report ? report : local, NULL, 0};
     int rc = run_tasks(ck, tasks, n);
     free(tasks);
     ckpt_report_free(local);

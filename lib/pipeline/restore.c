@@ -16,7 +16,10 @@ static int match(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count, int al
     ckpt_store *s = ck->store;
     size_t k = 0;
     for (size_t i = 0; i < count; i++) {
-        long idx = reader_find(ck, t[i].name);
+        /* The caller's order is usually the save's: try that first. */
+        long idx = i < ck->m.ntensors && strcmp(ck->m.tensors[i].name, t[i].name) == 0
+                       ? (long)i
+                       : reader_find(ck, t[i].name);
         if (idx < 0) {
             if (allow_missing)
                 continue;

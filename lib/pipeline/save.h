@@ -19,7 +19,8 @@ typedef struct encode_job {
     size_t n;
     unsigned elem;
     device_event *ev;      /* copy completion for device chunks, else NULL */
-    int queued;            /* submitted to the pool */
+    int queued;            /* submitted to the pool (alone or in a batch) */
+    size_t batch;          /* a batch's first job: how many jobs it runs */
 } encode_job;
 
 /* Which chunks one run of the chunk loop snapshots. */

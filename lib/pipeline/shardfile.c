@@ -57,9 +57,21 @@ int shard_writer_open(shard_writer **out, const fsio *fs, const char *path,
 int shard_writer_append(shard_writer *w, uint32_t tensor, uint64_t offset,
                         const chunk_meta *meta, const void *stored, void *check)
 {
+    shard_frame f = {tensor, offset, *meta};
+    return shard_writer_append_frames(w, &f, 1, stored, check);
+}
+
+int shard_writer_append_frames(shard_writer *w, const shard_frame *frames, size_t count,
+                               const void *stored, void *check)
+{
+    uint64_t total = 0;
+    for (size_t i = 0; i < count; i++)
+        total += frames[i].meta.stored_len;
     pthread_mutex_lock(&w->lock);
-    if (w->count == w->cap) {
+    if (w->count + count > w->cap) {
         uint64_t ncap = w->cap ? w->cap * 2 : 256;
+        while (ncap < w->count + count)
+            ncap *= 2;
         shard_entry *ne = realloc(w->entries, ncap * sizeof *ne);
         if (!ne) {
             pthread_mutex_unlock(&w->lock);
@@ -71,38 +83,45 @@ int shard_writer_append(shard_writer *w, uint32_t tensor, uint64_t offset,
     /* Reserve the range under the lock, write outside it: workers write
      * their frames in parallel, each to its own range. */
     uint64_t at = w->next;
-    w->next += meta->stored_len;
-    shard_entry *e = &w->entries[w->count++];
-    e->tensor = tensor;
-    e->offset = offset;
-    e->file_offset = at;
-    e->meta = *meta;
+    w->next += total;
+    for (size_t i = 0, pos = 0; i < count; i++) {
+        shard_entry *e = &w->entries[w->count++];
+        e->tensor = frames[i].tensor;
+        e->offset = frames[i].offset;
+        e->file_offset = at + pos;
+        e->meta = frames[i].meta;
+        pos += frames[i].meta.stored_len;
+    }
     pthread_mutex_unlock(&w->lock);
-    if (meta->stored_len == 0)
+    if (total == 0)
         return CKPT_OK;
-    int rc = fsio_pwrite(w->fs, w->fd, stored, (size_t)meta->stored_len, at);
+    int rc = fsio_pwrite(w->fs, w->fd, stored, (size_t)total, at);
     pthread_mutex_lock(&w->lock);
-    w->written += meta->stored_len;
+    w->written += total;
     pthread_mutex_unlock(&w->lock);
     if (rc)
         return ckpt_seterr_errno(-rc, "cannot write %llu bytes at offset %llu of shard %s",
-                                 (unsigned long long)meta->stored_len,
-                                 (unsigned long long)at, w->path);
+                                 (unsigned long long)total, (unsigned long long)at, w->path);
     if (!check)
         return CKPT_OK;
-    /* Read the frame back from the file: what a reader will get, not what
+    /* Read the frames back from the file: what a reader will get, not what
      * this process meant to write (a garbling device or file system). */
-    int64_t got = fsio_pread(w->fs, w->fd, check, (size_t)meta->stored_len, at);
+    int64_t got = fsio_pread(w->fs, w->fd, check, (size_t)total, at);
     if (got < 0)
         return ckpt_seterr_errno((int)-got, "cannot read back %llu bytes at offset %llu of "
-                                 "shard %s", (unsigned long long)meta->stored_len,
+                                 "shard %s", (unsigned long long)total,
                                  (unsigned long long)at, w->path);
-    if ((uint64_t)got != meta->stored_len || codec_check_stored(check, meta))
-        return ckpt_seterr(CKPT_ECORRUPT, "shard %s: the %llu bytes written at offset %llu "
-                           "read back differently (%s)", w->path,
-                           (unsigned long long)meta->stored_len, (unsigned long long)at,
-                           (uint64_t)got != meta->stored_len ? "file too short"
-                                                             : ckpt_error_last());
+    const unsigned char *c = check;
+    for (size_t i = 0, pos = 0; i < count; pos += frames[i].meta.stored_len, i++) {
+        const chunk_meta *meta = &frames[i].meta;
+        int short_read = (uint64_t)got < pos + meta->stored_len;
+        if (short_read || codec_check_stored(c + pos, meta))
+            return ckpt_seterr(CKPT_ECORRUPT, "shard %s: the %llu bytes written at offset "
+                               "%llu read back differently (%s)", w->path,
+                               (unsigned long long)meta->stored_len,
+                               (unsigned long long)(at + pos),
+                               short_read ? "file too short" : ckpt_error_last());
+    }
     return CKPT_OK;
 }
 
@@ -118,6 +137,13 @@ static int cmp_entry(const void *a, const void *b)
 
 int shard_writer_finish(shard_writer *w, int do_fsync, uint64_t *size,
                         uint64_t *index_hash, uint64_t *chunks)
+{
+    int rc = shard_writer_seal(w, size, index_hash, chunks);
+    return rc ? rc : shard_writer_close(w, do_fsync);
+}
+
+int shard_writer_seal(shard_writer *w, uint64_t *size, uint64_t *index_hash,
+                      uint64_t *chunks)
 {
     if (w->count > 0) /* entries is NULL for a save of empty tensors only */
         qsort(w->entries, (size_t)w->count, sizeof *w->entries, cmp_entry);
@@ -135,15 +161,21 @@ int shard_writer_finish(shard_writer *w, int do_fsync, uint64_t *size,
     free(buf);
     if (rc)
         return ckpt_seterr_errno(-rc, "cannot write the index of shard %s", w->path);
+    *size = w->next + ilen + SHARD_TRAILER_SIZE;
+    *index_hash = ih;
+    *chunks = w->count;
+    return CKPT_OK;
+}
+
+int shard_writer_close(shard_writer *w, int do_fsync)
+{
+    int rc;
     if (do_fsync && (rc = fsio_fsync(w->fs, w->fd)))
         return ckpt_seterr_errno(-rc, "cannot fsync shard %s", w->path);
     rc = fsio_close(w->fs, w->fd);
     w->fd = -1;
     if (rc)
         return ckpt_seterr_errno(-rc, "cannot close shard %s", w->path);
-    *size = w->next + ilen + SHARD_TRAILER_SIZE;
-    *index_hash = ih;
-    *chunks = w->count;
     return CKPT_OK;
 }
 

@@ -21,6 +21,19 @@ int shard_writer_open(shard_writer **out, const fsio *fs, const char *path,
  * mismatch is CKPT_ECORRUPT naming the file and offset. */
 int shard_writer_append(shard_writer *w, uint32_t tensor, uint64_t offset,
                         const chunk_meta *meta, const void *stored, void *check);
+/* One frame of shard_writer_append_frames. */
+typedef struct shard_frame {
+    uint32_t tensor;
+    uint64_t offset; /* in the tensor */
+    chunk_meta meta;
+} shard_frame;
+/* Append `count` frames whose stored bytes lie back to back in `stored`
+ * (the sum of their stored_len): one range of the file, one write and,
+ * with `check` (a buffer of that sum), one read back after which every
+ * frame's stored hash is checked.  Many small chunks then cost the system
+ * calls of one. */
+int shard_writer_append_frames(shard_writer *w, const shard_frame *frames, size_t count,
+                               const void *stored, void *check);
 /* Frame bytes whose write has returned so far (thread-safe). */
 uint64_t shard_writer_written(shard_writer *w);
 /* Write the frames written so far out to the disk and wait (a hint,
@@ -28,9 +41,15 @@ uint64_t shard_writer_written(shard_writer *w);
  * against appends; not against finish or free. */
 int shard_writer_writeback(shard_writer *w);
 /* Write index and trailer, fsync if asked, close.  Reports the file size and
- * the index hash for the manifest. */
+ * the index hash for the manifest (shard_writer_seal, then _close). */
 int shard_writer_finish(shard_writer *w, int do_fsync, uint64_t *size,
                         uint64_t *index_hash, uint64_t *chunks);
+/* Write index and trailer (no more appends); the file stays open, so that
+ * the manifest can be prepared while shard_writer_close fsyncs it. */
+int shard_writer_seal(shard_writer *w, uint64_t *size, uint64_t *index_hash,
+                      uint64_t *chunks);
+/* After seal: fsync if asked, close. */
+int shard_writer_close(shard_writer *w, int do_fsync);
 /* After finish: the entries written, sorted by (tensor, offset). */
 const shard_entry *shard_writer_entries(const shard_writer *w);
 /* Close (if still open) and free; the file is left for the caller. */

@@ -23,10 +23,13 @@ int validate_tensors(const ckpt_tensor *t, size_t count, int for_restore)
         const ckpt_tensor *x = &t[i];
         if (!x->name)
             return ckpt_seterr(CKPT_EINVAL, "tensor %zu has no name", i);
-        size_t len = strlen(x->name);
-        json_t *probe = json_string(x->name); /* NULL unless valid UTF-8 */
+        size_t len = 0;
+        int ascii = 1; /* ASCII is UTF-8: jansson is asked only about the rest */
+        for (const unsigned char *c = (const unsigned char *)x->name; *c; c++, len++)
+            ascii &= *c < 0x80;
+        json_t *probe = ascii ? NULL : json_string(x->name); /* NULL unless valid UTF-8 */
         json_decref(probe);
-        if (len == 0 || len > CKPT_NAME_MAX || !probe)
+        if (len == 0 || len > CKPT_NAME_MAX || (!ascii && !probe))
             return ckpt_seterr(CKPT_EINVAL, "tensor %zu: name must be 1..%d bytes of "
                                "UTF-8", i, CKPT_NAME_MAX);
         size_t es = ckpt_dtype_size(x->dtype);

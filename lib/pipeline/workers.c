@@ -16,10 +16,15 @@ int context_start(ckpt_store *s)
         rc = codec_create(&s->workers[i].codec, s->opts.level);
         s->nworkers++; /* counts workers set up, for context_stop */
     }
-    if (!rc)
-        rc = pool_create(&s->pool, threads);
+    if (!rc && !(rc = pool_create(&s->pool, threads)))
+        pool_group_init(&s->background); /* lives as long as the pool */
     if (!rc)
         rc = adapt_create(&s->adapt, threads, (s->opts.flags & CKPT_OPEN_COMPRESS_ALL) != 0);
+    /* Retention opens the steps it keeps and the one it retires, beside
+     * the step just written: keep_last + 1 manifests, and one to spare. */
+    size_t keep = s->opts.keep_last > 0 ? (size_t)s->opts.keep_last : 0;
+    if (!rc)
+        rc = mcache_create(&s->mcache, keep + 2 < 4 ? 4 : keep + 2 > 64 ? 64 : keep + 2);
     return rc;
 }
 
@@ -28,13 +33,20 @@ void context_stop(ckpt_store *s)
     save_drain(s);
     if (s->dev)
         device_quiesce(s->dev); /* no copy may land in memory freed below */
-    pool_free(s->pool);
+    if (s->pool) {
+        pool_group_wait(&s->background); /* its jobs cannot fail */
+        pool_free(s->pool);
+        pool_group_destroy(&s->background);
+    }
     s->pool = NULL;
     adapt_free(s->adapt);
     s->adapt = NULL;
+    mcache_free(s->mcache);
+    s->mcache = NULL;
     for (int i = 0; s->workers && i < s->nworkers; i++) {
         codec_free(s->workers[i].codec);
         free(s->workers[i].in);
+        free(s->workers[i].frames);
         device_host_free(s->dev, s->workers[i].out, s->workers[i].out_cap,
                          s->workers[i].out_pinned);
     }
@@ -60,6 +72,21 @@ int worker_reserve_in(worker_ctx *w, size_t n)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory for a %zu-byte read buffer", n);
     w->in = p;
     w->in_cap = n;
+    return CKPT_OK;
+}
+
+int worker_reserve_frames(worker_ctx *w, size_t n)
+{
+    if (w->frames_cap >= n)
+        return CKPT_OK;
+    size_t cap = w->frames_cap ? w->frames_cap : 4096;
+    while (cap < n)
+        cap *= 2;
+    unsigned char *p = realloc(w->frames, cap);
+    if (!p)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory for a %zu-byte frame buffer", cap);
+    w->frames = p;
+    w->frames_cap = cap;
     return CKPT_OK;
 }
 

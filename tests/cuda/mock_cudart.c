@@ -943,6 +943,7 @@ static cudaError_t device_alloc(void **p, size_t n, enum alloc_kind kind)
 EXPORT cudaError_t cudaFree(void *p)
 {
     ENTER("cudaFree");
+    t_cnt.frees++;
     size_t n;
     if (!p) {
         pthread_mutex_unlock(&g_mu);

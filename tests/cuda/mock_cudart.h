@@ -89,10 +89,12 @@ void mock_cuda_set_reported_free(size_t bytes);
 void mock_cuda_set_queue_depth(unsigned int ops);
 void mock_cuda_forget_contexts(void);
 /* What the calling thread itself waited for: enqueues blocked on a full
- * stream, and pageable transfers it had to wait out. */
+ * stream, pageable transfers it had to wait out, and its cudaFree calls
+ * (each synchronized the device). */
 typedef struct mock_cuda_thread_counters {
     long enqueue_waits;
     long pageable_copies;
+    long frees;
 } mock_cuda_thread_counters;
 void mock_cuda_get_thread_counters(mock_cuda_thread_counters *out);
 

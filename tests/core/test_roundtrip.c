@@ -358,10 +358,10 @@ Test(roundtrip, thousands_of_tiny_tensors)
     absent.name = "not.saved";
     cr_assert_eq(ckpt_checkpoint_restore(ck, &absent, 1, NULL), CKPT_ENOTFOUND);
     cr_assert(strstr(ckpt_error_last(), "not.saved"), "%s", ckpt_error_last());
-    ckpt_restore_options ro;
-    ckpt_restore_options_init(&ro, CKPT_RESTORE_OPTIONS_VERSION);
-    ro.allow_missing = 1;
-    cr_assert_eq(ckpt_checkpoint_restore(ck, &absent, 1, &ro), CKPT_OK, "%s",
+    ckpt_restore_options missing_ok;
+    ckpt_restore_options_init(&missing_ok, CKPT_RESTORE_OPTIONS_VERSION);
+    missing_ok.allow_missing = 1;
+    cr_assert_eq(ckpt_checkpoint_restore(ck, &absent, 1, &missing_ok), CKPT_OK, "%s",
                  ckpt_error_last());
     cr_assert_eq(ckpt_checkpoint_restore(NULL, into, 1, NULL), CKPT_EINVAL);
     for (size_t i = 0; i < s.count; i++)

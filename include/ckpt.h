@@ -259,6 +259,7 @@ typedef struct ckpt_store ckpt_store;
 #define CKPT_LATEST ((int64_t)-1)
 #define CKPT_NEWEST ((int64_t)-2)
 typedef struct ckpt_report ckpt_report; /* see "reports" below */
+typedef struct ckpt_checkpoint ckpt_checkpoint; /* see "checkpoint" below */
 
 /** Open flags.  A read-only store never writes to the root: ckpt_save_begin
  *  and ckpt_store_gc without dry_run fail with CKPT_EACCES. */
@@ -851,6 +852,19 @@ CKPT_API int ckpt_restore(ckpt_store *store, int64_t step, const ckpt_tensor *te
                           size_t count, const ckpt_restore_options *opts,
                           ckpt_report **report);
 
+/**
+ * ckpt_restore, and on success `*out` is the checkpoint the tensors were
+ * restored from, open as by ckpt_checkpoint_open at CKPT_VERIFY_QUICK (its
+ * metadata, its other tensors), to be freed with ckpt_checkpoint_free.  A
+ * caller that restores and then reads the step's metadata needs no second
+ * open (which would decode the manifest again and could find a step
+ * replaced in between).  `*out` is NULL on failure.  Same returns as
+ * ckpt_restore, and CKPT_EINVAL for a NULL `out`.  Thread-safe.
+ */
+CKPT_API int ckpt_restore_open(ckpt_store *store, int64_t step, const ckpt_tensor *tensors,
+                               size_t count, const ckpt_restore_options *opts,
+                               ckpt_report **report, ckpt_checkpoint **out);
+
 /* ----------------------------------------------------------------- verify */
 
 /**
@@ -879,9 +893,9 @@ CKPT_API int ckpt_verify(ckpt_store *store, int64_t step, ckpt_verify_level leve
 /**
  * One committed checkpoint opened for reading.  It borrows its store: free
  * it before the store.  It keeps its shard files open, so it stays readable
- * when a later save or gc retires its step.
+ * when a later save or gc retires its step.  (The type, ckpt_checkpoint,
+ * is declared above with ckpt_report: ckpt_restore_open hands one out.)
  */
-typedef struct ckpt_checkpoint ckpt_checkpoint;
 
 /**
  * Open checkpoint `step` for reading, verified at `level`.

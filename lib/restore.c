@@ -30,13 +30,15 @@ static void give_report(ckpt_report *r, ckpt_report **out)
         ckpt_report_free(r);
 }
 
-CKPT_API int ckpt_restore(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
-                          const ckpt_restore_options *opts, ckpt_report **report)
+/* ckpt_restore, and with `keep` the step restored from handed back open. */
+static int restore_api(const char *fn, ckpt_store *s, int64_t step, const ckpt_tensor *t,
+                       size_t count, const ckpt_restore_options *opts, ckpt_report **report,
+                       ckpt_checkpoint **keep)
 {
     if (report)
         *report = NULL;
     if (!s)
-        return ckpt_seterr(CKPT_EINVAL, "ckpt_restore: store is NULL");
+        return ckpt_seterr(CKPT_EINVAL, "%s: store is NULL", fn);
     ckpt_restore_options o = CKPT_RESTORE_OPTIONS_INIT;
     if (opts) {
         int rc = ckpt_check_version("ckpt_restore_options", opts->version,
@@ -46,7 +48,7 @@ CKPT_API int ckpt_restore(ckpt_store *s, int64_t step, const ckpt_tensor *t, siz
         o = *opts;
     }
     if (step < 0 && step != CKPT_LATEST)
-        return ckpt_seterr(CKPT_EINVAL, "ckpt_restore: step must be >= 0 or CKPT_LATEST");
+        return ckpt_seterr(CKPT_EINVAL, "%s: step must be >= 0 or CKPT_LATEST", fn);
     int rc = validate_tensors(t, count, 1);
     int agree = s->dist && step == CKPT_LATEST; /* several ranks: collective */
     if (rc && !agree)
@@ -56,14 +58,34 @@ CKPT_API int ckpt_restore(ckpt_store *s, int64_t step, const ckpt_tensor *t, siz
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
     pthread_mutex_lock(&s->api_lock);
     save_drain(s); /* retention of the save in flight must not race us */
-    if (agree)
+    if (agree) {
         rc = dist_restore(s, rc, t, count, &o, r);
-    else
-        rc = restore_run(s, step, t, count, &o, r);
+        if (!rc && keep && (rc = reader_open_step(s, r->step, keep)))
+            *keep = NULL;
+    } else {
+        rc = restore_run(s, step, t, count, &o, r, keep);
+    }
     eventlog_restore(s->events, rc, r);
     pthread_mutex_unlock(&s->api_lock);
     give_report(r, report);
     return rc;
+}
+
+CKPT_API int ckpt_restore(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
+                          const ckpt_restore_options *opts, ckpt_report **report)
+{
+    return restore_api("ckpt_restore", s, step, t, count, opts, report, NULL);
+}
+
+CKPT_API int ckpt_restore_open(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
+                               const ckpt_restore_options *opts, ckpt_report **report,
+                               ckpt_checkpoint **out)
+{
+    if (out)
+        *out = NULL;
+    if (!out)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_restore_open: out is NULL");
+    return restore_api("ckpt_restore_open", s, step, t, count, opts, report, out);
 }
 
 CKPT_API int ckpt_verify(ckpt_store *s, int64_t step, ckpt_verify_level level,

@@ -35,7 +35,7 @@ static int restore_rank_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, 
 {
     *caller_error = 0;
     if (s->rank == 0)
-        return restore_step(s, step, t, count, o, caller_error);
+        return restore_step(s, step, t, count, o, caller_error, NULL);
     char part[DIST_PART_NAME_SIZE];
     dist_part_name(s->rank, part);
     char *dir = layout_step_path(&s->lay, step), *path = dir ? util_join(dir, part) : NULL;
@@ -57,7 +57,7 @@ static int restore_rank_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, 
     free(dir);
     if (rc || own)
         return rc;
-    return restore_step(s, step, t, count, o, caller_error);
+    return restore_step(s, step, t, count, o, caller_error, NULL);
 }
 
 /* The newest step <= bound this rank restores; -1 if none.  A failure

@@ -60,7 +60,7 @@ static int match(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count, int al
 }
 
 int restore_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
-                       const ckpt_restore_options *o, int *caller_error)
+                 const ckpt_restore_options *o, int *caller_error, ckpt_checkpoint **keep)
 {
     ckpt_checkpoint *ck;
     *caller_error = 0;
@@ -68,7 +68,10 @@ int restore_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count
     if (rc)
         return rc;
     rc = restore_from(ck, t, count, o, caller_error);
-    reader_close(ck);
+    if (rc == CKPT_OK && keep)
+        *keep = ck;
+    else
+        reader_close(ck);
     return rc;
 }
 
@@ -93,7 +96,7 @@ int restore_from(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count,
 }
 
 int restore_run(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
-                const ckpt_restore_options *o, ckpt_report *r)
+                const ckpt_restore_options *o, ckpt_report *r, ckpt_checkpoint **keep)
 {
     int64_t *steps = NULL;
     size_t n = 0;
@@ -109,7 +112,7 @@ int restore_run(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
     int restored = 0;
     for (size_t i = n; i-- > 0 && !rc;) {
         int caller_error;
-        int r1 = restore_step(s, steps[i], t, count, o, &caller_error);
+        int r1 = restore_step(s, steps[i], t, count, o, &caller_error, keep);
         if (r1 == CKPT_OK) {
             r->step = steps[i];
             restored = 1;

@@ -139,6 +139,27 @@ static void check_fallback(enum damage d, int readonly)
     }
     cr_assert(found, "%s: report (%zu problems) does not list step 3", dn, n);
     ckpt_report_free(rep);
+
+    /* ckpt_restore_open falls back the same way (the whole state is read,
+     * so every damage is met) and hands back step 2, open. */
+    ckpt_checkpoint *kept = (ckpt_checkpoint *)&rc; /* must be reset */
+    tc_state_like(&got, &states[2], 0x22);
+    rc = ckpt_restore_open(st, CKPT_LATEST, got.t, got.count, NULL, NULL, &kept);
+    cr_assert_eq(rc, CKPT_OK, "%s: restore_open(LATEST) = %d: %s", dn, rc, ckpt_error_last());
+    cr_assert_not_null(kept);
+    cr_assert_eq(ckpt_checkpoint_step(kept), 2, "%s: restore_open gave step %lld", dn,
+                 (long long)ckpt_checkpoint_step(kept));
+    cr_assert_eq(ckpt_checkpoint_tensor_count(kept), states[2].count);
+    tc_assert_state_eq(&got, &states[2], dn);
+    ckpt_checkpoint_free(kept);
+    /* The damaged step asked for by number: the error, and no handle. */
+    kept = (ckpt_checkpoint *)&rc;
+    rc = ckpt_restore_open(st, 3, got.t, got.count, NULL, NULL, &kept);
+    cr_assert(is_damage_status(rc), "%s: restore_open(3) = %d", dn, rc);
+    cr_assert_null(kept, "%s: restore_open(3) failed but handed out a checkpoint", dn);
+    cr_assert_eq(ckpt_restore_open(st, CKPT_LATEST, got.t, got.count, NULL, NULL, NULL),
+                 CKPT_EINVAL);
+    cr_assert(strstr(ckpt_error_last(), "ckpt_restore_open"), "%s", ckpt_error_last());
     tc_state_free(&got);
 
     /* verify finds the damage */

@@ -367,6 +367,11 @@ HAVE_CHECKPOINT_RESTORE = _fn(
     "ckpt_checkpoint_restore", _int,
     [checkpoint_p, _P(ckpt_tensor), _size, _P(ckpt_restore_options)],
     optional=True)
+# Whether this library hands back the step a restore came from, open.
+HAVE_RESTORE_OPEN = _fn(
+    "ckpt_restore_open", _int,
+    [store_p, _i64, _P(ckpt_tensor), _size, _P(ckpt_restore_options),
+     _P(report_p), _P(checkpoint_p)], optional=True)
 _fn("ckpt_load", _int, [store_p, _i64, _str, _P(_vp), _P(_u64),
                         _P(ckpt_tensor_info)])
 

@@ -433,22 +433,37 @@ class Store:
         opts.allow_missing = 0 if strict else 1
         opts.cuda_stream = stream
         report = ffi.report_p()
-        try:
-            with self._h.use() as s:
-                C.ckpt_restore(s, ffi.CKPT_LATEST if step is None
-                               else _step_number(step, "Store.restore"),
-                               arr, len(described), _byref(opts),
-                               _byref(report))
-            restored = C.ckpt_report_step(report) if report else step
-            skipped = reports.from_report(report)
-        except NoCheckpointError as e:
-            e.skipped = reports.from_report(report)
-            raise
-        finally:
-            C.ckpt_report_free(report)
-        reports.report_skipped(skipped)
-        with self._checkpoint(restored) as ck, _no_gc():
-            return restore_result(ck, state, flat, skipped, strict)
+        # The step restored from comes back open: its metadata and names
+        # are read from it, not from a second open of the step.
+        ck = ffi.checkpoint_p()
+        number = (ffi.CKPT_LATEST if step is None
+                  else _step_number(step, "Store.restore"))
+        with self._h.use() as s:
+            try:
+                try:
+                    if ffi.HAVE_RESTORE_OPEN:
+                        C.ckpt_restore_open(s, number, arr, len(described),
+                                            _byref(opts), _byref(report),
+                                            _byref(ck))
+                    else:
+                        C.ckpt_restore(s, number, arr, len(described),
+                                       _byref(opts), _byref(report))
+                    restored = C.ckpt_report_step(report) if report else step
+                    skipped = reports.from_report(report)
+                except NoCheckpointError as e:
+                    e.skipped = reports.from_report(report)
+                    raise
+                finally:
+                    C.ckpt_report_free(report)
+                reports.report_skipped(skipped)
+                if not ck:
+                    C.ckpt_checkpoint_open(_byref(ck), s, restored,
+                                           ffi.CKPT_VERIFY_QUICK)
+                with _no_gc():
+                    return restore_result(ck, state, flat, skipped, strict)
+            finally:
+                if ck:
+                    C.ckpt_checkpoint_free(ck)
 
     def latest(self, full: bool = True) -> Optional[int]:
         """The newest step that passes full verification (every chunk's

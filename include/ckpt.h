@@ -858,7 +858,9 @@ CKPT_API int ckpt_restore(ckpt_store *store, int64_t step, const ckpt_tensor *te
  * metadata, its other tensors), to be freed with ckpt_checkpoint_free.  A
  * caller that restores and then reads the step's metadata needs no second
  * open (which would decode the manifest again and could find a step
- * replaced in between).  `*out` is NULL on failure.  Same returns as
+ * replaced in between).  `*out` is NULL on failure.  With several ranks
+ * and CKPT_LATEST it is collective, as ckpt_restore is, and each rank gets
+ * the agreed step opened through the global manifest.  Same returns as
  * ckpt_restore, and CKPT_EINVAL for a NULL `out`.  Thread-safe.
  */
 CKPT_API int ckpt_restore_open(ckpt_store *store, int64_t step, const ckpt_tensor *tensors,

@@ -167,7 +167,7 @@ def test_metadata_is_the_callers_and_the_manifest_holds_the_format(store):
                                      ["epoch", 3]]}}
 
 
-def without_structure(tree, metadata):
+def without_structure(tree, metadata, version=1):
     return metadata  # what the C API or an older binding wrote
 
 
@@ -183,10 +183,13 @@ def test_checkpoints_without_structure_load_flat(store, monkeypatch):
 
 
 def test_a_newer_structure_version_is_a_version_error(store, monkeypatch):
-    monkeypatch.setattr(nested, "VERSION", 2)
+    newer = nested.VERSION + 1
+    real_wrap = nested.wrap
+    monkeypatch.setattr(nested, "wrap", lambda tree, metadata, version=1:
+                        real_wrap(tree, metadata, newer))
     store.save(1, {"w": np.ones(1)}).wait()
     monkeypatch.undo()
-    with pytest.raises(libckpt.VersionError, match="version 2"):
+    with pytest.raises(libckpt.VersionError, match="version %d" % newer):
         store.load()
     with pytest.raises(libckpt.VersionError):
         store.metadata(1)
@@ -245,3 +248,75 @@ def test_restore_strict_and_the_keys_each_side_lacks(store):
     assert r.unexpected_keys == ["extra", "n"]
     assert r.state["m"] == 5
     assert store.restore(state, allow_missing=True) == 1  # older spelling
+
+
+def test_a_dict_of_tensors_is_one_compact_node(store):
+    """Version 2: a dict (or OrderedDict) whose values are all tensors of
+    one origin under plain str keys is one node listing its keys."""
+    inner = collections.OrderedDict([("w", np.arange(3.0)), ("b", np.ones(2))])
+    inner._metadata = {"": {"version": 1}}
+    state = {"model": inner, "opt": {"0": {"m": np.zeros(2), "v": np.ones(2)}},
+             "step": 7}
+    store.save(1, state).wait()
+    with store._checkpoint(1) as ck:
+        raw = json.loads(ffi.lib.ckpt_checkpoint_metadata(ck))
+    assert raw["version"] == 2
+    assert raw["tree"] == {"dict": [
+        ["model", {"_metadata": {"dict": [["", {"dict": [["version", 1]]}]]},
+                   "otensors": ["w", "b"], "from": "np"}],
+        ["opt", {"dict": [["0", {"tensors": ["m", "v"], "from": "np"}]]}],
+        ["step", 7]]}
+    step, got = store.load()
+    same(got, state)
+    assert isinstance(got["model"], collections.OrderedDict)
+    assert got["model"]._metadata == {"": {"version": 1}}
+    assert list(got["model"]) == ["w", "b"]
+    # restore in place fills them and gives back the plain values
+    into = {"model": collections.OrderedDict([("w", np.zeros(3)), ("b", np.zeros(2))]),
+            "opt": {"0": {"m": np.ones(2), "v": np.zeros(2)}}, "step": 0}
+    r = store.restore(into)
+    assert r.state["step"] == 7 and into["model"]["w"].tolist() == [0.0, 1.0, 2.0]
+    assert into["opt"]["0"]["v"].tolist() == [1.0, 1.0]
+
+
+def test_mixed_dicts_keep_the_general_node(store):
+    """Not compact: a plain value beside the tensors, an int key, a key
+    that is not ASCII, tensors of two origins."""
+    torch = pytest.importorskip("torch")
+    for state in ({"a": {"w": np.ones(1), "n": 1}}, {"a": {0: np.ones(1)}},
+                  {"a": {"\u00e9": np.ones(1)}},
+                  {"a": {"x": np.ones(1), "y": torch.ones(1)}}):
+        store.save(1, state).wait()
+        with store._checkpoint(1) as ck:
+            raw = json.loads(ffi.lib.ckpt_checkpoint_metadata(ck))
+        assert raw["version"] == 1, state
+        assert "dict" in raw["tree"]["dict"][0][1], state
+        got = store.load(framework="auto")[1]
+        assert list(got["a"]) == list(state["a"])
+
+
+def test_version_1_trees_of_many_tensors_still_load(store, monkeypatch):
+    """What a binding before version 2 wrote: one node per tensor."""
+    monkeypatch.setattr(nested, "_encode_tensor_dict", lambda *a: None)
+    state = {"layers": {"l%d" % i: np.full(2, float(i)) for i in range(50)}}
+    store.save(1, state).wait()
+    monkeypatch.undo()
+    with store._checkpoint(1) as ck:
+        raw = json.loads(ffi.lib.ckpt_checkpoint_metadata(ck))
+    assert raw["version"] == 1
+    assert raw["tree"]["dict"][0][1]["dict"][0] == [
+        "l0", {"tensor": "layers.l0", "from": "np"}]
+    same(store.load()[1], state)
+
+
+@pytest.mark.parametrize("node", [
+    {"tensors": "w", "from": "np"}, {"tensors": [1], "from": "np"},
+    {"tensors": ["w"], "from": "jax"}, {"otensors": None}])
+def test_a_malformed_compact_node_is_corrupt(store, monkeypatch, node):
+    real_wrap = nested.wrap
+    monkeypatch.setattr(nested, "wrap", lambda tree, metadata, version=1:
+                        real_wrap({"dict": [["a", node]]}, metadata, 2))
+    store.save(1, {"a": {"w": np.ones(1)}}).wait()
+    monkeypatch.undo()
+    with pytest.raises(libckpt.CorruptError, match="malformed"):
+        store.load()

@@ -10,9 +10,11 @@ is written into the checkpoint's metadata as below, so that a load gives
 back exactly what was saved: ints of any size, floats bit for bit, key
 types (optimizer state keys stay ints).
 
-Format (version 1), the whole metadata JSON of the checkpoint::
+Format (version 2; version 1 is the same without the "tensors" and
+"otensors" nodes, and a tree without them is still written as version 1),
+the whole metadata JSON of the checkpoint::
 
-    {"format": "libckpt-python-state", "version": 1,
+    {"format": "libckpt-python-state", "version": 1 | 2,
      "tree": NODE, "metadata": <the caller's metadata=, or null>}
 
     NODE = null | true | false
@@ -27,10 +29,18 @@ Format (version 1), the whole metadata JSON of the checkpoint::
          | {"dict": [[KEY, NODE], ...]}
          | {"odict": [[KEY, NODE], ...]}    OrderedDict; may carry
                                             "_metadata": NODE (state_dict)
+         | {"tensors": [STR, ...], "from": "np" | "pt"}   (version 2) a dict
+                                            whose every value is a C-level
+                                            tensor named by its path, keys
+                                            plain strings, one origin
+         | {"otensors": [STR, ...], "from": ..., "_metadata": NODE}  the
+                                            same for an OrderedDict
     KEY  = string | integer | {"int": ...} | {"str": ...}
 
 Every JSON object in the tree is a tagged node, so the caller's dicts can
-never be mistaken for one.  Keys must be str or int (not bool); two tensors
+never be mistaken for one.  A dict of tensors (a state_dict, an optimizer's
+per-parameter state) takes one node instead of one per tensor, which keeps
+the manifest small and quick to check with thousands of tensors.  Keys must be str or int (not bool); two tensors
 whose paths flatten to the same name ({"a.b": x} and {"a": {"b": y}}) are
 refused with an error naming both paths, never overwritten.
 """
@@ -52,7 +62,8 @@ import numpy as np
 from .errors import CorruptError, InvalidArgumentError, VersionError
 
 FORMAT = "libckpt-python-state"
-VERSION = 1
+VERSION = 2    # the newest version this module reads
+_COMPACT = 2   # the version that added "tensors"/"otensors" nodes
 _INT64 = (-2**63, 2**63 - 1)
 _CANONICAL_NAN = struct.pack("<d", float("nan"))
 
@@ -185,6 +196,7 @@ class Flat:
         self._names: Dict[str, Path] = {}
         self._active: set = set()
         self._torch: Any = None  # torch.Tensor, when torch is loaded
+        self.version = 1  # the tree's format version (2: compact nodes)
 
 
 def flatten(state: Any) -> Flat:
@@ -229,6 +241,9 @@ def _encode(obj: Any, path: Path, flat: Flat, name: str) -> Any:
     try:
         if isinstance(obj, Mapping):
             prefix = name + "." if path else ""
+            node = _encode_tensor_dict(obj, path, flat, prefix) if obj else None
+            if node is not None:
+                return node
             pairs = [[_key_node(k, path),
                       _encode(v, path + (k,), flat, prefix + str(k))]
                      for k, v in obj.items()]
@@ -255,10 +270,71 @@ def _encode(obj: Any, path: Path, flat: Flat, name: str) -> Any:
         flat._active.discard(id(obj))
 
 
-def wrap(tree: Any, metadata: Any) -> dict:
-    """The checkpoint metadata for a state's tree and the caller's
-    metadata."""
-    return {"format": FORMAT, "version": VERSION, "tree": tree,
+def _encode_tensor_dict(obj: Any, path: Path, flat: Flat,
+                        prefix: str) -> Optional[dict]:
+    """The compact node of a mapping whose every value is a tensor of one
+    origin under a plain ASCII str key, or None (the caller then writes the
+    general node).  Tensors are registered as _encode would."""
+    torch_t = flat._torch
+    origin = None
+    keys = []
+    for k, v in obj.items():  # one pass: this runs once per tensor
+        if type(k) is not str or not k.isascii() or "\0" in k:
+            return None
+        if torch_t is not None and isinstance(v, torch_t):
+            pt = "pt"
+        elif type(v) in _PLAIN_CONTAINERS or not is_tensor(v):
+            return None
+        else:
+            pt = "np"
+        if origin != pt:
+            if origin is not None:
+                return None
+            origin = pt
+        keys.append(k)
+    odict = isinstance(obj, collections.OrderedDict)
+    extra = getattr(obj, "_metadata", None) if odict else None
+    node: dict = {}
+    if extra is not None:
+        side = Flat()
+        side._torch = flat._torch
+        node["_metadata"] = _encode(extra, path + ("_metadata",), side,
+                                    dotted(path + ("_metadata",)))
+        if side.tensors:
+            raise TypeError("%s: OrderedDict._metadata may not hold "
+                            "tensors" % path_str(path))
+    names, tensors = flat._names, flat.tensors
+    for k, v in obj.items():
+        name = prefix + k
+        p = path + (k,)
+        other = names.setdefault(name, p)
+        if other is not p:
+            raise InvalidArgumentError(
+                "%s and %s both flatten to the tensor name %r; rename one "
+                "(a '.' in a key flattens like nesting)"
+                % (path_str(other), path_str(p), name))
+        tensors.append((name, v, p))
+    node["otensors" if odict else "tensors"] = keys
+    node["from"] = origin
+    flat.version = max(flat.version, _COMPACT)
+    return node
+
+
+def _tensor_keys(tree: dict, path: Path) -> Tuple[List[str], str]:
+    """(keys, origin) of a compact node, checked."""
+    keys = tree.get("tensors", tree.get("otensors"))
+    origin = tree.get("from", "np")
+    if not isinstance(keys, list) or origin not in ("np", "pt") or \
+            not all(isinstance(k, str) for k in keys):
+        raise CorruptError("%s: malformed state structure node"
+                           % path_str(path))
+    return keys, origin
+
+
+def wrap(tree: Any, metadata: Any, version: int = 1) -> dict:
+    """The checkpoint metadata for a state's tree (of format `version`:
+    Flat.version) and the caller's metadata."""
+    return {"format": FORMAT, "version": version, "tree": tree,
             "metadata": metadata}
 
 
@@ -292,6 +368,15 @@ def unflatten(tree: Any, leaf: Leaf, path: Path = ()) -> Any:
                            % path_str(path))
     if "tensor" in tree:
         return leaf(tree["tensor"], tree.get("from", "np"), path)
+    if "tensors" in tree or "otensors" in tree:
+        keys, origin = _tensor_keys(tree, path)
+        prefix = dotted(path) + "." if path else ""
+        out = {} if "tensors" in tree else collections.OrderedDict()
+        for k in keys:
+            out[k] = leaf(prefix + k, origin, path + (k,))
+        if "_metadata" in tree:
+            out._metadata = unflatten(tree["_metadata"], leaf, path)
+        return out
     if "list" in tree or "tuple" in tree:
         items = [unflatten(v, leaf, path + (i,))
                  for i, v in enumerate(tree.get("list", tree.get("tuple")))]
@@ -346,6 +431,10 @@ def _plain_leaves(tree: Any, path: Path, out: Dict[Path, Any]) -> None:
                            % path_str(path))
     if "tensor" in tree:
         out.pop(path, None)  # as unflatten: a later duplicate key wins
+        return
+    if "tensors" in tree or "otensors" in tree:
+        for k in _tensor_keys(tree, path)[0]:
+            out.pop(path + (k,), None)
         return
     if "list" in tree or "tuple" in tree:
         for i, v in enumerate(tree.get("list", tree.get("tuple"))):

@@ -307,7 +307,8 @@ class Store:
         opts = ffi.ckpt_save_options()
         C.ckpt_save_options_init(_byref(opts), ffi.CKPT_SAVE_OPTIONS_VERSION)
         # Compact: the library parses it (and keeps its own compact form).
-        text = json.dumps(nested.wrap(flat.tree, metadata), allow_nan=False,
+        text = json.dumps(nested.wrap(flat.tree, metadata, version=flat.version),
+                          allow_nan=False,
                           separators=(",", ":")).encode("utf-8")
         keep.append(text)
         opts.metadata_json = text

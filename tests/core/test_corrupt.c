@@ -143,6 +143,7 @@ static void check_fallback(enum damage d, int readonly)
     /* ckpt_restore_open falls back the same way (the whole state is read,
      * so every damage is met) and hands back step 2, open. */
     ckpt_checkpoint *kept = (ckpt_checkpoint *)&rc; /* must be reset */
+    tc_state_free(&got);
     tc_state_like(&got, &states[2], 0x22);
     rc = ckpt_restore_open(st, CKPT_LATEST, got.t, got.count, NULL, NULL, &kept);
     cr_assert_eq(rc, CKPT_OK, "%s: restore_open(LATEST) = %d: %s", dn, rc, ckpt_error_last());

@@ -125,6 +125,44 @@ uint64_t codec_hash(const void *p, size_t n)
     return XXH3_64bits(p, n);
 }
 
+struct codec_hasher {
+    XXH3_state_t *st;
+};
+
+int codec_hasher_create(codec_hasher **out)
+{
+    codec_hasher *h = malloc(sizeof *h);
+    if (h && !(h->st = XXH3_createState())) {
+        free(h);
+        h = NULL;
+    }
+    *out = h;
+    return h ? CKPT_OK : ckpt_seterr(CKPT_ENOMEM, "out of memory");
+}
+
+void codec_hasher_free(codec_hasher *h)
+{
+    if (!h)
+        return;
+    XXH3_freeState(h->st);
+    free(h);
+}
+
+void codec_hasher_reset(codec_hasher *h)
+{
+    XXH3_64bits_reset(h->st);
+}
+
+void codec_hasher_update(codec_hasher *h, const void *p, size_t n)
+{
+    XXH3_64bits_update(h->st, p, n);
+}
+
+uint64_t codec_hasher_digest(const codec_hasher *h)
+{
+    return XXH3_64bits_digest(h->st);
+}
+
 /* Byte k of every element goes to plane k: floats' exponent bytes then sit
  * together, which zstd compresses far better.  Widths 2 and 4 (bf16/fp16,
  * fp32) have SSE2 paths: the scalar loops gather with strides and run at a

@@ -59,6 +59,17 @@ void codec_store_raw(const void *raw, size_t n, const void **stored, chunk_meta 
 /* Hash of bytes, for callers that check hashes themselves. */
 uint64_t codec_hash(const void *p, size_t n);
 
+/* The same hash taken piece by piece: after codec_hasher_reset, the
+ * digest of the pieces given to codec_hasher_update, in order, is
+ * codec_hash of their concatenation.  For a reader that hashes each piece
+ * while it is still in cache instead of the whole chunk afterwards. */
+typedef struct codec_hasher codec_hasher;
+int codec_hasher_create(codec_hasher **out); /* CKPT_ENOMEM */
+void codec_hasher_free(codec_hasher *h);     /* NULL is fine */
+void codec_hasher_reset(codec_hasher *h);
+void codec_hasher_update(codec_hasher *h, const void *p, size_t n);
+uint64_t codec_hasher_digest(const codec_hasher *h);
+
 /* Check the stored hash of a chunk read into `stored`: do this before
  * anything is sized or decoded by what the chunk claims.  CKPT_ECORRUPT
  * with a message saying which check failed; the caller prefixes

@@ -385,6 +385,10 @@ static int chunk_fail(chunk_task *t, int status)
     return ckpt_seterr(status, "%s", msg);
 }
 
+/* Raw chunks larger than this are read and hashed in pieces of it (an
+ * eighth of this machine kind's 2 MiB L2 cache per core). */
+#define RAW_PIECE ((size_t)256 << 10)
+
 /* A raw chunk into host memory: read straight into the caller's buffer
  * and hash it once (its stored and raw hashes must be equal: checks 10
  * and 12 of docs/FORMAT.md are then one), half the memory traffic of
@@ -399,13 +403,42 @@ static int raw_chunk_job(chunk_task *t)
                                          "%016llx and a different raw hash %016llx",
                                          (unsigned long long)meta->stored_hash,
                                          (unsigned long long)meta->raw_hash));
-    int64_t got = fsio_pread(&s->lay.fs, t->ck->fds[t->shard], dst, (size_t)meta->stored_len,
-                             t->e->file_offset);
-    if (got < 0)
-        return chunk_fail(t, ckpt_seterr_errno((int)-got, "read failed"));
-    if ((uint64_t)got != meta->stored_len)
-        return chunk_fail(t, ckpt_seterr(CKPT_EINCOMPLETE, "file ends early"));
-    int rc = codec_check_stored(dst, meta);
+    if (meta->stored_len <= RAW_PIECE) {
+        int64_t got = fsio_pread(&s->lay.fs, t->ck->fds[t->shard], dst,
+                                 (size_t)meta->stored_len, t->e->file_offset);
+        if (got < 0)
+            return chunk_fail(t, ckpt_seterr_errno((int)-got, "read failed"));
+        if ((uint64_t)got != meta->stored_len)
+            return chunk_fail(t, ckpt_seterr(CKPT_EINCOMPLETE, "file ends early"));
+        int rc = codec_check_stored(dst, meta);
+        return rc ? chunk_fail(t, rc) : CKPT_OK;
+    }
+    /* Read and hash piece by piece: each piece is hashed while it is
+     * still in the core's cache (reading 4 MiB and hashing it afterwards
+     * fetches it from memory again: about 20% slower here). */
+    codec_hasher *h;
+    int rc = codec_hasher_create(&h);
+    if (rc)
+        return chunk_fail(t, rc);
+    codec_hasher_reset(h);
+    for (uint64_t at = 0; at < meta->stored_len && !rc;) {
+        size_t n = meta->stored_len - at < RAW_PIECE ? (size_t)(meta->stored_len - at)
+                                                      : RAW_PIECE;
+        int64_t got = fsio_pread(&s->lay.fs, t->ck->fds[t->shard], dst + at, n,
+                                 t->e->file_offset + at);
+        if (got < 0)
+            rc = ckpt_seterr_errno((int)-got, "read failed");
+        else if ((size_t)got != n)
+            rc = ckpt_seterr(CKPT_EINCOMPLETE, "file ends early");
+        else
+            codec_hasher_update(h, dst + at, n);
+        at += n;
+    }
+    uint64_t hash = codec_hasher_digest(h);
+    codec_hasher_free(h);
+    if (!rc && hash != meta->stored_hash)
+        rc = ckpt_seterr(CKPT_ECORRUPT, "stored bytes hash %016llx, index says %016llx",
+                         (unsigned long long)hash, (unsigned long long)meta->stored_hash);
     return rc ? chunk_fail(t, rc) : CKPT_OK;
 }
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
+#include "shard.h"
 
 TestSuite(corrupt, .init = tc_setup, .fini = tc_teardown, .timeout = 240);
 
@@ -666,4 +667,51 @@ Test(corrupt, hostile_manifests)
         ckpt_store_free(st);
         free_three();
     }
+}
+
+/* A raw chunk larger than the reader's piece (256 KiB) is read and hashed
+ * piece by piece: a flipped byte in any piece, the last one included, and
+ * a shard cut inside the chunk are still caught, naming the hash or the
+ * short file; the untouched step restores bit-exactly. */
+Test(corrupt, large_raw_chunk_read_in_pieces)
+{
+    ckpt_store_options o;
+    tc_opts(&o);
+    o.chunk_bytes = 4 << 20;
+    o.flags |= CKPT_OPEN_COMPRESS_ALL; /* random bytes end up raw anyway */
+    tc_state s;
+    tc_state_init(&s);
+    int64_t n[1] = {(3 << 20) / 4 + 77}; /* 12 pieces and a partial one */
+    tc_state_add(&s, "w", CKPT_F32, 1, n, TC_RANDOM, 5);
+    ckpt_store *st = NULL;
+    cr_assert_eq(ckpt_store_open(&st, tc_root, &o), CKPT_OK, "%s", ckpt_error_last());
+    tc_save_ok(st, 1, &s);
+    tc_restore_check(st, 1, &s);
+    char *dir = tc_step_dir(tc_root, 1);
+    char *shard = tc_find_suffix(dir, ".shard");
+    char *copy = tc_join(tc_root, "shard.orig");
+    tc_copy_file(shard, copy);
+    int64_t size = tc_file_size(shard);
+    /* The chunk is raw: the shard holds at least the tensor's bytes. */
+    cr_assert_geq((uint64_t)size, s.t[0].bytes, "shard of %lld bytes", (long long)size);
+    tc_state got;
+    const int64_t where[] = {4096, (int64_t)(1 << 20) + 3, (int64_t)s.t[0].bytes - 1};
+    for (size_t i = 0; i < sizeof where / sizeof where[0]; i++) {
+        tc_copy_file(copy, shard);
+        /* the one frame follows the shard's header: byte k of the tensor */
+        tc_flip_byte(shard, where[i] + SHARD_HEADER_SIZE);
+        tc_state_like(&got, &s, 0x33);
+        int rc = ckpt_restore(st, 1, got.t, got.count, NULL, NULL);
+        cr_assert_eq(rc, CKPT_ECORRUPT, "flip at %lld: restore = %d: %s", (long long)where[i],
+                     rc, ckpt_error_last());
+        cr_assert(strstr(ckpt_error_last(), "hash"), "%s", ckpt_error_last());
+        tc_state_free(&got);
+    }
+    tc_copy_file(copy, shard);
+    tc_restore_check(st, 1, &s);
+    ckpt_store_free(st);
+    free(copy);
+    free(shard);
+    free(dir);
+    tc_state_free(&s);
 }

@@ -9,6 +9,7 @@
 #include "codec.h"
 #include "error.h"
 #include "jsontext.h"
+#include "mtensors.h"
 #include "util.h"
 
 /* The file is B + SUFFIX_HEAD + 16 hex digits + SUFFIX_TAIL, where B is the
@@ -115,100 +116,6 @@ static json_t *build(const manifest *m)
     return root;
 }
 
-/* A growing text buffer for the tensors array. */
-typedef struct {
-    char *p;
-    size_t len, cap;
-} textbuf;
-
-static int tb_put(textbuf *b, const char *s, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p)
-            return -1;
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-    return 0;
-}
-
-static int tb_str(textbuf *b, const char *s)
-{
-    return tb_put(b, s, strlen(s));
-}
-
-/* A decimal integer, as "%lld" prints it (printf per field made the
- * tensors array most of the cost of encoding the manifest). */
-static int tb_int(textbuf *b, long long v)
-{
-    char tmp[24], *p = tmp + sizeof tmp;
-    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
-    do
-        *--p = (char)('0' + u % 10);
-    while (u /= 10);
-    if (v < 0)
-        *--p = '-';
-    return tb_put(b, p, (size_t)(tmp + sizeof tmp - p));
-}
-
-/* A JSON string as jansson prints it: plain names as they are, the rare
- * ones that need escapes through jansson itself. */
-static int tb_json_string(textbuf *b, const char *s)
-{
-    for (const unsigned char *c = (const unsigned char *)s; *c; c++)
-        if (*c == '"' || *c == '\\' || *c < 0x20) {
-            json_t *v = json_string(s);
-            char *t = v ? json_dumps(v, JSON_ENCODE_ANY) : NULL;
-            json_decref(v);
-            int rc = t ? tb_str(b, t) : -1;
-            free(t);
-            return rc;
-        }
-    return tb_put(b, "\"", 1) || tb_str(b, s) || tb_put(b, "\"", 1) ? -1 : 0;
-}
-
-/* The tensors array exactly as jansson's JSON_INDENT(2) prints it inside the
- * root object (from '[' to ']').  Written directly because building,
- * printing and freeing a jansson object per tensor made the manifest most of
- * the persist time of a save of 10,000 tiny tensors. */
-static char *tensors_text(const manifest *m, size_t *cut)
-{
-    textbuf b = {0};
-    int bad = tb_str(&b, "[");
-    for (size_t i = 0; i < m->ntensors && !bad; i++) {
-        const manifest_tensor *t = &m->tensors[i];
-        if (cut)
-            cut[i] = i ? b.len : 0; /* the ',' (or '[') before the element */
-        bad |= tb_str(&b, i ? ",\n    {\n      \"name\": " : "\n    {\n      \"name\": ") ||
-               tb_json_string(&b, t->name) || tb_str(&b, ",\n      \"dtype\": \"") ||
-               tb_str(&b, ckpt_dtype_name(t->dtype)) ||
-               tb_str(&b, "\",\n      \"shape\": ") || tb_str(&b, t->ndim ? "[" : "[]");
-        for (int d = 0; d < t->ndim && !bad; d++)
-            bad |= tb_str(&b, d ? ",\n        " : "\n        ") ||
-                   tb_int(&b, (long long)t->shape[d]);
-        if (t->ndim && !bad)
-            bad |= tb_str(&b, "\n      ]");
-        bad |= tb_str(&b, ",\n      \"bytes\": ") || tb_int(&b, (long long)t->bytes) ||
-               tb_str(&b, ",\n      \"shard\": ") || tb_int(&b, (long long)t->shard) ||
-               tb_str(&b, ",\n      \"chunks\": ") || tb_int(&b, (long long)t->chunks) ||
-               tb_str(&b, ",\n      \"stored_bytes\": ") ||
-               tb_int(&b, (long long)t->stored_bytes) || tb_str(&b, "\n    }");
-    }
-    bad = bad || tb_str(&b, m->ntensors ? "\n  ]" : "]");
-    if (bad) {
-        free(b.p);
-        return NULL;
-    }
-    return b.p;
-}
-
 /* `body` with the root's empty tensors array replaced by `tensors`, which
  * starts at offset *at_out of the result. */
 static char *splice_tensors(char *body, const char *tensors, size_t *at_out)
@@ -250,7 +157,7 @@ int manifest_encode_split(const manifest *m, char **text, size_t *len, manifest_
     json_decref(root);
     size_t *cut = NULL, at = 0, tlen = 0;
     if (body && m->ntensors && (!sp || (cut = malloc(m->ntensors * sizeof *cut)))) {
-        char *tensors = tensors_text(m, cut);
+        char *tensors = mtensors_text(m->tensors, m->ntensors, cut);
         char *whole = tensors ? splice_tensors(body, tensors, &at) : NULL;
         tlen = tensors ? strlen(tensors) : 0;
         free(tensors);
@@ -408,9 +315,17 @@ static int unique_tensor_names(const manifest *m, const char *where)
     return rc;
 }
 
-static int decode_root(json_t *root, const char *where, manifest *m)
+/* The root object into *m.  `pre` (npre tensors, or NULL): the tensors
+ * mtensors_scan read, whose place in the root holds an empty array; m takes
+ * them over, on failure too. */
+static int decode_root(json_t *root, const char *where, manifest *m, manifest_tensor *pre,
+                       size_t npre)
 {
     json_t *fmt = json_object_get(root, "format"), *ver = json_object_get(root, "format_version");
+    if (pre) {
+        m->tensors = pre; /* m frees them, from here on */
+        m->ntensors = npre;
+    }
     if (!json_is_object(root) || !json_is_string(fmt) ||
         strcmp(json_string_value(fmt), MANIFEST_FORMAT) != 0)
         return BAD("%s: not a libckpt manifest", where);
@@ -425,7 +340,7 @@ static int decode_root(json_t *root, const char *where, manifest *m)
     if (!json_is_integer(step) || json_integer_value(step) < 0 || !json_is_string(id) ||
         json_string_length(id) != 2 * SHARD_ID_SIZE || !json_is_number(time) ||
         !json_is_object(save) || !json_is_array(tensors) || !json_is_array(shards) ||
-        !json_is_object(env) || !meta)
+        !json_is_object(env) || !meta || (pre && json_array_size(tensors)))
         return BAD("%s: a top-level field is missing or of the wrong type", where);
     m->step = json_integer_value(step);
     const char *hx = json_string_value(id);
@@ -455,7 +370,8 @@ static int decode_root(json_t *root, const char *where, manifest *m)
     if (ns == 0 || ns > 65536)
         return BAD("%s: %zu shards listed", where, ns);
     m->shards = calloc(ns, sizeof *m->shards);
-    m->tensors = calloc(nt ? nt : 1, sizeof *m->tensors);
+    if (!pre)
+        m->tensors = calloc(nt ? nt : 1, sizeof *m->tensors);
     if (!m->shards || !m->tensors)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory reading %s", where);
     for (size_t i = 0; i < ns; i++, m->nshards++) {
@@ -471,12 +387,16 @@ static int decode_root(json_t *root, const char *where, manifest *m)
     int rc = unique_shard_files(m, where); /* two entries for one file would alias it */
     if (rc)
         return rc;
-    for (size_t i = 0; i < nt; i++) {
+    for (size_t i = 0; i < nt && !pre; i++) {
         rc = decode_tensor(json_array_get(tensors, i), i, where, &m->tensors[i], ns);
         m->ntensors++;
         if (rc)
             return rc;
     }
+    for (size_t i = 0; i < npre && pre; i++) /* the one check the scan left */
+        if (m->tensors[i].shard >= ns)
+            return BAD("%s: tensor '%s' is in shard %u of %zu", where, m->tensors[i].name,
+                       m->tensors[i].shard, ns);
     if ((rc = unique_tensor_names(m, where)))
         return rc;
     json_t *world = json_object_get(root, "world_size");
@@ -525,29 +445,84 @@ int manifest_decode(const char *text, size_t len, const char *where, manifest *m
     return rc;
 }
 
-int manifest_decode_keep(const char *text, size_t len, const char *where, manifest *m,
-                         json_t **tree)
+/* The text with its bytes (open, close) left out (the tensors array made
+ * empty), parsed as the whole is. */
+static json_t *load_without(const char *text, size_t len, size_t open, size_t close,
+                            json_error_t *err)
+{
+    size_t rlen = open + 1 + (len - close);
+    char *rest = malloc(rlen);
+    if (!rest) {
+        snprintf(err->text, sizeof err->text, "out of memory");
+        err->line = -1;
+        return NULL;
+    }
+    memcpy(rest, text, open + 1);
+    memcpy(rest + open + 1, text + close, len - close);
+    json_t *root = json_loadb(rest, rlen, JSON_REJECT_DUPLICATES, err);
+    free(rest);
+    return root;
+}
+
+static int decode(const char *text, size_t len, const char *where, manifest *m,
+                  json_t **tree, int quick)
 {
     memset(m, 0, sizeof *m);
     *tree = NULL;
     int rc = check_sum(text, len, where);
     if (rc)
         return rc;
+    json_t *root = NULL;
     json_error_t err;
-    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+    /* The quick route: the tensors scanned by hand, the rest by jansson.
+     * On any failure the whole text goes the jansson route, which reports
+     * it in its own words. */
+    size_t open, close, npre;
+    manifest_tensor *pre;
+    rc = quick ? mtensors_scan(text, len, &open, &close, &pre, &npre) : 0;
+    if (rc < 0)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory reading %s", where);
+    if (rc == 1) {
+        ckpt_error_state before;
+        ckpt_error_capture(&before, CKPT_OK);
+        root = load_without(text, len, open, close, &err);
+        if (root && decode_root(root, where, m, pre, npre) == CKPT_OK)
+            goto decoded;
+        if (!root)
+            mtensors_free(pre, npre);
+        json_decref(root);
+        manifest_clear(m);
+        ckpt_error_restore(&before);
+    }
+    root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
     if (!root)
         return BAD("%s: manifest is not valid JSON (line %d: %s)", where, err.line, err.text);
-    rc = decode_root(root, where, m);
+    rc = decode_root(root, where, m, NULL, 0);
     if (rc) {
         json_decref(root);
         manifest_clear(m);
         return rc;
     }
+decoded:
     /* m holds env and metadata: the tree keeps nothing m uses. */
     json_object_del(root, "env");
     json_object_del(root, "metadata");
     *tree = root;
     return CKPT_OK;
+}
+
+int manifest_decode_keep(const char *text, size_t len, const char *where, manifest *m,
+                         json_t **tree)
+{
+    return decode(text, len, where, m, tree, 1);
+}
+
+int manifest_decode_reference(const char *text, size_t len, const char *where, manifest *m)
+{
+    json_t *tree;
+    int rc = decode(text, len, where, m, &tree, 0);
+    json_decref(tree);
+    return rc;
 }
 
 /* The split decode parses the text in pieces: the document with an empty
@@ -568,18 +543,11 @@ int manifest_decode_head(const char *text, size_t len, const manifest_split *sp,
         text[sp->close] != ']')
         return ckpt_seterr(CKPT_EINTERNAL, "%s: the tensors array is not where the encoder "
                            "said", where);
-    size_t rlen = sp->open + 1 + (len - sp->close);
-    char *rest = malloc(rlen);
-    if (!rest)
-        return ckpt_seterr(CKPT_ENOMEM, "out of memory reading %s", where);
-    memcpy(rest, text, sp->open + 1);
-    memcpy(rest + sp->open + 1, text + sp->close, len - sp->close);
     json_error_t err;
-    json_t *root = json_loadb(rest, rlen, JSON_REJECT_DUPLICATES, &err);
-    free(rest);
+    json_t *root = load_without(text, len, sp->open, sp->close, &err);
     if (!root)
         return BAD("%s: manifest is not valid JSON (line %d: %s)", where, err.line, err.text);
-    rc = decode_root(root, where, m);
+    rc = decode_root(root, where, m, NULL, 0);
     json_decref(root);
     if (rc)
         manifest_clear(m);

@@ -63,6 +63,9 @@ int manifest_decode(const char *text, size_t len, const char *where, manifest *m
  * with *m, for json_decref on any thread; NULL on failure. */
 int manifest_decode_keep(const char *text, size_t len, const char *where, manifest *m,
                          json_t **tree);
+/* manifest_decode by jansson alone, never the quick route through the
+ * tensors (mtensors.h): the reference that route is tested against. */
+int manifest_decode_reference(const char *text, size_t len, const char *where, manifest *m);
 void manifest_clear(manifest *m);
 
 /* Where the tensors array of a text from manifest_encode_split lies: its

@@ -1,0 +1,292 @@
+/* mtensors: the manifest's tensors array, printed and scanned by hand (see
+ * mtensors.h for why, and for what the scan promises). */
+#include "mtensors.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util.h"
+
+/* ------------------------------------------------------------- printing */
+
+/* A growing text buffer. */
+typedef struct {
+    char *p;
+    size_t len, cap;
+} textbuf;
+
+static int tb_put(textbuf *b, const char *s, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p)
+            return -1;
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+    return 0;
+}
+
+static int tb_str(textbuf *b, const char *s)
+{
+    return tb_put(b, s, strlen(s));
+}
+
+/* A decimal integer, as "%lld" prints it (printf per field made the
+ * tensors array most of the cost of encoding the manifest). */
+static int tb_int(textbuf *b, long long v)
+{
+    char tmp[24], *p = tmp + sizeof tmp;
+    unsigned long long u = v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v;
+    do
+        *--p = (char)('0' + u % 10);
+    while (u /= 10);
+    if (v < 0)
+        *--p = '-';
+    return tb_put(b, p, (size_t)(tmp + sizeof tmp - p));
+}
+
+/* A JSON string as jansson prints it: plain names as they are, the rare
+ * ones that need escapes through jansson itself. */
+static int tb_json_string(textbuf *b, const char *s)
+{
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++)
+        if (*c == '"' || *c == '\\' || *c < 0x20) {
+            json_t *v = json_string(s);
+            char *t = v ? json_dumps(v, JSON_ENCODE_ANY) : NULL;
+            json_decref(v);
+            int rc = t ? tb_str(b, t) : -1;
+            free(t);
+            return rc;
+        }
+    return tb_put(b, "\"", 1) || tb_str(b, s) || tb_put(b, "\"", 1) ? -1 : 0;
+}
+
+/* The layout, shared by the printer and the scanner. */
+#define ELEM_HEAD "\n    {\n      \"name\": "
+#define AFTER_NAME ",\n      \"dtype\": \""
+#define AFTER_DTYPE "\",\n      \"shape\": "
+#define DIM_SEP "\n        "
+#define SHAPE_END "\n      ]"
+#define BYTES_KEY ",\n      \"bytes\": "
+#define SHARD_KEY ",\n      \"shard\": "
+#define CHUNKS_KEY ",\n      \"chunks\": "
+#define STORED_KEY ",\n      \"stored_bytes\": "
+#define ELEM_END "\n    }"
+#define ARRAY_END "\n  ]"
+/* The root's member, as the root object is printed (two spaces in). */
+#define ROOT_KEY "\n  \"tensors\": ["
+
+char *mtensors_text(const manifest_tensor *tensors, size_t n, size_t *cut)
+{
+    textbuf b = {0};
+    int bad = tb_str(&b, "[");
+    for (size_t i = 0; i < n && !bad; i++) {
+        const manifest_tensor *t = &tensors[i];
+        if (cut)
+            cut[i] = i ? b.len : 0; /* the ',' (or '[') before the element */
+        bad |= (i && tb_str(&b, ",")) || tb_str(&b, ELEM_HEAD) ||
+               tb_json_string(&b, t->name) || tb_str(&b, AFTER_NAME) ||
+               tb_str(&b, ckpt_dtype_name(t->dtype)) || tb_str(&b, AFTER_DTYPE) ||
+               tb_str(&b, t->ndim ? "[" : "[]");
+        for (int d = 0; d < t->ndim && !bad; d++)
+            bad |= (d && tb_str(&b, ",")) || tb_str(&b, DIM_SEP) ||
+                   tb_int(&b, (long long)t->shape[d]);
+        if (t->ndim && !bad)
+            bad |= tb_str(&b, SHAPE_END);
+        bad |= tb_str(&b, BYTES_KEY) || tb_int(&b, (long long)t->bytes) ||
+               tb_str(&b, SHARD_KEY) || tb_int(&b, (long long)t->shard) ||
+               tb_str(&b, CHUNKS_KEY) || tb_int(&b, (long long)t->chunks) ||
+               tb_str(&b, STORED_KEY) || tb_int(&b, (long long)t->stored_bytes) ||
+               tb_str(&b, ELEM_END);
+    }
+    bad = bad || tb_str(&b, n ? ARRAY_END : "]");
+    if (bad) {
+        free(b.p);
+        return NULL;
+    }
+    return b.p;
+}
+
+/* ------------------------------------------------------------- scanning */
+
+typedef struct {
+    const char *p, *end;
+} cursor;
+
+/* Consume the literal `s` (n bytes) if it is next. */
+static int lit(cursor *c, const char *s, size_t n)
+{
+    if ((size_t)(c->end - c->p) < n || memcmp(c->p, s, n) != 0)
+        return 0;
+    c->p += n;
+    return 1;
+}
+#define LIT(c, s) lit((c), (s), sizeof(s) - 1)
+
+/* A non-negative integer as jansson reads one: no leading zero, within
+ * json_int_t (what follows must be a literal of the layout, so "1.5" or
+ * "1e3", which jansson reads as reals, never match). */
+static int num(cursor *c, uint64_t *v)
+{
+    const char *s = c->p;
+    if (s == c->end || *s < '0' || *s > '9' ||
+        (*s == '0' && s + 1 < c->end && s[1] >= '0' && s[1] <= '9'))
+        return 0;
+    uint64_t x = 0;
+    int digits = 0;
+    for (; s < c->end && *s >= '0' && *s <= '9'; s++) {
+        if (++digits > 19) /* 19 nines still fit in 64 bits */
+            return 0;
+        x = x * 10 + (uint64_t)(*s - '0');
+    }
+    if (x > (uint64_t)INT64_MAX)
+        return 0;
+    *v = x;
+    c->p = s;
+    return 1;
+}
+
+/* A quoted string of printable ASCII without escapes, 1..max bytes, into
+ * buf (max + 1 bytes).  Returns its length, 0 if it is anything else. */
+static size_t plain_string(cursor *c, char *buf, size_t max)
+{
+    if (!LIT(c, "\""))
+        return 0;
+    const char *s = c->p;
+    size_t n = 0;
+    for (; s < c->end && *s != '"'; s++, n++)
+        if (n == max || *s < 0x20 || *s > 0x7e || *s == '\\')
+            return 0;
+    if (s == c->end || n == 0)
+        return 0;
+    memcpy(buf, c->p, n);
+    buf[n] = '\0';
+    c->p = s + 1;
+    return n;
+}
+
+/* One element, checked as decode_tensor checks it (but for its shard). */
+static int scan_one(cursor *c, manifest_tensor *t)
+{
+    char name[CKPT_NAME_MAX + 1], dtype[16];
+    uint64_t v, numel = 1, bytes;
+    if (!LIT(c, ELEM_HEAD) || !plain_string(c, name, CKPT_NAME_MAX) || !LIT(c, AFTER_NAME))
+        return 0;
+    /* AFTER_NAME ends with the dtype's opening quote, AFTER_DTYPE starts
+     * with its closing one. */
+    const char *q = c->p;
+    size_t dn = 0;
+    while (q < c->end && dn < sizeof dtype - 1 &&
+           ((*q >= 'a' && *q <= 'z') || (*q >= '0' && *q <= '9') || *q == '_'))
+        dtype[dn++] = *q++;
+    dtype[dn] = '\0';
+    c->p = q;
+    if (!dn || (t->dtype = ckpt_dtype_from_name(dtype)) == CKPT_DTYPE_INVALID ||
+        !LIT(c, AFTER_DTYPE))
+        return 0;
+    t->ndim = 0;
+    if (!LIT(c, "[]")) {
+        if (!LIT(c, "["))
+            return 0;
+        do {
+            if (t->ndim == CKPT_MAX_DIMS || !LIT(c, DIM_SEP) || !num(c, &v) ||
+                !util_mul_u64(numel, v, &numel))
+                return 0;
+            t->shape[t->ndim++] = (int64_t)v;
+        } while (LIT(c, ","));
+        if (!LIT(c, SHAPE_END))
+            return 0;
+    }
+    if (!LIT(c, BYTES_KEY) || !num(c, &t->bytes) || !util_mul_u64(numel,
+        ckpt_dtype_size(t->dtype), &bytes) || bytes != t->bytes ||
+        !LIT(c, SHARD_KEY) || !num(c, &v) || v >= 65536 || !LIT(c, CHUNKS_KEY) ||
+        !num(c, &t->chunks) || !LIT(c, STORED_KEY) || !num(c, &t->stored_bytes) ||
+        !LIT(c, ELEM_END))
+        return 0;
+    t->shard = (uint32_t)v;
+    size_t nlen = strlen(name);
+    if (!(t->name = malloc(nlen + 1)))
+        return -1;
+    memcpy(t->name, name, nlen + 1);
+    return 1;
+}
+
+/* The nesting depth at the end of `s` (n bytes), or -1 inside a string.
+ * Exact for a text jansson accepts, which the caller then makes sure of. */
+static long depth_at(const char *s, size_t n)
+{
+    long depth = 0;
+    int in_string = 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = s[i];
+        if (in_string) {
+            if (ch == '\\')
+                i++;
+            else if (ch == '"')
+                in_string = 0;
+        } else if (ch == '"') {
+            in_string = 1;
+        } else if (ch == '{' || ch == '[') {
+            depth++;
+        } else if (ch == '}' || ch == ']') {
+            depth--;
+        }
+    }
+    return in_string ? -1 : depth;
+}
+
+void mtensors_free(manifest_tensor *t, size_t n)
+{
+    for (size_t i = 0; t && i < n; i++)
+        free(t[i].name);
+    free(t);
+}
+
+int mtensors_scan(const char *text, size_t len, size_t *open, size_t *close,
+                  manifest_tensor **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    const char *at = memmem(text, len, ROOT_KEY, sizeof ROOT_KEY - 1);
+    /* The key must be the root object's own: one level down. */
+    if (!at || depth_at(text, (size_t)(at - text)) != 1)
+        return 0;
+    cursor c = {at + sizeof ROOT_KEY - 1, text + len};
+    size_t cap = 0, cnt = 0;
+    manifest_tensor *t = NULL;
+    int rc = 1;
+    do {
+        if (cnt == cap) {
+            cap = cap ? 2 * cap : 256;
+            manifest_tensor *g = realloc(t, cap * sizeof *t);
+            if (!g) {
+                rc = -1;
+                break;
+            }
+            t = g;
+        }
+        memset(&t[cnt], 0, sizeof t[cnt]);
+        rc = scan_one(&c, &t[cnt]);
+        if (rc == 1)
+            cnt++;
+    } while (rc == 1 && LIT(&c, ","));
+    if (rc == 1 && !LIT(&c, ARRAY_END))
+        rc = 0;
+    if (rc != 1) {
+        mtensors_free(t, cnt);
+        return rc;
+    }
+    *open = (size_t)(at - text) + sizeof ROOT_KEY - 2;
+    *close = (size_t)(c.p - text) - 1;
+    *out = t;
+    *n = cnt;
+    return 1;
+}

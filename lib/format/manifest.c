@@ -116,9 +116,8 @@ static json_t *build(const manifest *m)
     return root;
 }
 
-/* `body` with the root's empty tensors array replaced by `tensors`, which
- * starts at offset *at_out of the result. */
-static char *splice_tensors(char *body, const char *tensors, size_t *at_out)
+/* `body` with the root's empty tensors array replaced by `tensors`. */
+static char *splice_tensors(char *body, const char *tensors)
 {
     /* The root's keys come in a fixed order and "save" holds no array, so
      * the first such line is the root's, before env and metadata. */
@@ -135,54 +134,28 @@ static char *splice_tensors(char *body, const char *tensors, size_t *at_out)
     memcpy(out, body, head);
     memcpy(out + head, tensors, tlen);
     memcpy(out + head + tlen, rest, rlen + 1);
-    *at_out = head;
     return out;
-}
-
-void manifest_split_free(manifest_split *sp)
-{
-    free(sp->cut);
-    memset(sp, 0, sizeof *sp);
 }
 
 int manifest_encode(const manifest *m, char **text, size_t *len)
 {
-    return manifest_encode_split(m, text, len, NULL);
-}
-
-int manifest_encode_split(const manifest *m, char **text, size_t *len, manifest_split *sp)
-{
     json_t *root = build(m);
     char *body = root ? jsontext_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(root);
-    size_t *cut = NULL, at = 0, tlen = 0;
-    if (body && m->ntensors && (!sp || (cut = malloc(m->ntensors * sizeof *cut)))) {
-        char *tensors = mtensors_text(m->tensors, m->ntensors, cut);
-        char *whole = tensors ? splice_tensors(body, tensors, &at) : NULL;
-        tlen = tensors ? strlen(tensors) : 0;
+    if (body && m->ntensors) {
+        char *tensors = mtensors_text(m->tensors, m->ntensors);
+        char *whole = tensors ? splice_tensors(body, tensors) : NULL;
         free(tensors);
         free(body);
         body = whole;
-    } else if (body && m->ntensors) {
-        free(body);
-        body = NULL;
     }
-    if (!body) {
-        free(cut);
+    if (!body)
         return ckpt_seterr(CKPT_ENOMEM, "cannot encode the manifest of step %lld",
                            (long long)m->step);
-    }
-    if (sp) {
-        for (size_t i = 0; i < m->ntensors; i++)
-            cut[i] += at;
-        *sp = (manifest_split){at, at + tlen - 1, cut, m->ntensors};
-    }
     size_t blen = strlen(body);
     /* jansson ends an indented object with "\n}". */
     if (blen < 2 || body[blen - 1] != '}' || body[blen - 2] != '\n') {
         free(body);
-        if (sp)
-            manifest_split_free(sp);
         return ckpt_seterr(CKPT_EINTERNAL, "unexpected JSON layout from jansson");
     }
     blen -= 2;
@@ -192,8 +165,6 @@ int manifest_encode_split(const manifest *m, char **text, size_t *len, manifest_
     char *out = realloc(body, blen + head + 16 + tail + 1); /* body stays on failure */
     if (!out) {
         free(body);
-        if (sp)
-            manifest_split_free(sp);
         return ckpt_seterr(CKPT_ENOMEM, "out of memory encoding the manifest");
     }
     memcpy(out + blen, SUFFIX_HEAD, head);
@@ -525,68 +496,3 @@ int manifest_decode_reference(const char *text, size_t len, const char *where, m
     return rc;
 }
 
-/* The split decode parses the text in pieces: the document with an empty
- * tensors array, and runs of the array's elements, each wrapped in "[ ]".
- * The cuts lie between elements (where manifest_encode_split put the ','
- * separators), so every byte of the text is parsed once, as part of the
- * same value it belongs to in the whole document: jansson accepts the
- * whole exactly when it accepts every piece (duplicate keys are a matter
- * of one object, and an element is never cut). */
-int manifest_decode_head(const char *text, size_t len, const manifest_split *sp,
-                         const char *where, manifest *m)
-{
-    memset(m, 0, sizeof *m);
-    int rc = check_sum(text, len, where);
-    if (rc)
-        return rc;
-    if (sp->n == 0 || sp->open >= sp->close || sp->close >= len || text[sp->open] != '[' ||
-        text[sp->close] != ']')
-        return ckpt_seterr(CKPT_EINTERNAL, "%s: the tensors array is not where the encoder "
-                           "said", where);
-    json_error_t err;
-    json_t *root = load_without(text, len, sp->open, sp->close, &err);
-    if (!root)
-        return BAD("%s: manifest is not valid JSON (line %d: %s)", where, err.line, err.text);
-    rc = decode_root(root, where, m, NULL, 0);
-    json_decref(root);
-    if (rc)
-        manifest_clear(m);
-    return rc;
-}
-
-int manifest_decode_piece(const char *text, const manifest_split *sp, size_t a, size_t b,
-                          const char *where, manifest_tensor *out)
-{
-    size_t from = sp->cut[a] + 1, to = b == sp->n ? sp->close : sp->cut[b];
-    size_t plen = to - from + 2;
-    char *piece = malloc(plen);
-    if (!piece)
-        return ckpt_seterr(CKPT_ENOMEM, "out of memory reading %s", where);
-    piece[0] = '[';
-    memcpy(piece + 1, text + from, to - from);
-    piece[plen - 1] = ']';
-    json_error_t err;
-    json_t *arr = json_loadb(piece, plen, JSON_REJECT_DUPLICATES, &err);
-    free(piece);
-    if (!arr)
-        return BAD("%s: manifest is not valid JSON (tensors %zu to %zu: %s)", where, a, b - 1,
-                   err.text);
-    int rc = CKPT_OK;
-    if (!json_is_array(arr) || json_array_size(arr) != b - a)
-        rc = ckpt_seterr(CKPT_EINTERNAL, "%s: tensors %zu to %zu are not where the encoder "
-                         "said", where, a, b - 1);
-    /* Shards below the most a manifest lists; _finish checks its own count. */
-    for (size_t i = a; i < b && !rc; i++)
-        rc = decode_tensor(json_array_get(arr, i - a), i, where, &out[i], 65536);
-    json_decref(arr);
-    return rc;
-}
-
-int manifest_decode_finish(manifest *m, const char *where)
-{
-    for (size_t i = 0; i < m->ntensors; i++)
-        if (m->tensors[i].shard >= m->nshards)
-            return BAD("%s: tensor '%s' is in shard %u of %zu", where, m->tensors[i].name,
-                       m->tensors[i].shard, m->nshards);
-    return unique_tensor_names(m, where);
-}

@@ -68,33 +68,6 @@ int manifest_decode_keep(const char *text, size_t len, const char *where, manife
 int manifest_decode_reference(const char *text, size_t len, const char *where, manifest *m);
 void manifest_clear(manifest *m);
 
-/* Where the tensors array of a text from manifest_encode_split lies: its
- * '[' and ']', and per tensor the offset of the '[' or ',' before its
- * element. */
-typedef struct manifest_split {
-    size_t open, close;
-    size_t *cut; /* n entries, owned */
-    size_t n;
-} manifest_split;
-void manifest_split_free(manifest_split *sp);
-/* manifest_encode, noting in *sp where each tensor's element lies (for a
- * writer that decodes its text back on several threads).  m->ntensors
- * must be at least 1. */
-int manifest_encode_split(const manifest *m, char **text, size_t *len, manifest_split *sp);
-/* manifest_decode in pieces (the same checks, the same result), for the
- * text manifest_encode_split made with `sp`:
- * - _head: the checksum and everything but the tensors (m->ntensors = 0);
- * - _piece: tensors [a, b) into out[a..b) (their names are the caller's to
- *   free, also on failure), any number at once on other threads;
- * - _finish: with every tensor in m (ntensors = sp->n), the checks across
- *   tensors (their shards exist, their names are unique).
- * A text not made with `sp` fails (CKPT_EINTERNAL) or is decoded as the
- * whole would be. */
-int manifest_decode_head(const char *text, size_t len, const manifest_split *sp,
-                         const char *where, manifest *m);
-int manifest_decode_piece(const char *text, const manifest_split *sp, size_t a, size_t b,
-                          const char *where, manifest_tensor *out);
-int manifest_decode_finish(manifest *m, const char *where);
 /* A deep copy of `src` into `dst` (env and metadata copied too, so the two
  * share nothing).  On failure (CKPT_ENOMEM) *dst is left empty. */
 int manifest_copy(manifest *dst, const manifest *src);

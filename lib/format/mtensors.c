@@ -84,14 +84,12 @@ static int tb_json_string(textbuf *b, const char *s)
 /* The root's member, as the root object is printed (two spaces in). */
 #define ROOT_KEY "\n  \"tensors\": ["
 
-char *mtensors_text(const manifest_tensor *tensors, size_t n, size_t *cut)
+char *mtensors_text(const manifest_tensor *tensors, size_t n)
 {
     textbuf b = {0};
     int bad = tb_str(&b, "[");
     for (size_t i = 0; i < n && !bad; i++) {
         const manifest_tensor *t = &tensors[i];
-        if (cut)
-            cut[i] = i ? b.len : 0; /* the ',' (or '[') before the element */
         bad |= (i && tb_str(&b, ",")) || tb_str(&b, ELEM_HEAD) ||
                tb_json_string(&b, t->name) || tb_str(&b, AFTER_NAME) ||
                tb_str(&b, ckpt_dtype_name(t->dtype)) || tb_str(&b, AFTER_DTYPE) ||

@@ -15,10 +15,9 @@
 
 #include "manifest.h"
 
-/* The array's text, from '[' to ']', for the n tensors `t`.  With `cut`
- * (n entries), cut[i] is the offset of the '[' or ',' before element i.
- * Returns malloc'd text, NULL when out of memory. */
-char *mtensors_text(const manifest_tensor *t, size_t n, size_t *cut);
+/* The array's text, from '[' to ']', for the n tensors `t`.  Returns
+ * malloc'd text, NULL when out of memory. */
+char *mtensors_text(const manifest_tensor *t, size_t n);
 
 /* Find the root's "tensors" array in the manifest text `text` (len bytes)
  * and read it if it is in the writer's layout.  Returns 1 with *open and

@@ -33,30 +33,20 @@ static void finish(ckpt_save *s, int status)
  * is acknowledged must be readable, whatever verify_after_save says.  The
  * decoding is left in `back` (verify_temp reuses it).
  *
- * Decoding a manifest of many tensors takes longer than the fsyncs, so the
- * workers (idle now) do it while the persist thread waits for the disk:
- * one job for the whole text, or with many tensors one for everything but
- * the tensors and one per run of tensors (manifest_decode_head/_piece). */
-#define CHECK_PIECE_MIN 1024 /* tensors per run, at least */
-
+ * The decoding runs on a worker while the persist thread waits for the
+ * disk (for thousands of tensors it takes about as long as the fsyncs). */
 typedef struct check_job {
     const char *text;
     size_t len;
-    const manifest_split *sp; /* NULL: decode the whole text */
-    size_t a, b;              /* with sp: tensors [a, b), or the head when a == b */
     const char *where;
-    manifest *back;           /* whole text or head */
-    manifest_tensor *tensors; /* pieces */
+    manifest *back;
 } check_job;
 
 static int check_job_run(void *arg, int worker)
 {
+    (void)worker;
     check_job *j = arg;
-    if (!j->sp)
-        return manifest_decode(j->text, j->len, j->where, j->back);
-    if (j->a == j->b)
-        return manifest_decode_head(j->text, j->len, j->sp, j->where, j->back);
-    return manifest_decode_piece(j->text, j->sp, j->a, j->b, j->where, j->tensors);
+    return manifest_decode(j->text, j->len, j->where, j->back);
 }
 
 /* Make the shard durable (sealed by persist), then write the manifest and
@@ -92,58 +82,31 @@ static int write_manifest(ckpt_save *s, char **text_out, size_t *len_out, manife
 {
     ckpt_store *st = s->store;
     char *text = NULL, *path = util_join(s->tmp, MANIFEST_NAME);
-    size_t len = 0, n = s->m.ntensors, pieces = 0;
-    manifest_split sp = {0};
-    manifest_tensor *tensors = NULL;
-    check_job *jobs = NULL;
-    void **args = NULL;
+    size_t len = 0;
     char where[64];
     snprintf(where, sizeof where, "the manifest of step %lld", (long long)s->m.step);
     memset(back, 0, sizeof *back);
-    if (st->nworkers > 1 && n >= 2 * CHECK_PIECE_MIN)
-        pieces = n / CHECK_PIECE_MIN < (size_t)st->nworkers ? n / CHECK_PIECE_MIN
-                                                            : (size_t)st->nworkers;
     int rc = !path ? ckpt_seterr(CKPT_ENOMEM, "out of memory")
-             : pieces ? manifest_encode_split(&s->m, &text, &len, &sp)
-                      : manifest_encode(&s->m, &text, &len);
+                   : manifest_encode(&s->m, &text, &len);
     if (!rc && len > MANIFEST_MAX_BYTES) {
         ckpt_seterr(CKPT_EINVAL, "%s would be %zu bytes, more than readers accept (%u): make "
                     "the metadata smaller", where, len, MANIFEST_MAX_BYTES);
         rc = ckpt_seterr(CKPT_EINVAL, "step %lld not saved: a reader could not read it back "
                          "(%s)", (long long)s->m.step, ckpt_error_last());
     }
-    if (!rc && ((pieces && !(tensors = calloc(n, sizeof *tensors))) ||
-                !(jobs = calloc(1 + pieces, sizeof *jobs)) ||
-                !(args = calloc(1 + pieces, sizeof *args))))
-        rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
     if (rc)
         goto done;
-    jobs[0] = (check_job){text, len, pieces ? &sp : NULL, 0, 0, where, back, NULL};
-    args[0] = &jobs[0];
-    for (size_t i = 0; i < pieces; i++) {
-        jobs[1 + i] = (check_job){text, len, &sp, n * i / pieces, n * (i + 1) / pieces, where,
-                                  NULL, tensors};
-        args[1 + i] = &jobs[1 + i];
-    }
+    check_job job = {text, len, where, back};
+    void *arg = &job;
     pool_group g;
     pool_group_init(&g);
-    int queued = pool_submit_many(st->pool, &g, check_job_run, args, 1 + pieces) == CKPT_OK;
-    int check = CKPT_OK;
-    for (size_t i = 0; !queued && i < 1 + pieces && !check; i++)
-        check = check_job_run(&jobs[i], 0); /* out of memory to queue: here */
+    int queued = pool_submit_many(st->pool, &g, check_job_run, &arg, 1) == CKPT_OK;
+    int check = queued ? CKPT_OK : check_job_run(&job, 0); /* out of memory to queue: here */
     ckpt_error_state written;
     ckpt_error_capture(&written, check ? check : write_durable(s, path, text, len));
     if (queued)
         check = pool_group_wait(&g);
     pool_group_destroy(&g);
-    if (pieces) { /* the tensors join the head's decoding, also to be freed */
-        free(back->tensors);
-        back->tensors = tensors;
-        back->ntensors = n;
-        tensors = NULL;
-        if (!check)
-            check = manifest_decode_finish(back, where);
-    }
     if (check) {
         manifest_clear(back);
         rc = ckpt_seterr(CKPT_EINVAL, "step %lld not saved: a reader could not read it back "
@@ -155,10 +118,6 @@ static int write_manifest(ckpt_save *s, char **text_out, size_t *len_out, manife
     }
 done:
     free(path);
-    free(jobs);
-    free(args);
-    free(tensors);
-    manifest_split_free(&sp);
     if (rc) {
         free(text);
         manifest_clear(back);

@@ -231,6 +231,19 @@ Test(shard, tiling_order_and_aliasing)
     cr_assert_eq(check(), CKPT_OK);
     ent[1].file_offset -= 1;
     cr_assert_eq(check(), CKPT_ECORRUPT, "one byte of overlap");
+
+    /* frames in another order than the file's pass when disjoint (the
+     * sorted check), and fail when two of them then overlap */
+    valid_index();
+    uint64_t first = ent[0].file_offset;
+    ent[0].file_offset = ent[3].file_offset + ent[3].meta.stored_len - ent[0].meta.stored_len;
+    ent[3].file_offset = first;
+    ent[1].file_offset -= ent[0].meta.stored_len - ent[3].meta.stored_len;
+    ent[2].file_offset -= ent[0].meta.stored_len - ent[3].meta.stored_len;
+    cr_assert_eq(check(), CKPT_OK, "disjoint frames out of file order: %s", ckpt_error_last());
+    ent[3].file_offset += 1;
+    cr_assert_eq(check(), CKPT_ECORRUPT, "overlap out of file order");
+    cr_assert(strstr(ckpt_error_last(), "overlap"), "%s", ckpt_error_last());
 }
 
 Test(shard, file_name)

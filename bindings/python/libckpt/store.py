@@ -300,10 +300,9 @@ class Store:
         self._reap(block=False)
         with _no_gc():
             flat = nested.flatten(state)
-            described = _tensors.describe_many(
+            arr, keep, stream, device = _tensors.prepare(
                 [(name, obj) for name, obj, _ in flat.tensors])
-            stream = _tensors.one_stream(described)
-            arr, keep = _tensors.c_array(described)
+        n = len(flat.tensors)
         opts = ffi.ckpt_save_options()
         C.ckpt_save_options_init(_byref(opts), ffi.CKPT_SAVE_OPTIONS_VERSION)
         # Compact: the library parses it (and keeps its own compact form).
@@ -316,11 +315,9 @@ class Store:
         frameworks = json.dumps(framework_versions()).encode("utf-8")
         keep.append(frameworks)
         opts.frameworks_json = frameworks
-        device = any(t.memory == ffi.CKPT_MEM_DEVICE for t in described)
         ptr = ffi.save_p()
         with self._h.use() as s:
-            C.ckpt_save_begin(_byref(ptr), s, step, arr, len(described),
-                              _byref(opts))
+            C.ckpt_save_begin(_byref(ptr), s, step, arr, n, _byref(opts))
         h = SaveHandle(self, ptr, step, keep if device else None)
         self._saves.add(h)
         if device:
@@ -424,10 +421,9 @@ class Store:
             strict = not allow_missing
         with _no_gc():
             flat = nested.flatten(state)
-            described = _tensors.describe_many(
+            arr, keep, stream, _ = _tensors.prepare(
                 [(name, obj) for name, obj, _ in flat.tensors], writable=True)
-            stream = _tensors.one_stream(described)
-            arr, keep = _tensors.c_array(described)
+        n = len(flat.tensors)
         opts = ffi.ckpt_restore_options()
         C.ckpt_restore_options_init(_byref(opts),
                                     ffi.CKPT_RESTORE_OPTIONS_VERSION)
@@ -443,11 +439,11 @@ class Store:
             try:
                 try:
                     if ffi.HAVE_RESTORE_OPEN:
-                        C.ckpt_restore_open(s, number, arr, len(described),
+                        C.ckpt_restore_open(s, number, arr, n,
                                             _byref(opts), _byref(report),
                                             _byref(ck))
                     else:
-                        C.ckpt_restore(s, number, arr, len(described),
+                        C.ckpt_restore(s, number, arr, n,
                                        _byref(opts), _byref(report))
                     restored = C.ckpt_report_step(report) if report else step
                     skipped = reports.from_report(report)

@@ -9,6 +9,7 @@ with a clear error rather than copied behind the caller's back.
 """
 
 import ctypes
+import itertools
 import sys
 
 import numpy as np
@@ -367,36 +368,96 @@ _RECORD = _record_dtype()
 
 def c_array(described):
     """A ctypes ckpt_tensor[] for the described tensors, and the objects it
-    points into (keep them alive while the array is in use).
+    points into (keep them alive while the array is in use)."""
+    return _c_array_columns(
+        [t.name for t in described], [t.ptr or 0 for t in described],
+        [t.nbytes for t in described], [t.dtype for t in described],
+        [t.shape for t in described], [t.memory for t in described],
+        [t.owner for t in described])
+
+
+def _c_array_columns(names, ptrs, nbytes, dtypes, shapes, memory, owners):
+    """c_array from one list per field (n entries each; `memory` may also be
+    an int32 array).
 
     Built in one pass for any number of tensors: the names live in one
     NUL-separated buffer and the shapes in one int64 array, and each
     column of the array is assigned at once (10,000 tiny tensors would
     otherwise spend more time here than the library spends saving them)."""
-    n = len(described)
+    n = len(names)
     arr = (ffi.ckpt_tensor * max(n, 1))()
     if n == 0:
         return arr, [arr]
-    names = [t.name.encode("utf-8") for t in described]
-    blob = b"\0".join(names) + b"\0"
-    lens = np.fromiter(map(len, names), np.uint64, n)
-    ndims = np.fromiter((len(t.shape) for t in described), np.int32, n)
-    dims = [d for t in described for d in t.shape]
-    shapes = np.array(dims or [0], dtype=np.int64)  # a 0-d tensor points here too
+    encoded = [name.encode("utf-8") for name in names]
+    blob = b"\0".join(encoded) + b"\0"
+    lens = np.fromiter(map(len, encoded), np.uint64, n)
+    ndims = np.fromiter(map(len, shapes), np.int32, n)
+    total = int(ndims.sum())
+    # a 0-d tensor points here too
+    dims = np.fromiter(itertools.chain.from_iterable(shapes), np.int64, total) \
+        if total else np.zeros(1, np.int64)
     starts = np.zeros(n, np.uint64)
     np.cumsum(lens[:-1] + 1, out=starts[1:])
     rec = np.frombuffer(arr, _RECORD)
     rec["name"] = np.frombuffer(blob, np.uint8).ctypes.data + starts
     starts = np.zeros(n, np.uint64)
     np.cumsum(ndims[:-1].astype(np.uint64), out=starts[1:])
-    rec["shape"] = shapes.ctypes.data + starts * np.uint64(8)
-    # data may be NULL for an empty tensor (torch's are)
-    rec["data"] = np.fromiter((t.ptr or 0 for t in described), np.uint64, n)
-    rec["bytes"] = np.fromiter((t.nbytes for t in described), np.uint64, n)
-    rec["dtype"] = np.fromiter((t.dtype for t in described), np.int32, n)
+    rec["shape"] = dims.ctypes.data + starts * np.uint64(8)
+    rec["data"] = np.array(ptrs, np.uint64)  # 0 for an empty tensor (torch's)
+    rec["bytes"] = np.array(nbytes, np.uint64)
+    rec["dtype"] = np.array(dtypes, np.int32)
     rec["ndim"] = ndims
-    rec["memory"] = np.fromiter((t.memory for t in described), np.int32, n)
-    return arr, [arr, blob, shapes] + [t.owner for t in described]
+    rec["memory"] = memory
+    return arr, [arr, blob, dims] + owners
+
+
+def prepare(pairs, writable=False):
+    """describe_many, one_stream and c_array in one pass: (ckpt_tensor[],
+    objects to keep alive, the CUDA stream, whether any tensor is on a
+    device).  The common case, a dense, contiguous torch CPU tensor of a
+    supported dtype, goes straight into columns without a Tensor object
+    (what 10,000 tiny tensors spend most of their Python time on);
+    anything else goes through describe(), with the same descriptions and
+    errors as describe_many."""
+    torch = sys.modules.get("torch")
+    fast = _fast_torch(torch)
+    if fast is None:
+        described = [describe(name, obj, writable) for name, obj in pairs]
+        return (c_array(described) + (one_stream(described),
+                any(t.memory == ffi.CKPT_MEM_DEVICE for t in described)))
+    classes, kinds, strided = fast
+    names, ptrs, nbytes, dtypes, shapes, owners = [], [], [], [], [], []
+    others = []  # (index, Tensor) of those described the general way
+    for name, t in pairs:
+        if type(t) in classes and type(name) is str and "\0" not in name:
+            kind = kinds.get(t.dtype)
+            # as describe_many's test
+            if (kind is not None and t.layout is strided and t.is_cpu
+                    and not t.is_neg() and not (kind[2] and t.is_conj())
+                    and t.is_contiguous()):
+                names.append(name)
+                ptrs.append(t.data_ptr())
+                nbytes.append(t.numel() * kind[1])
+                dtypes.append(kind[0])
+                shapes.append(t.shape)
+                owners.append(t)
+                continue
+        d = describe(name, t, writable)
+        others.append((len(names), d))
+        names.append(d.name)
+        ptrs.append(d.ptr or 0)
+        nbytes.append(d.nbytes)
+        dtypes.append(d.dtype)
+        shapes.append(d.shape)
+        owners.append(d.owner)
+    memory = np.full(len(names), ffi.CKPT_MEM_HOST, np.int32)
+    for i, d in others:
+        memory[i] = d.memory
+    general = [d for _, d in others]
+    arr, keep = _c_array_columns(names, ptrs, nbytes, dtypes, shapes, memory,
+                                 owners)
+    return (arr, keep, one_stream(general),
+            any(d.memory == ffi.CKPT_MEM_DEVICE for d in general))
 
 
 def one_stream(described):

@@ -4,10 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <zstd.h>
-#define XXH_INLINE_ALL /* several times faster than calls into libxxhash */
-#include <xxhash.h>
 
 #include "error.h"
+#include "xxh3.h"
 
 /* The codec table: every codec-specific rule lives in this row. */
 typedef struct codec_info {
@@ -122,17 +121,17 @@ static int reserve(unsigned char **buf, size_t *cap, size_t n)
 
 uint64_t codec_hash(const void *p, size_t n)
 {
-    return XXH3_64bits(p, n);
+    return xxh3_64(p, n);
 }
 
 struct codec_hasher {
-    XXH3_state_t *st;
+    xxh3_stream *st;
 };
 
 int codec_hasher_create(codec_hasher **out)
 {
     codec_hasher *h = malloc(sizeof *h);
-    if (h && !(h->st = XXH3_createState())) {
+    if (h && !(h->st = xxh3_stream_new())) {
         free(h);
         h = NULL;
     }
@@ -144,23 +143,23 @@ void codec_hasher_free(codec_hasher *h)
 {
     if (!h)
         return;
-    XXH3_freeState(h->st);
+    xxh3_stream_free(h->st);
     free(h);
 }
 
 void codec_hasher_reset(codec_hasher *h)
 {
-    XXH3_64bits_reset(h->st);
+    xxh3_stream_reset(h->st);
 }
 
 void codec_hasher_update(codec_hasher *h, const void *p, size_t n)
 {
-    XXH3_64bits_update(h->st, p, n);
+    xxh3_stream_update(h->st, p, n);
 }
 
 uint64_t codec_hasher_digest(const codec_hasher *h)
 {
-    return XXH3_64bits_digest(h->st);
+    return xxh3_stream_digest(h->st);
 }
 
 /* Byte k of every element goes to plane k: floats' exponent bytes then sit
@@ -284,7 +283,7 @@ void codec_store_raw(const void *raw, size_t n, const void **stored, chunk_meta 
     meta->elem = 1;
     meta->raw_len = n;
     meta->stored_len = n;
-    meta->raw_hash = XXH3_64bits(raw, n);
+    meta->raw_hash = xxh3_64(raw, n);
     meta->stored_hash = meta->raw_hash;
     *stored = raw;
 }
@@ -295,7 +294,7 @@ int codec_encode(codec *c, const void *raw, size_t n, unsigned elem,
     if (elem == 0 || elem > CODEC_ELEM_MAX)
         elem = 1;
     meta->raw_len = n;
-    meta->raw_hash = XXH3_64bits(raw, n);
+    meta->raw_hash = xxh3_64(raw, n);
     const void *src = raw;
     if (elem > 1 && n >= elem) {
         int rc = reserve(&c->shuf, &c->shuf_cap, n);
@@ -322,7 +321,7 @@ int codec_encode(codec *c, const void *raw, size_t n, unsigned elem,
         meta->codec = CODEC_ZSTD_SHUFFLE;
         meta->elem = (uint8_t)(src == raw ? 1 : elem);
         meta->stored_len = z;
-        meta->stored_hash = XXH3_64bits(c->out, z);
+        meta->stored_hash = xxh3_64(c->out, z);
         *stored = c->out;
     }
     return CKPT_OK;
@@ -330,7 +329,7 @@ int codec_encode(codec *c, const void *raw, size_t n, unsigned elem,
 
 int codec_check_stored(const void *stored, const chunk_meta *meta)
 {
-    uint64_t h = XXH3_64bits(stored, (size_t)meta->stored_len);
+    uint64_t h = xxh3_64(stored, (size_t)meta->stored_len);
     if (h != meta->stored_hash)
         return ckpt_seterr(CKPT_ECORRUPT,
                            "stored bytes hash %016llx, index says %016llx",
@@ -381,7 +380,7 @@ int codec_decode_checked(codec *c, const void *stored, const chunk_meta *meta, v
     } else {
         return ckpt_seterr(CKPT_ECORRUPT, "unknown codec %u", meta->codec);
     }
-    uint64_t h = XXH3_64bits(dst, n);
+    uint64_t h = xxh3_64(dst, n);
     if (h != meta->raw_hash)
         return ckpt_seterr(CKPT_ECORRUPT, "decoded bytes hash %016llx, index says %016llx",
                            (unsigned long long)h, (unsigned long long)meta->raw_hash);

@@ -20,8 +20,9 @@
 
 void manifest_clear(manifest *m)
 {
-    for (size_t i = 0; i < m->ntensors; i++)
+    for (size_t i = 0; i < m->ntensors && !m->names; i++)
         free(m->tensors[i].name);
+    free(m->names);
     for (size_t i = 0; i < m->nshards; i++)
         free(m->shards[i].file);
     free(m->tensors);
@@ -45,9 +46,16 @@ int manifest_copy(manifest *dst, const manifest *src)
         dst->shards[i] = src->shards[i];
         bad = !(dst->shards[i].file = util_strdup(src->shards[i].file));
     }
-    for (size_t i = 0; i < src->ntensors && !bad; i++, dst->ntensors++) {
+    size_t total = 0;
+    for (size_t i = 0; i < src->ntensors; i++)
+        total += strlen(src->tensors[i].name) + 1;
+    dst->names = bad ? NULL : malloc(total ? total : 1);
+    bad = bad || !dst->names;
+    for (size_t i = 0, at = 0; i < src->ntensors && !bad; i++, dst->ntensors++) {
+        size_t n = strlen(src->tensors[i].name) + 1;
         dst->tensors[i] = src->tensors[i];
-        bad = !(dst->tensors[i].name = util_strdup(src->tensors[i].name));
+        dst->tensors[i].name = memcpy(dst->names + at, src->tensors[i].name, n);
+        at += n;
     }
     if (bad) {
         manifest_clear(dst);

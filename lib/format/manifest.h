@@ -43,6 +43,8 @@ typedef struct manifest {
     ckpt_save_stats stats;  /* persist_s: up to writing the manifest */
     manifest_tensor *tensors;
     size_t ntensors;
+    char *names;            /* NULL, or one block holding every tensor's
+                               name (manifest_copy's): freed at once */
     manifest_shard *shards;
     size_t nshards;
     json_t *env;            /* object, owned */
@@ -69,7 +71,10 @@ int manifest_decode_reference(const char *text, size_t len, const char *where, m
 void manifest_clear(manifest *m);
 
 /* A deep copy of `src` into `dst` (env and metadata copied too, so the two
- * share nothing).  On failure (CKPT_ENOMEM) *dst is left empty. */
+ * share nothing; the names in one block, dst->names, so a copy of
+ * thousands of tensors is one allocation for them, not one each).  A
+ * tensor's name in the copy is not to be freed or moved on its own.  On
+ * failure (CKPT_ENOMEM) *dst is left empty. */
 int manifest_copy(manifest *dst, const manifest *src);
 
 /* JSON text of a value, malloc'd ("null" for NULL). */

@@ -8,9 +8,12 @@
  * are passed through unchanged instead (minus that byte), which keeps the
  * suffix/checksum checks themselves covered.
  *
- * Oracles: the sanitizers, plus a round trip: whatever manifest_decode
+ * Oracles: the sanitizers; a round trip: whatever manifest_decode
  * accepts must encode (manifest_encode) and decode again to the same
- * values. */
+ * values; and the two routes: manifest_decode (the tensors scanned by
+ * hand when they are in the writer's layout, lib/format/mtensors.c) must
+ * give what jansson alone gives (manifest_decode_reference), the same
+ * status and message, or the same values. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +26,7 @@
 #define SUFFIX_HEAD ",\n  \"checksum\": \""
 #define SUFFIX_TAIL "\"\n}\n"
 
-static void same_or_die(const manifest *a, const manifest *b)
+static void same_or_die(const manifest *a, const manifest *b, const char *what)
 {
     int ok = a->step == b->step && !memcmp(a->id, b->id, sizeof a->id) &&
              a->chunk_bytes == b->chunk_bytes && a->level == b->level &&
@@ -44,7 +47,7 @@ static void same_or_die(const manifest *a, const manifest *b)
              x->index_hash == y->index_hash && x->chunks == y->chunks;
     }
     if (!ok) {
-        fprintf(stderr, "fuzz_manifest: decode(encode(decode(x))) differs from decode(x)\n");
+        fprintf(stderr, "fuzz_manifest: %s\n", what);
         abort();
     }
 }
@@ -73,8 +76,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         memcpy(text + size + strlen(SUFFIX_HEAD), hex, 16);
         memcpy(text + size + strlen(SUFFIX_HEAD) + 16, SUFFIX_TAIL, strlen(SUFFIX_TAIL));
     }
-    manifest m;
-    if (manifest_decode(text, len, "fuzz/manifest.json", &m) == CKPT_OK) {
+    manifest m, ref;
+    int rc = manifest_decode(text, len, "fuzz/manifest.json", &m);
+    char msg[1100];
+    snprintf(msg, sizeof msg, "%s", rc ? ckpt_error_last() : "");
+    int rref = manifest_decode_reference(text, len, "fuzz/manifest.json", &ref);
+    if (rc != rref || (rc && strcmp(msg, ckpt_error_last()) != 0)) {
+        fprintf(stderr, "fuzz_manifest: the quick route says %d (%s), jansson %d (%s)\n", rc,
+                msg, rref, ckpt_error_last());
+        abort();
+    }
+    if (rc == CKPT_OK) {
+        same_or_die(&m, &ref, "the quick route and jansson decode different values");
+        manifest_clear(&ref);
+    }
+    if (rc == CKPT_OK) {
         /* Whatever was accepted must be usable: walk it, then round-trip. */
         for (size_t i = 0; i < m.ntensors; i++)
             if (m.tensors[i].shard >= m.nshards || !m.tensors[i].name[0] ||
@@ -89,7 +105,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                         ckpt_error_last());
                 abort();
             }
-            same_or_die(&m, &m2);
+            same_or_die(&m, &m2, "decode(encode(decode(x))) differs from decode(x)");
             manifest_clear(&m2);
             free(again);
         }

@@ -9,19 +9,19 @@
 /* Inputs up to this size take XXH3's scalar paths in every build. */
 #define VECTOR_MIN 240
 
+#ifdef CKPT_XXH3_DISPATCH
 /* The unit to use: 2 AVX-512, 1 AVX2, 0 the default build.  The CPU's
  * features are read by libgcc once at load (and say whether the kernel
  * saves the wider registers); valgrind's CPU reports no AVX-512. */
 static int unit(void)
 {
-#ifdef CKPT_XXH3_DISPATCH
     if (__builtin_cpu_supports("avx512f"))
         return 2;
     if (__builtin_cpu_supports("avx2"))
         return 1;
-#endif
     return 0;
 }
+#endif
 
 uint64_t xxh3_64(const void *p, size_t n)
 {

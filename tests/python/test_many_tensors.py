@@ -11,6 +11,7 @@ import pytest
 
 import libckpt
 from libckpt import nested
+from libckpt import tensors as _tensors
 
 torch = pytest.importorskip("torch")
 
@@ -171,3 +172,66 @@ def test_replace_with_many_plain_values_replaces_exactly_those():
     assert out["optim"]["state"][1] is state["optim"]["state"][1]
     assert [out["optim"]["state"][i]["step"] for i in range(4)] == [1, 0, 3, 0]
     assert state["optim"]["state"][0]["step"] == 0  # the input is untouched
+
+
+def c_fields(arr, n):
+    """Every field of the first n entries of a ckpt_tensor[], shapes read
+    through their pointers."""
+    return [(t.name, t.data or 0, t.bytes, t.dtype, t.ndim,
+             [t.shape[d] for d in range(t.ndim)], t.memory)
+            for t in arr[:n]]
+
+
+def general_fields(pairs):
+    """The same fields from describe(), one tensor at a time (the route
+    every other input takes)."""
+    described = [_tensors.describe(name, obj) for name, obj in pairs]
+    arr, _ = _tensors.c_array(described)
+    return c_fields(arr, len(described))
+
+
+def test_the_whole_state_route_describes_as_describe_does():
+    """prepare() asks all tensors of an all-torch state at once; each
+    field equals describe()'s: dtypes of every width, 0-d, empty and
+    multi-dimensional shapes, Parameters, non-ASCII names."""
+    g = torch.Generator().manual_seed(3)
+    pairs = []
+    for i, dt in enumerate([torch.float32, torch.bfloat16, torch.int64,
+                            torch.float16, torch.bool, torch.uint8,
+                            torch.float64, torch.complex64, torch.int8]):
+        for j, shape in enumerate([(), (0,), (3,), (2, 5), (1, 0, 4),
+                                   (2, 3, 1, 2)]):
+            t = (torch.randn(shape, generator=g) * 9).to(dt)
+            pairs.append(("layer%d.p%d" % (i, j), t))
+    pairs.append(("w\u00e9ight.\u4e2d", torch.nn.Parameter(torch.ones(7))))
+    assert _tensors._all_plain_torch(
+        pairs, _tensors._fast_torch(torch), torch.Tensor) is not None
+    arr, keep, stream, device = _tensors.prepare(pairs)
+    assert stream is None and device is False
+    assert c_fields(arr, len(pairs)) == general_fields(pairs)
+    assert all(any(k is t for k in keep) for _, t in pairs)
+
+
+@pytest.mark.parametrize("odd", ["transposed", "negative", "conjugate",
+                                 "numpy", "int name"])
+def test_one_odd_value_sends_the_state_the_general_way(odd):
+    """One value the whole-state route cannot take: it declines (None),
+    and prepare() still describes every other tensor, or refuses the odd
+    one by name as describe() does."""
+    pairs = [("w%d" % i, torch.full((3,), float(i))) for i in range(50)]
+    value = {"transposed": torch.ones(4, 2).t(),
+             "negative": torch.ones(3, dtype=torch.complex64).conj().imag,
+             "conjugate": torch.ones(3, dtype=torch.complex64).conj(),
+             "numpy": np.arange(3.0), "int name": torch.ones(2)}[odd]
+    pairs.insert(20, (7 if odd == "int name" else "odd", value))
+    fast = _tensors._fast_torch(torch)
+    assert _tensors._all_plain_torch(pairs, fast, torch.Tensor) is None
+    if odd == "numpy":
+        arr, _, _, _ = _tensors.prepare(pairs)
+        assert c_fields(arr, len(pairs)) == general_fields(pairs)
+        return
+    with pytest.raises((libckpt.InvalidArgumentError, TypeError)) as got:
+        _tensors.prepare(pairs)
+    with pytest.raises(type(got.value)) as want:
+        general_fields(pairs)
+    assert str(got.value) == str(want.value)

@@ -32,16 +32,14 @@ void manifest_clear(manifest *m)
     memset(m, 0, sizeof *m);
 }
 
-int manifest_copy(manifest *dst, const manifest *src)
+int manifest_copy_bare(manifest *dst, const manifest *src)
 {
     *dst = *src;
     dst->tensors = calloc(src->ntensors ? src->ntensors : 1, sizeof *dst->tensors);
     dst->shards = calloc(src->nshards ? src->nshards : 1, sizeof *dst->shards);
     dst->ntensors = dst->nshards = 0;
-    dst->env = src->env ? json_deep_copy(src->env) : NULL;
-    dst->metadata = src->metadata ? json_deep_copy(src->metadata) : NULL;
-    int bad = !dst->tensors || !dst->shards || (src->env && !dst->env) ||
-              (src->metadata && !dst->metadata);
+    dst->env = dst->metadata = NULL;
+    int bad = !dst->tensors || !dst->shards;
     for (size_t i = 0; i < src->nshards && !bad; i++, dst->nshards++) {
         dst->shards[i] = src->shards[i];
         bad = !(dst->shards[i].file = util_strdup(src->shards[i].file));

@@ -6,11 +6,14 @@
 #include <string.h>
 
 #include "error.h"
+#include "util.h"
 
 typedef struct mcache_entry {
     char *text; /* NULL: free slot */
     size_t len;
-    manifest m;
+    manifest m;       /* env and metadata NULL: */
+    char *meta_text;  /* their texts */
+    char *env_text;
     unsigned long long used; /* the clock at the last put or hit */
 } mcache_entry;
 
@@ -40,6 +43,8 @@ int mcache_create(mcache **out, size_t entries)
 static void entry_clear(mcache_entry *e)
 {
     free(e->text);
+    free(e->meta_text);
+    free(e->env_text);
     manifest_clear(&e->m);
     memset(e, 0, sizeof *e);
 }
@@ -63,9 +68,11 @@ static mcache_entry *find(mcache *c, const char *text, size_t len)
     return NULL;
 }
 
-int mcache_get(mcache *c, const char *text, size_t len, manifest *m)
+int mcache_get(mcache *c, const char *text, size_t len, manifest *m, char **meta_text,
+               char **env_text)
 {
     memset(m, 0, sizeof *m);
+    *meta_text = *env_text = NULL;
     if (!c || len > MCACHE_MAX_BYTES)
         return 0;
     pthread_mutex_lock(&c->lock);
@@ -74,10 +81,17 @@ int mcache_get(mcache *c, const char *text, size_t len, manifest *m)
     if (e) {
         ckpt_error_state keep; /* a failed copy is a miss, not an error */
         ckpt_error_capture(&keep, CKPT_OK);
-        hit = manifest_copy(m, &e->m) == CKPT_OK;
+        hit = manifest_copy_bare(m, &e->m) == CKPT_OK &&
+              (*meta_text = util_strdup(e->meta_text)) &&
+              (*env_text = util_strdup(e->env_text));
         ckpt_error_restore(&keep);
-        if (hit)
+        if (hit) {
             e->used = ++c->clock;
+        } else {
+            manifest_clear(m);
+            free(*meta_text);
+            *meta_text = NULL;
+        }
     }
     pthread_mutex_unlock(&c->lock);
     return hit;
@@ -97,15 +111,21 @@ static mcache_entry *victim(mcache *c)
     return v;
 }
 
-void mcache_put(mcache *c, const char *text, size_t len, const manifest *m)
+void mcache_put(mcache *c, const char *text, size_t len, const manifest *m,
+                const char *meta_text, const char *env_text)
 {
     if (!c || len > MCACHE_MAX_BYTES)
         return;
     ckpt_error_state keep; /* best effort: the caller's error stays */
     ckpt_error_capture(&keep, CKPT_OK);
     mcache_entry fresh = {0};
-    if (!(fresh.text = malloc(len ? len : 1)) || manifest_copy(&fresh.m, m)) {
+    fresh.meta_text = meta_text ? util_strdup(meta_text) : manifest_json_text(m->metadata);
+    fresh.env_text = env_text ? util_strdup(env_text) : manifest_json_text(m->env);
+    if (!fresh.meta_text || !fresh.env_text || !(fresh.text = malloc(len ? len : 1)) ||
+        manifest_copy_bare(&fresh.m, m)) {
         free(fresh.text);
+        free(fresh.meta_text);
+        free(fresh.env_text);
         ckpt_error_restore(&keep);
         return;
     }

@@ -9,6 +9,12 @@
  * decoding instead; everything else about opening a step (shards, index,
  * trust) is done as before.
  *
+ * An entry keeps the manifest without its env and metadata trees, and
+ * their compact JSON texts instead: that is all a reader gives out
+ * (ckpt_checkpoint_metadata / _env), and a state saved from Python puts
+ * every tensor name in the metadata once more, so copying and printing
+ * that tree on every open would cost as much as the rest of the copy.
+ *
  * Bounded: at most `entries` manifests (mcache_create) whose texts add up
  * to MCACHE_MAX_BYTES (their decodings take about as much again).  When
  * full, the entry of the lowest step goes first: retention retires the
@@ -27,12 +33,18 @@ typedef struct mcache mcache;
 /* `entries`: how many manifests at most (at least 1). */
 int mcache_create(mcache **out, size_t entries);
 void mcache_free(mcache *c); /* NULL is fine */
-/* 1 with a copy of the decoding of `text` (`len` bytes) in *m when the
- * cache holds those bytes; 0 (and *m empty) when it does not, or when the
- * copy ran out of memory: decode then. */
-int mcache_get(mcache *c, const char *text, size_t len, manifest *m);
-/* Remember that `text` (`len` bytes) decodes to `m` (both copied; best
- * effort: nothing is remembered when memory is short or the text large). */
-void mcache_put(mcache *c, const char *text, size_t len, const manifest *m);
+/* 1 with a copy of the decoding of `text` (`len` bytes) in *m, env and
+ * metadata left NULL, and their JSON texts (manifest_json_text, malloc'd)
+ * in *meta_text and *env_text, when the cache holds those bytes; 0 (and
+ * *m empty, the texts NULL) when it does not, or when a copy ran out of
+ * memory: decode then. */
+int mcache_get(mcache *c, const char *text, size_t len, manifest *m, char **meta_text,
+               char **env_text);
+/* Remember that `text` (`len` bytes) decodes to `m`, whose metadata and env
+ * print as `meta_text` and `env_text` (both NULL: printed here from m's
+ * trees).  Everything is copied; best effort: nothing is remembered when
+ * memory is short or the text large. */
+void mcache_put(mcache *c, const char *text, size_t len, const manifest *m,
+                const char *meta_text, const char *env_text);
 
 #endif

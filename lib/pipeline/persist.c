@@ -113,7 +113,7 @@ static int write_manifest(ckpt_save *s, char **text_out, size_t *len_out, manife
                          "(%s)", (long long)s->m.step, ckpt_error_last());
     } else {
         /* Retention after the next saves and a restore open this step. */
-        mcache_put(st->mcache, text, len, back);
+        mcache_put(st->mcache, text, len, back, NULL, NULL);
         rc = ckpt_error_restore(&written);
     }
 done:

@@ -133,8 +133,8 @@ static int free_job(void *arg, int worker)
     return CKPT_OK;
 }
 
-/* Free a decoded manifest's JSON tree on a worker: a restore of 10,000
- * tensors need not wait the 10 ms or so that takes. */
+/* Free a decoded manifest's JSON tree (or its metadata) on a worker: a
+ * restore of 10,000 tensors need not wait the 10 ms or so that takes. */
 static void free_later(ckpt_store *s, json_t *tree)
 {
     if (tree && (!s->pool || pool_submit(s->pool, &s->background, free_job, tree)))
@@ -196,22 +196,31 @@ static int open_manifest(ckpt_store *s, const char *dir, const char *manifest_na
                          MANIFEST_MAX_BYTES);
     else if (rc)
         rc = ckpt_seterr_errno(-rc, "cannot read %s", mpath ? mpath : "manifest");
+    int cached = 0, fresh = 0; /* from mcache; decoded here */
     if (!rc && decoded && len == known_len && memcmp(ck->text, known, len) == 0) {
         ck->m = *decoded; /* the same bytes decode the same */
         memset(decoded, 0, sizeof *decoded);
-    } else if (!rc && !mcache_get(s->mcache, ck->text, len, &ck->m)) {
+    } else if (!rc && !(cached = mcache_get(s->mcache, ck->text, len, &ck->m,
+                                            &ck->meta_text, &ck->env_text))) {
         json_t *tree;
         rc = manifest_decode_keep(ck->text, len, where, &ck->m, &tree);
         free_later(s, tree);
-        if (!rc)
-            mcache_put(s->mcache, ck->text, len, &ck->m);
+        fresh = 1;
     }
     if (!rc && ck->m.step != step)
         rc = ckpt_seterr(CKPT_ECORRUPT, "%s: manifest is for step %lld", where,
                          (long long)ck->m.step);
-    if (!rc && (!(ck->meta_text = manifest_json_text(ck->m.metadata)) ||
-                !(ck->env_text = manifest_json_text(ck->m.env))))
-        rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    if (!rc && !cached) {
+        /* Only the texts are given out: the trees go (on a worker). */
+        if (!(ck->meta_text = manifest_json_text(ck->m.metadata)) ||
+            !(ck->env_text = manifest_json_text(ck->m.env)))
+            rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
+        else if (fresh) /* the writer's own decode is cached already */
+            mcache_put(s->mcache, ck->text, len, &ck->m, ck->meta_text, ck->env_text);
+        free_later(s, ck->m.metadata);
+        free_later(s, ck->m.env);
+        ck->m.metadata = ck->m.env = NULL;
+    }
     if (!rc)
         rc = open_shards(ck);
 done:

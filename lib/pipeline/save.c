@@ -210,13 +210,6 @@ static int build_manifest(ckpt_save *s, const ckpt_tensor *t, size_t count,
         memcpy(m->id, &a, 8);
         memcpy(m->id + 8, &b, 8);
     }
-    if (opts && opts->metadata_json) {
-        json_error_t err;
-        m->metadata = json_loads(opts->metadata_json, JSON_DECODE_ANY, &err);
-        if (!m->metadata)
-            return ckpt_seterr(CKPT_EINVAL, "metadata is not valid JSON (line %d, "
-                               "column %d: %s)", err.line, err.column, err.text);
-    }
     if (!(m->env = env_record(st->dev, !(st->opts.flags & CKPT_OPEN_NO_CMDLINE))))
         return ckpt_seterr(CKPT_ENOMEM, "out of memory recording the environment");
     if (opts && opts->frameworks_json) {
@@ -490,6 +483,58 @@ static int defer_device(ckpt_save *s, const ckpt_tensor *t, size_t count, ckpt_m
     return CKPT_OK;
 }
 
+/* The caller's metadata, parsed on a worker while the caller copies the
+ * snapshot: a state saved from Python names every tensor in it, and
+ * jansson takes a few milliseconds over 10,000 names, which the caller
+ * would otherwise wait for as well. */
+typedef struct meta_parse {
+    const char *text; /* the caller's, valid while begin runs; NULL: none */
+    int queued;
+    pool_group group;
+    json_t *value;
+    json_error_t err;
+} meta_parse;
+
+static int meta_parse_run(void *arg, int worker)
+{
+    (void)worker;
+    meta_parse *p = arg;
+    p->value = json_loads(p->text, JSON_DECODE_ANY, &p->err);
+    return CKPT_OK; /* judged by meta_parse_end, on the caller's thread */
+}
+
+static void meta_parse_start(ckpt_store *st, meta_parse *p, const ckpt_save_options *opts)
+{
+    memset(p, 0, sizeof *p);
+    p->text = opts ? opts->metadata_json : NULL;
+    if (!p->text)
+        return;
+    pool_group_init(&p->group);
+    p->queued = st->pool && pool_submit(st->pool, &p->group, meta_parse_run, p) == CKPT_OK;
+    if (!p->queued) /* no pool, or no memory to queue: here */
+        meta_parse_run(p, 0);
+}
+
+/* Wait for the parse; the value goes into the manifest when `rc` (the rest
+ * of begin) is CKPT_OK.  Returns `rc`, or CKPT_EINVAL for text that is not
+ * JSON. */
+static int meta_parse_end(meta_parse *p, manifest *m, int rc)
+{
+    if (!p->text)
+        return rc;
+    if (p->queued)
+        pool_group_wait(&p->group);
+    pool_group_destroy(&p->group);
+    if (!rc && !p->value)
+        rc = ckpt_seterr(CKPT_EINVAL, "metadata is not valid JSON (line %d, column %d: "
+                         "%s)", p->err.line, p->err.column, p->err.text);
+    if (rc)
+        json_decref(p->value);
+    else
+        m->metadata = p->value;
+    return rc;
+}
+
 static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
                         const ckpt_save_options *opts)
 {
@@ -497,13 +542,15 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
     int rc = validate_tensors(t, count, 0);
     if (rc)
         return rc;
+    meta_parse meta;
+    meta_parse_start(st, &meta, opts);
     device_note_reset(st->dev);
     ckpt_memory *mem = calloc(count ? count : 1, sizeof *mem);
     int *ord = calloc(count ? count : 1, sizeof *ord);
     if (!mem || !ord) {
         free(mem);
         free(ord);
-        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+        return meta_parse_end(&meta, &s->m, ckpt_seterr(CKPT_ENOMEM, "out of memory"));
     }
     int any_device = 0, ordinal = -1;
     uint64_t total = 0, chunks = 0, dev_bytes = 0, host_bytes = 0, runs = 0;
@@ -588,6 +635,7 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
         s->snapshot_done = 1;
     }
     free(mem);
+    rc = meta_parse_end(&meta, &s->m, rc);
     if (rc) {
         /* Let queued jobs finish before the arena and writer go away. */
         save_wait_jobs_idle(&s->group);

@@ -32,26 +32,54 @@ Test(mcache, hit_needs_the_same_bytes_and_copies)
     mcache *c;
     cr_assert_eq(mcache_create(&c, 4), CKPT_OK);
     manifest m, got;
-    char text[64];
+    char text[64], *meta, *env;
     make(&m, 7, text, sizeof text);
-    cr_assert_eq(mcache_get(c, text, strlen(text), &got), 0);
-    mcache_put(c, text, strlen(text), &m);
+    m.metadata = json_pack("{s:[s,s]}", "tensors", "a", "b");
+    cr_assert_eq(mcache_get(c, text, strlen(text), &got, &meta, &env), 0);
+    cr_assert(!meta && !env);
+    mcache_put(c, text, strlen(text), &m, NULL, NULL); /* texts printed from m */
     manifest_clear(&m); /* the cache holds its own copy */
-    cr_assert_eq(mcache_get(c, text, strlen(text), &got), 1);
+    cr_assert_eq(mcache_get(c, text, strlen(text), &got, &meta, &env), 1);
     cr_assert_eq(got.step, 7);
     cr_assert_str_eq(got.tensors[0].name, "w");
-    cr_assert_eq(json_integer_value(json_object_get(got.env, "step")), 7);
-    got.tensors[0].name[0] = 'x'; /* a copy: the cached entry is untouched */
-    json_object_set_new(got.env, "step", json_integer(8));
+    cr_assert(!got.env && !got.metadata, "the trees stay out of copies");
+    cr_assert_str_eq(env, "{\"step\":7}");
+    cr_assert_str_eq(meta, "{\"tensors\":[\"a\",\"b\"]}");
+    got.tensors[0].name[0] = 'x'; /* copies: the cached entry is untouched */
+    meta[0] = env[0] = '!';
     manifest_clear(&got);
-    cr_assert_eq(mcache_get(c, text, strlen(text), &got), 1);
+    free(meta);
+    free(env);
+    cr_assert_eq(mcache_get(c, text, strlen(text), &got, &meta, &env), 1);
     cr_assert_str_eq(got.tensors[0].name, "w");
-    cr_assert_eq(json_integer_value(json_object_get(got.env, "step")), 7);
+    cr_assert_str_eq(env, "{\"step\":7}");
+    cr_assert_str_eq(meta, "{\"tensors\":[\"a\",\"b\"]}");
     manifest_clear(&got);
+    free(meta);
+    free(env);
     text[0] ^= 1; /* one byte differs: a miss */
-    cr_assert_eq(mcache_get(c, text, strlen(text), &got), 0);
-    cr_assert_eq(mcache_get(c, text, strlen(text) - 1, &got), 0);
+    cr_assert_eq(mcache_get(c, text, strlen(text), &got, &meta, &env), 0);
+    cr_assert_eq(mcache_get(c, text, strlen(text) - 1, &got, &meta, &env), 0);
+    make(&m, 9, text, sizeof text); /* texts given: kept as given */
+    mcache_put(c, text, strlen(text), &m, "[1]", "{}");
+    manifest_clear(&m);
+    cr_assert_eq(mcache_get(c, text, strlen(text), &got, &meta, &env), 1);
+    cr_assert_str_eq(meta, "[1]");
+    cr_assert_str_eq(env, "{}");
+    manifest_clear(&got);
+    free(meta);
+    free(env);
     mcache_free(c);
+}
+
+/* mcache_get when only the manifest matters. */
+static int get(mcache *c, const char *text, size_t len, manifest *m)
+{
+    char *meta, *env;
+    int hit = mcache_get(c, text, len, m, &meta, &env);
+    free(meta);
+    free(env);
+    return hit;
 }
 
 Test(mcache, full_drops_the_lowest_step)
@@ -63,20 +91,20 @@ Test(mcache, full_drops_the_lowest_step)
     int64_t steps[] = {5, 3, 9, 4}; /* 3 goes when 4 comes, then 4 when 1 comes */
     for (int i = 0; i < 4; i++) {
         make(&m, steps[i], text[i], sizeof text[i]);
-        mcache_put(c, text[i], strlen(text[i]), &m);
+        mcache_put(c, text[i], strlen(text[i]), &m, NULL, NULL);
         manifest_clear(&m);
     }
     int want[] = {1, 0, 1, 1};
     for (int i = 0; i < 4; i++) {
-        cr_assert_eq(mcache_get(c, text[i], strlen(text[i]), &got), want[i], "step %lld",
+        cr_assert_eq(get(c, text[i], strlen(text[i]), &got), want[i], "step %lld",
                      (long long)steps[i]);
         manifest_clear(&got);
     }
     make(&m, 1, text[4], sizeof text[4]);
-    mcache_put(c, text[4], strlen(text[4]), &m);
+    mcache_put(c, text[4], strlen(text[4]), &m, NULL, NULL);
     manifest_clear(&m);
-    cr_assert_eq(mcache_get(c, text[3], strlen(text[3]), &got), 0, "step 4 stayed");
-    cr_assert_eq(mcache_get(c, text[4], strlen(text[4]), &got), 1);
+    cr_assert_eq(get(c, text[3], strlen(text[3]), &got), 0, "step 4 stayed");
+    cr_assert_eq(get(c, text[4], strlen(text[4]), &got), 1);
     manifest_clear(&got);
     mcache_free(c);
 }
@@ -93,15 +121,15 @@ Test(mcache, byte_budget)
     manifest m, got;
     char unused[64];
     make(&m, 2, unused, sizeof unused);
-    mcache_put(c, a, big, &m);
+    mcache_put(c, a, big, &m, NULL, NULL);
     m.step = 3;
-    mcache_put(c, b, big, &m);
-    mcache_put(c, huge, MCACHE_MAX_BYTES + 1, &m); /* over the budget alone: not kept */
+    mcache_put(c, b, big, &m, NULL, NULL);
+    mcache_put(c, huge, MCACHE_MAX_BYTES + 1, &m, NULL, NULL); /* over the budget alone: not kept */
     manifest_clear(&m);
-    cr_assert_eq(mcache_get(c, a, big, &got), 0, "both held: over the budget");
-    cr_assert_eq(mcache_get(c, b, big, &got), 1);
+    cr_assert_eq(get(c, a, big, &got), 0, "both held: over the budget");
+    cr_assert_eq(get(c, b, big, &got), 1);
     manifest_clear(&got);
-    cr_assert_eq(mcache_get(c, huge, MCACHE_MAX_BYTES + 1, &got), 0);
+    cr_assert_eq(get(c, huge, MCACHE_MAX_BYTES + 1, &got), 0);
     free(a);
     free(b);
     free(huge);

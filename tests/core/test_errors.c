@@ -270,7 +270,8 @@ Test(errors, invalid_save_arguments, .init = setup_saved, .fini = teardown_saved
     assert_save_einval(&ok, 1, 2, "{\"epoch\": ", "truncated metadata JSON");
     assert_save_einval(&ok, 1, 2, "{epoch: 1}", "invalid metadata JSON");
     /* parsed on a worker while the snapshot is taken: still refused here */
-    cr_assert(strstr(ckpt_error_last(), "metadata is not valid JSON (line 1, column 6: string or '}' expected"),
+    cr_assert(strstr(ckpt_error_last(), "metadata is not valid JSON (line 1, column 6: "
+                                        "string or '}' expected"),
               "message: %s", ckpt_error_last());
     assert_save_einval(&ok, 1, 2, "{} {}", "two metadata JSON values");
 

@@ -80,7 +80,9 @@ CKPT_API int ckpt_checkpoint_find(const ckpt_checkpoint *ck, const char *name, s
 {
     if (!ck || !name || !index)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_find: NULL argument");
-    long i = reader_find(ck, name);
+    /* const to the caller: the only change is the name index made on the
+     * first search, under its lock */
+    long i = reader_find((ckpt_checkpoint *)ck, name);
     if (i < 0)
         return ckpt_seterr(CKPT_ENOTFOUND, "tensor '%s' is not in %s", name, ck->label);
     *index = (size_t)i;

@@ -10,6 +10,7 @@
 #include "error.h"
 #include "jsontext.h"
 #include "mtensors.h"
+#include "nameset.h"
 #include "util.h"
 
 /* The file is B + SUFFIX_HEAD + 16 hex digits + SUFFIX_TAIL, where B is the
@@ -213,25 +214,27 @@ static int safe_file_name(const char *s)
     return 1;
 }
 
-static int cmp_names(const void *a, const void *b)
+/* The first name given twice among n (nameset.h) into *repeat: 1; none: 0;
+ * out of memory: CKPT_ENOMEM, said. */
+static int find_repeat(const char **names, size_t n, const char *where, size_t *repeat)
 {
-    return strcmp(*(char *const *)a, *(char *const *)b);
+    int found = names ? nameset_find_repeat(names, n, repeat) : -1;
+    free(names);
+    if (found < 0)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory reading %s", where);
+    return found;
 }
 
 static int unique_shard_files(const manifest *m, const char *where)
 {
-    char **names = malloc(m->nshards * sizeof *names);
-    if (!names)
-        return ckpt_seterr(CKPT_ENOMEM, "out of memory reading %s", where);
-    for (size_t i = 0; i < m->nshards; i++)
+    const char **names = malloc((m->nshards ? m->nshards : 1) * sizeof *names);
+    for (size_t i = 0; names && i < m->nshards; i++)
         names[i] = m->shards[i].file;
-    qsort(names, m->nshards, sizeof *names, cmp_names);
-    int rc = CKPT_OK;
-    for (size_t i = 1; i < m->nshards && !rc; i++)
-        if (strcmp(names[i - 1], names[i]) == 0)
-            rc = BAD("%s: shard file '%s' is listed twice", where, names[i]);
-    free(names);
-    return rc;
+    size_t at;
+    int found = find_repeat(names, m->nshards, where, &at);
+    if (found == 1)
+        return BAD("%s: shard file '%s' is listed twice", where, m->shards[at].file);
+    return found; /* CKPT_OK or CKPT_ENOMEM */
 }
 
 static int decode_tensor(json_t *jt, size_t i, const char *where, manifest_tensor *t,
@@ -278,18 +281,14 @@ static int decode_tensor(json_t *jt, size_t i, const char *where, manifest_tenso
 static int unique_tensor_names(const manifest *m, const char *where)
 {
     size_t nt = m->ntensors;
-    char **names = malloc((nt ? nt : 1) * sizeof *names);
-    if (!names)
-        return ckpt_seterr(CKPT_ENOMEM, "out of memory reading %s", where);
-    for (size_t i = 0; i < nt; i++)
+    const char **names = malloc((nt ? nt : 1) * sizeof *names);
+    for (size_t i = 0; names && i < nt; i++)
         names[i] = m->tensors[i].name;
-    qsort(names, nt, sizeof *names, cmp_names);
-    int rc = CKPT_OK;
-    for (size_t i = 1; i < nt && !rc; i++)
-        if (strcmp(names[i - 1], names[i]) == 0)
-            rc = BAD("%s: tensor name '%s' appears twice", where, names[i]);
-    free(names);
-    return rc;
+    size_t at;
+    int found = find_repeat(names, nt, where, &at);
+    if (found == 1)
+        return BAD("%s: tensor name '%s' appears twice", where, m->tensors[at].name);
+    return found;
 }
 
 /* The root object into *m.  `pre` (npre tensors, or NULL): the tensors

@@ -111,6 +111,35 @@ static mcache_entry *victim(mcache *c)
     return v;
 }
 
+/* Keep `fresh` (its text, len and decoding set), or free it when the cache
+ * holds those bytes already. */
+static void insert(mcache *c, mcache_entry *fresh)
+{
+    pthread_mutex_lock(&c->lock);
+    mcache_entry *slot = find(c, fresh->text, fresh->len);
+    if (slot) { /* already there (another thread, or a step opened twice) */
+        slot->used = ++c->clock;
+        entry_clear(fresh);
+    } else {
+        /* Make room: a free slot, and the bytes (len fits the budget). */
+        for (;;) {
+            slot = NULL;
+            for (size_t i = 0; i < c->n && !slot; i++)
+                if (!c->e[i].text)
+                    slot = &c->e[i];
+            if (slot && c->bytes + fresh->len <= MCACHE_MAX_BYTES)
+                break;
+            mcache_entry *v = victim(c); /* not NULL: something is held */
+            c->bytes -= v->len;
+            entry_clear(v);
+        }
+        fresh->used = ++c->clock;
+        *slot = *fresh;
+        c->bytes += fresh->len;
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
 void mcache_put(mcache *c, const char *text, size_t len, const manifest *m,
                 const char *meta_text, const char *env_text)
 {
@@ -131,28 +160,21 @@ void mcache_put(mcache *c, const char *text, size_t len, const manifest *m,
     }
     memcpy(fresh.text, text, len);
     fresh.len = len;
-    pthread_mutex_lock(&c->lock);
-    mcache_entry *slot = find(c, text, len);
-    if (slot) { /* already there (another thread): keep that one */
-        slot->used = ++c->clock;
-        entry_clear(&fresh);
-    } else {
-        /* Make room: a free slot, and the bytes (len fits the budget). */
-        for (;;) {
-            slot = NULL;
-            for (size_t i = 0; i < c->n && !slot; i++)
-                if (!c->e[i].text)
-                    slot = &c->e[i];
-            if (slot && c->bytes + len <= MCACHE_MAX_BYTES)
-                break;
-            mcache_entry *v = victim(c); /* not NULL: something is held */
-            c->bytes -= v->len;
-            entry_clear(v);
-        }
-        fresh.used = ++c->clock;
-        *slot = fresh;
-        c->bytes += len;
-    }
-    pthread_mutex_unlock(&c->lock);
+    insert(c, &fresh);
     ckpt_error_restore(&keep);
+}
+
+void mcache_put_owned(mcache *c, char *text, size_t len, manifest *m, char *meta_text,
+                      char *env_text)
+{
+    mcache_entry fresh = {text, len, *m, meta_text, env_text, 0};
+    memset(m, 0, sizeof *m);
+    json_decref(fresh.m.env); /* entries keep the texts only */
+    json_decref(fresh.m.metadata);
+    fresh.m.env = fresh.m.metadata = NULL;
+    if (!c || !text || !meta_text || !env_text || len > MCACHE_MAX_BYTES) {
+        entry_clear(&fresh);
+        return;
+    }
+    insert(c, &fresh);
 }

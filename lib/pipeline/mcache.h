@@ -46,5 +46,12 @@ int mcache_get(mcache *c, const char *text, size_t len, manifest *m, char **meta
  * memory is short or the text large. */
 void mcache_put(mcache *c, const char *text, size_t len, const manifest *m,
                 const char *meta_text, const char *env_text);
+/* mcache_put without copies: takes `text`, `*m` (its env and metadata
+ * trees are dropped) and both texts (all malloc'd, none NULL), keeping or
+ * freeing them; *m is left empty.  For a checkpoint being closed, whose
+ * manifest (10,000 tensors: 2 MB of text, as much again decoded) would
+ * otherwise be freed right after a copy was made of it. */
+void mcache_put_owned(mcache *c, char *text, size_t len, manifest *m, char *meta_text,
+                      char *env_text);
 
 #endif

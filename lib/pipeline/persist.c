@@ -112,8 +112,6 @@ static int write_manifest(ckpt_save *s, char **text_out, size_t *len_out, manife
         rc = ckpt_seterr(CKPT_EINVAL, "step %lld not saved: a reader could not read it back "
                          "(%s)", (long long)s->m.step, ckpt_error_last());
     } else {
-        /* Retention after the next saves and a restore open this step. */
-        mcache_put(st->mcache, text, len, back, NULL, NULL);
         rc = ckpt_error_restore(&written);
     }
 done:
@@ -132,7 +130,10 @@ done:
 static int verify_temp(ckpt_save *s, const char *text, size_t len, manifest *back)
 {
     ckpt_store *st = s->store;
+    /* Retention after the next saves and a restore open this step: its
+     * decoding goes into mcache (when the check below closes the step). */
     if (st->opts.verify_after_save == CKPT_VERIFY_NONE) {
+        mcache_put(st->mcache, text, len, back, NULL, NULL);
         manifest_clear(back);
         return CKPT_OK;
     }

@@ -23,6 +23,12 @@ void reader_close(ckpt_checkpoint *ck)
     free(ck->fds);
     free(ck->first);
     free(ck->by_name);
+    pthread_mutex_destroy(&ck->find_lock);
+    if (ck->cache_on_close) { /* a later open of these bytes copies them */
+        mcache_put_owned(ck->store->mcache, ck->text, ck->text_len, &ck->m, ck->meta_text,
+                         ck->env_text);
+        ck->text = ck->meta_text = ck->env_text = NULL;
+    }
     manifest_clear(&ck->m);
     free(ck->text);
     free(ck->meta_text);
@@ -48,19 +54,15 @@ static int open_shards(ckpt_checkpoint *ck)
     ck->ix = calloc(m->nshards, sizeof *ck->ix);
     ck->fds = malloc(m->nshards * sizeof *ck->fds);
     ck->first = malloc((nt ? nt : 1) * sizeof *ck->first);
-    ck->by_name = malloc((nt ? nt : 1) * sizeof *ck->by_name);
-    if (!bytes || !local || !ck->ix || !ck->fds || !ck->first || !ck->by_name) {
+    if (!bytes || !local || !ck->ix || !ck->fds || !ck->first) {
         free(bytes);
         free(local);
         return ckpt_seterr(CKPT_ENOMEM, "out of memory opening %s", ck->label);
     }
     for (size_t i = 0; i < m->nshards; i++)
         ck->fds[i] = -1;
-    for (size_t i = 0; i < nt; i++) {
+    for (size_t i = 0; i < nt; i++)
         ck->first[i] = UINT64_MAX;
-        ck->by_name[i] = &m->tensors[i];
-    }
-    qsort(ck->by_name, nt, sizeof *ck->by_name, cmp_tensor_name); /* names are unique */
     int rc = CKPT_OK;
     for (size_t sh = 0; sh < m->nshards && !rc; sh++) {
         /* A shard numbers its chunks' tensors among its own tensors, in
@@ -176,6 +178,7 @@ static int open_manifest(ckpt_store *s, const char *dir, const char *manifest_na
         return ckpt_seterr(CKPT_ENOMEM, "out of memory opening step %lld", (long long)step);
     }
     ck->store = s;
+    pthread_mutex_init(&ck->find_lock, NULL);
     char *mpath = util_join(dir, manifest_name);
     char *where = util_printf("%s/%s", ck->label, manifest_name);
     size_t len = 0;
@@ -196,7 +199,8 @@ static int open_manifest(ckpt_store *s, const char *dir, const char *manifest_na
                          MANIFEST_MAX_BYTES);
     else if (rc)
         rc = ckpt_seterr_errno(-rc, "cannot read %s", mpath ? mpath : "manifest");
-    int cached = 0, fresh = 0; /* from mcache; decoded here */
+    int cached = 0;
+    ck->text_len = len;
     if (!rc && decoded && len == known_len && memcmp(ck->text, known, len) == 0) {
         ck->m = *decoded; /* the same bytes decode the same */
         memset(decoded, 0, sizeof *decoded);
@@ -205,7 +209,6 @@ static int open_manifest(ckpt_store *s, const char *dir, const char *manifest_na
         json_t *tree;
         rc = manifest_decode_keep(ck->text, len, where, &ck->m, &tree);
         free_later(s, tree);
-        fresh = 1;
     }
     if (!rc && ck->m.step != step)
         rc = ckpt_seterr(CKPT_ECORRUPT, "%s: manifest is for step %lld", where,
@@ -215,14 +218,13 @@ static int open_manifest(ckpt_store *s, const char *dir, const char *manifest_na
         if (!(ck->meta_text = manifest_json_text(ck->m.metadata)) ||
             !(ck->env_text = manifest_json_text(ck->m.env)))
             rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
-        else if (fresh) /* the writer's own decode is cached already */
-            mcache_put(s->mcache, ck->text, len, &ck->m, ck->meta_text, ck->env_text);
         free_later(s, ck->m.metadata);
         free_later(s, ck->m.env);
         ck->m.metadata = ck->m.env = NULL;
     }
     if (!rc)
         rc = open_shards(ck);
+    ck->cache_on_close = !rc && !cached;
 done:
     free(mpath);
     free(where);
@@ -350,9 +352,23 @@ int reader_open_select(ckpt_store *s, int64_t step, ckpt_verify_level level,
     return rc;
 }
 
-long reader_find(const ckpt_checkpoint *ck, const char *name)
+long reader_find(ckpt_checkpoint *ck, const char *name)
 {
-    size_t lo = 0, hi = ck->by_name ? ck->m.ntensors : 0;
+    size_t nt = ck->m.ntensors;
+    pthread_mutex_lock(&ck->find_lock);
+    if (!ck->by_name && (ck->by_name = malloc((nt ? nt : 1) * sizeof *ck->by_name))) {
+        for (size_t i = 0; i < nt; i++)
+            ck->by_name[i] = &ck->m.tensors[i];
+        qsort(ck->by_name, nt, sizeof *ck->by_name, cmp_tensor_name); /* unique names */
+    }
+    pthread_mutex_unlock(&ck->find_lock);
+    if (!ck->by_name) { /* no memory for it: slowly */
+        for (size_t i = 0; i < nt; i++)
+            if (strcmp(ck->m.tensors[i].name, name) == 0)
+                return (long)i;
+        return -1;
+    }
+    size_t lo = 0, hi = nt;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
         int c = strcmp(ck->by_name[mid]->name, name);

@@ -6,6 +6,8 @@
 #ifndef CKPT_READER_H
 #define CKPT_READER_H
 
+#include <pthread.h>
+
 #include "context.h"
 #include "manifest.h"
 #include "report.h"
@@ -17,11 +19,17 @@ struct ckpt_checkpoint {
     char *label;        /* "step-NNNNNNNNNNNN" for messages */
     manifest m;
     char *text;         /* manifest as stored */
+    size_t text_len;
     char *meta_text, *env_text;
+    int cache_on_close; /* decoded, not from mcache: hand text, m and the
+                         * texts to it when closed (mcache_put_owned) */
     shard_index *ix;    /* per shard */
     int *fds;           /* per shard */
     uint64_t *first;    /* per tensor: its first entry in its shard's index */
-    const manifest_tensor **by_name; /* the tensors sorted by name (reader_find) */
+    pthread_mutex_t find_lock;       /* protects by_name */
+    const manifest_tensor **by_name; /* the tensors sorted by name, made by the
+                                      * first reader_find (a restore in the
+                                      * save's order needs none) */
 };
 
 /* Open the checkpoint in `dir`, which must be step `step`.  Problems are
@@ -71,7 +79,8 @@ int reader_read(ckpt_checkpoint *ck, const reader_target *targets, size_t count)
 int reader_verify_all(ckpt_checkpoint *ck, ckpt_report *report);
 
 /* Index of tensor `name`, or -1 (a binary search: restoring 10,000 tensors
- * by name must not cost 10,000 scans of 10,000 names). */
-long reader_find(const ckpt_checkpoint *ck, const char *name);
+ * by name must not cost 10,000 scans of 10,000 names; a scan when there is
+ * no memory for the sorted list).  Thread-safe. */
+long reader_find(ckpt_checkpoint *ck, const char *name);
 
 #endif

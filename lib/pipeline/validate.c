@@ -6,12 +6,8 @@
 #include <string.h>
 
 #include "error.h"
+#include "nameset.h"
 #include "util.h"
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
 
 int validate_tensors(const ckpt_tensor *t, size_t count, int for_restore)
 {
@@ -61,12 +57,17 @@ int validate_tensors(const ckpt_tensor *t, size_t count, int for_restore)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
     for (size_t i = 0; i < count; i++)
         names[i] = t[i].name;
-    qsort(names, count, sizeof *names, cmp_str);
+    size_t at;
     int rc = CKPT_OK;
-    for (size_t i = 1; i < count && !rc; i++)
-        if (strcmp(names[i - 1], names[i]) == 0)
-            rc = ckpt_seterr(CKPT_EINVAL, "tensor name '%s' is given twice%s", names[i],
-                             for_restore ? " to restore" : "");
+    switch (nameset_find_repeat(names, count, &at)) {
+    case 1:
+        rc = ckpt_seterr(CKPT_EINVAL, "tensor name '%s' is given twice%s", names[at],
+                         for_restore ? " to restore" : "");
+        break;
+    case -1:
+        rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
+        break;
+    }
     free(names);
     return rc;
 }

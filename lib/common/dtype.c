@@ -36,8 +36,8 @@ CKPT_API ckpt_dtype ckpt_dtype_from_name(const char *name)
 {
     if (!name)
         return CKPT_DTYPE_INVALID;
-    for (int i = 1; i < CKPT_DTYPE_COUNT_; i++)
-        if (strcmp(dtypes[i].name, name) == 0)
+    for (int i = 1; i < CKPT_DTYPE_COUNT_; i++) /* a manifest asks once per tensor */
+        if (dtypes[i].name[0] == name[0] && strcmp(dtypes[i].name, name) == 0)
             return (ckpt_dtype)i;
     return CKPT_DTYPE_INVALID;
 }

@@ -94,6 +94,36 @@ int64_t fsio_pread(const fsio *fs, int fd, void *buf, size_t n, uint64_t off)
     return (int64_t)done;
 }
 
+int64_t fsio_preadv(const fsio *fs, int fd, struct iovec *iov, int iovcnt, uint64_t off)
+{
+    FAULT(fs, FSIO_PREAD, NULL);
+    const void *first = iovcnt > 0 ? iov[0].iov_base : NULL;
+    size_t done = 0;
+    while (iovcnt > 0) {
+        ssize_t r = preadv(fd, iov, iovcnt, (off_t)(off + done));
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (r == 0)
+            break;
+        done += (size_t)r;
+        size_t left = (size_t)r;
+        while (iovcnt > 0 && left >= iov[0].iov_len) { /* the buffers filled whole */
+            left -= iov[0].iov_len;
+            iov++;
+            iovcnt--;
+        }
+        if (iovcnt > 0) { /* a short read stopped inside iov[0] */
+            iov[0].iov_base = (char *)iov[0].iov_base + left;
+            iov[0].iov_len -= left;
+        }
+    }
+    trace(fs, FSIO_PREAD, NULL, NULL, fd, 0, first, done, off);
+    return (int64_t)done;
+}
+
 int fsio_pwrite(const fsio *fs, int fd, const void *buf, size_t n, uint64_t off)
 {
     FAULT(fs, FSIO_PWRITE, NULL);

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 typedef enum fsio_op {
     FSIO_OPEN, FSIO_CLOSE, FSIO_PREAD, FSIO_PWRITE, FSIO_FSYNC, FSIO_RENAME,
@@ -59,6 +60,10 @@ int fsio_close(const fsio *fs, int fd);
 /* Full reads and writes: loop over short counts.  fsio_pread returns the
  * number of bytes read (less than n only at end of file). */
 int64_t fsio_pread(const fsio *fs, int fd, void *buf, size_t n, uint64_t off);
+/* fsio_pread of consecutive file bytes into `iovcnt` buffers (at most
+ * IOV_MAX; `iov` is advanced over what was read): one call scatters a run
+ * of frames straight into the buffers they belong in. */
+int64_t fsio_preadv(const fsio *fs, int fd, struct iovec *iov, int iovcnt, uint64_t off);
 int fsio_pwrite(const fsio *fs, int fd, const void *buf, size_t n, uint64_t off);
 int fsio_fsync(const fsio *fs, int fd);
 int fsio_fsync_path(const fsio *fs, const char *dir); /* open O_RDONLY + fsync */

@@ -535,7 +535,10 @@ static int batchable(const chunk_task *a, const chunk_task *b)
            b->e->file_offset == a->e->file_offset + a->e->meta.stored_len;
 }
 
-/* Runs the `batch` tasks starting at `arg` (host destinations). */
+/* Runs the `batch` tasks starting at `arg` (host destinations).  One read
+ * scatters the run of frames: a raw frame straight into its tensor (then
+ * checked there, as raw_chunk_job does), the others into the worker's
+ * input buffer to be decoded from. */
 static int chunk_batch_job(void *arg, int worker)
 {
     chunk_task *tasks = arg;
@@ -546,37 +549,46 @@ static int chunk_batch_job(void *arg, int worker)
         return CKPT_OK;
     ckpt_store *s = tasks->ck->store;
     worker_ctx *w = &s->workers[worker];
-    uint64_t start = tasks->e->file_offset;
-    const shard_entry *last = tasks[count - 1].e;
-    size_t span = (size_t)(last->file_offset + last->meta.stored_len - start);
-    int rc = worker_reserve_in(w, span);
+    struct iovec iov[BATCH_MAX];
+    size_t coded = 0;
+    for (size_t i = 0; i < count; i++)
+        if (tasks[i].e->meta.codec != CODEC_RAW)
+            coded += (size_t)tasks[i].e->meta.stored_len;
+    int rc = coded ? worker_reserve_in(w, coded) : CKPT_OK;
     if (rc)
         return rc;
-    int64_t got = fsio_pread(&s->lay.fs, tasks->ck->fds[tasks->shard], w->in, span, start);
+    for (size_t i = 0, at = 0; i < count; i++) {
+        const shard_entry *e = tasks[i].e;
+        int raw = e->meta.codec == CODEC_RAW;
+        if (raw && e->meta.stored_hash != e->meta.raw_hash) /* before any byte lands */
+            return chunk_fail(&tasks[i], ckpt_seterr(CKPT_ECORRUPT, "raw chunk with a "
+                                                     "stored hash %016llx and a different "
+                                                     "raw hash %016llx",
+                                                     (unsigned long long)e->meta.stored_hash,
+                                                     (unsigned long long)e->meta.raw_hash));
+        iov[i].iov_base = raw ? tasks[i].dst + e->offset : w->in + at;
+        iov[i].iov_len = (size_t)e->meta.stored_len;
+        at += raw ? 0 : iov[i].iov_len;
+    }
+    unsigned char *place[BATCH_MAX]; /* preadv advances iov */
+    for (size_t i = 0; i < count; i++)
+        place[i] = iov[i].iov_base;
+    int64_t got = fsio_preadv(&s->lay.fs, tasks->ck->fds[tasks->shard], iov, (int)count,
+                              tasks->e->file_offset);
     if (got < 0)
         return chunk_fail(tasks, ckpt_seterr_errno((int)-got, "read failed"));
     for (size_t i = 0; i < count; i++) {
         chunk_task *t = &tasks[i];
         const chunk_meta *meta = &t->e->meta;
-        uint64_t at = t->e->file_offset - start;
-        const unsigned char *in = w->in + at;
-        unsigned char *dst = t->dst + t->e->offset;
+        uint64_t at = t->e->file_offset - tasks->e->file_offset;
         if ((uint64_t)got < at + meta->stored_len)
             return chunk_fail(t, ckpt_seterr(CKPT_EINCOMPLETE, "file ends early"));
         /* Check what was read before sizing anything by what it claims. */
-        if ((rc = codec_check_stored(in, meta)))
+        if ((rc = codec_check_stored(place[i], meta)))
             return chunk_fail(t, rc);
-        if (meta->codec == CODEC_RAW) { /* as raw_chunk_job: stored = raw */
-            if (meta->stored_hash != meta->raw_hash)
-                return chunk_fail(t, ckpt_seterr(CKPT_ECORRUPT, "raw chunk with a stored "
-                                                 "hash %016llx and a different raw hash "
-                                                 "%016llx",
-                                                 (unsigned long long)meta->stored_hash,
-                                                 (unsigned long long)meta->raw_hash));
-            memcpy(dst, in, (size_t)meta->stored_len);
-        } else if ((rc = codec_decode_checked(w->codec, in, meta, dst))) {
+        if (meta->codec != CODEC_RAW &&
+            (rc = codec_decode_checked(w->codec, place[i], meta, t->dst + t->e->offset)))
             return chunk_fail(t, rc);
-        }
     }
     return CKPT_OK;
 }

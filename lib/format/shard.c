@@ -126,9 +126,11 @@ static int cmp_u64_pair(const void *a, const void *b)
  * tiny file declare a huge tensor that verifies. */
 static int check_no_overlap(const char *name, const shard_index *ix)
 {
-    /* A writer's index lists the frames in file order: one pass proves
-     * that.  Any other order is sorted first, so the overlap named is the
-     * first in the file either way. */
+    /* An index whose order is the file's (a save whose chunks were
+     * written in order: one worker, one chunk per tensor in a batch) is
+     * proven in one pass.  Any other order (workers finish out of order,
+     * and the writer appends frames as they come) is sorted first, so the
+     * overlap named is the first in the file either way. */
     uint64_t end = 0, i = 0;
     for (; i < ix->count; i++) {
         const shard_entry *e = &ix->entries[i];

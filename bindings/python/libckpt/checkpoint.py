@@ -96,6 +96,8 @@ class Checkpoint:
             self.close()
             raise
         self._origins: Optional[Dict[str, str]] = None  # see _origin
+        #: Set by a whole-state read that read (so verified) every tensor.
+        self._read_every = False
 
     @property
     def _origin(self) -> Dict[str, str]:
@@ -281,6 +283,7 @@ class Checkpoint:
         with self._h.use() as ck:
             C.ckpt_checkpoint_restore(ck, arr, len(described), None)
         del keep
+        self._read_every = len(described) == len(infos)  # names are unique
         if self.device is None or not any(k == "pt" for _, k in targets):
             return state
         # Moved to the device once read: the same tree again, its leaves

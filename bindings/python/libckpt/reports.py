@@ -19,8 +19,9 @@ import warnings
 from typing import Any, Dict, List, Optional
 
 from . import ffi
-from .errors import (CorruptError, Error, IncompleteError, InternalError,
-                     NotFoundError, SkippedCheckpointWarning)
+from .errors import (AccessError, CorruptError, Error, IncompleteError,
+                     InternalError, IoError, NotFoundError,
+                     SkippedCheckpointWarning, VersionError)
 
 C = ffi.lib
 _byref = ctypes.byref
@@ -105,6 +106,39 @@ def skipped_after(store: Any, found: int,
         finally:
             C.ckpt_report_free(report)
     return skipped
+
+
+def is_damage(err: Error) -> bool:
+    """Whether `err` is the library saying a step is damaged (one of the
+    statuses its newest-valid search passes over), not a wrong call, nor
+    an error the binding found in what the library handed it (a state
+    structure of a newer version: raised, as before)."""
+    return (str(err.function or "").startswith("ckpt_")
+            and err.status in (CorruptError.status, IncompleteError.status,
+                               IoError.status, VersionError.status,
+                               NotFoundError.status, AccessError.status))
+
+
+def first_problem(store: Any, step: int, err: Error) -> Problem:
+    """Why `step` cannot be loaded, as skipped_after says it: the first
+    problem a full verification finds (with file, tensor and offset), or
+    `err` itself when verification finds none."""
+    report = ffi.report_p()
+    try:
+        with store._h.use() as h:
+            C.ckpt_verify(h, step, ffi.CKPT_VERIFY_FULL, _byref(report))
+        problems = []
+    except Error:
+        problems = from_report(report)
+    finally:
+        C.ckpt_report_free(report)
+    return problems[0] if problems else from_error(step, err)
+
+
+def verify_full(store: Any, step: int) -> None:
+    """Full verification of `step`: raises what the library raises."""
+    with store._h.use() as h:
+        C.ckpt_verify(h, step, ffi.CKPT_VERIFY_FULL, None)
 
 
 def verify(store: Any, step: Optional[int], full: bool) -> Dict[str, Any]:

@@ -19,7 +19,8 @@ from typing import Any, Dict, Iterator, List, Optional, Union
 from . import ffi, nested, reports
 from . import tensors as _tensors
 from .checkpoint import Checkpoint, check_framework
-from .errors import Error, InvalidArgumentError, NoCheckpointError
+from .errors import (Error, InvalidArgumentError, NoCheckpointError,
+                     NotFoundError)
 from .handles import SaveHandle, _Handle
 from .results import LoadResult, RestoreResult, restore_result
 
@@ -383,8 +384,49 @@ class Store:
             with self._open(_step_number(step, "Store.load"),
                             ffi.CKPT_VERIFY_QUICK, framework, device) as ck:
                 return LoadResult(ck.step, ck.state(), [])
-        with self._open_latest(ffi.CKPT_VERIFY_FULL, framework, device) as ck:
-            return LoadResult(ck.step, ck.state(), ck.skipped)
+        return self._load_newest(framework, device)
+
+    def _load_newest(self, framework: str, device: Any) -> LoadResult:
+        """load() of the newest step that fully verifies, reading its data
+        once: each committed step, newest first, is opened (quick
+        verification) and read whole, which checks the hashes of every
+        chunk of every tensor it reads; a step whose state leaves a tensor
+        unread is verified fully as well.  (A full verification and then
+        the read would read every byte twice.)  Steps that fail are
+        skipped and reported as a full verification reports them."""
+        skipped: List[dict] = []
+        for step in reversed(self._step_numbers()):
+            try:
+                ck = self._open(step, ffi.CKPT_VERIFY_QUICK, framework, device)
+            except NotFoundError:
+                continue  # retired meanwhile
+            except Error as err:
+                if not reports.is_damage(err):
+                    raise
+                skipped.append(reports.first_problem(self, step, err))
+                continue
+            try:
+                with ck:
+                    state = ck.state()
+                    if not ck._read_every:
+                        reports.verify_full(self, step)
+            except Error as err:
+                if not reports.is_damage(err):
+                    raise
+                skipped.append(reports.first_problem(self, step, err))
+                continue
+            reports.report_skipped(skipped, stacklevel=4)
+            return LoadResult(step, state, skipped)
+        if skipped:
+            err = NoCheckpointError(
+                "no valid checkpoint in %s: %d skipped, newest because: %s"
+                % (self.path, len(skipped), skipped[0]["message"]),
+                function="Store.load")
+        else:
+            err = NoCheckpointError("no checkpoint in %s" % (self.path,),
+                                    function="Store.load")
+        err.skipped = skipped
+        raise err
 
     def metadata(self, step: Optional[int] = None) -> Any:
         """The ``metadata=`` saved with ``step``, or None if it had none.

@@ -179,6 +179,41 @@ Test(trust, a_step_planted_by_another_user_is_never_restored)
     tc_state_free(&s2);
 }
 
+/* Retention retires old steps without reading them, but never one holding
+ * anything of another user's: a foreign shard, or any foreign file. */
+Test(trust, retention_never_retires_a_step_holding_a_foreign_file)
+{
+    need_root();
+    ckpt_store_options o;
+    tc_opts(&o);
+    ckpt_store *st = NULL;
+    cr_assert_eq(ckpt_store_open(&st, tc_root, &o), CKPT_OK);
+    tc_state s;
+    tc_state_standard(&s, 1);
+    for (int64_t step = 1; step <= 3; step++)
+        tc_save_ok(st, step, &s);
+    ckpt_store_free(st);
+    char *d1 = tc_step_dir(tc_root, 1), *d2 = tc_step_dir(tc_root, 2);
+    char shard[4096], note[4096];
+    snprintf(shard, sizeof shard, "%s/rank-00000.shard", d1);
+    cr_assert_eq(chown(shard, OTHER_UID, OTHER_UID), 0); /* a shard not ours */
+    snprintf(note, sizeof note, "%s/notes.txt", d2);
+    FILE *f = fopen(note, "w");
+    cr_assert(f && fputs("not yours\n", f) >= 0 && fclose(f) == 0);
+    cr_assert_eq(chown(note, OTHER_UID, OTHER_UID), 0); /* an extra file not ours */
+
+    o.keep_last = 1;
+    cr_assert_eq(ckpt_store_open(&st, tc_root, &o), CKPT_OK);
+    tc_save_ok(st, 4, &s); /* keeps 4; 3 goes, 1 and 2 are not ours to delete */
+    const int64_t left[] = {1, 2, 4};
+    tc_assert_steps(st, left, 3);
+    cr_assert(tc_exists(shard) && tc_exists(note), "retention deleted another user's file");
+    ckpt_store_free(st);
+    free(d1);
+    free(d2);
+    tc_state_free(&s);
+}
+
 Test(trust, a_step_others_may_write_is_skipped)
 {
     ckpt_store *st = tc_open(tc_root);

@@ -437,6 +437,63 @@ Test(roundtrip, views_of_one_buffer_in_passes)
     ckpt_store_free(st);
 }
 
+/* A snapshot large enough that the workers copy it with the caller (in
+ * passes, as the arena is smaller than the state): every byte is in the
+ * snapshot when begin returns, whichever thread copied it.  Views of one
+ * buffer (copied as pieces of up to 4 MiB) and separate buffers. */
+Test(roundtrip, snapshot_copied_by_several_threads_is_whole_at_return)
+{
+    ckpt_store_options o;
+    tc_opts(&o);
+    o.chunk_bytes = 1 << 20;
+    o.host_memory_limit = 12 << 20; /* 48 MiB in four passes of >= 8 MiB */
+    ckpt_store *st = NULL;
+    cr_assert_eq(ckpt_store_open(&st, tc_root, &o), CKPT_OK, "%s", ckpt_error_last());
+    enum { VIEWS = 24, EACH = (1 << 20) + 4096, SEP = 20 };
+    size_t vbytes = (size_t)VIEWS * EACH, sbytes = (size_t)SEP * EACH;
+    unsigned char *buf = malloc(vbytes), *want = malloc(vbytes + sbytes);
+    unsigned char *back = calloc(1, vbytes + sbytes), *sep[SEP];
+    cr_assert(buf && want && back);
+    for (size_t i = 0; i < vbytes + sbytes; i++)
+        want[i] = (unsigned char)(i * 2654435761u >> 11);
+    memcpy(buf, want, vbytes);
+    ckpt_tensor t[VIEWS + SEP], r[VIEWS + SEP];
+    char names[VIEWS + SEP][16];
+    int64_t shape[1] = {EACH};
+    for (int i = 0; i < VIEWS + SEP; i++) {
+        unsigned char *data;
+        if (i < VIEWS) {
+            data = buf + (size_t)i * EACH;
+        } else {
+            cr_assert((sep[i - VIEWS] = malloc(EACH)));
+            data = memcpy(sep[i - VIEWS], want + vbytes + (size_t)(i - VIEWS) * EACH, EACH);
+        }
+        snprintf(names[i], sizeof names[i], "t%02d", i);
+        t[i] = (ckpt_tensor){names[i], data, EACH, CKPT_U8, 1, shape, CKPT_MEM_HOST};
+        r[i] = t[i];
+        r[i].data = back + (size_t)i * EACH;
+    }
+    ckpt_save *sv = NULL;
+    cr_assert_eq(ckpt_save_begin(&sv, st, 1, t, VIEWS + SEP, NULL), CKPT_OK, "%s",
+                 ckpt_error_last());
+    memset(buf, 0, vbytes); /* the snapshot is taken: the buffers are free */
+    for (int i = 0; i < SEP; i++) {
+        memset(sep[i], 0, EACH);
+        free(sep[i]);
+    }
+    cr_assert_eq(ckpt_save_wait(sv), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_save_free(sv);
+    cr_assert_eq(ckpt_restore(st, 1, r, VIEWS + SEP, NULL, NULL), CKPT_OK, "%s",
+                 ckpt_error_last());
+    for (int i = 0; i < VIEWS + SEP; i++)
+        cr_assert(memcmp(back + (size_t)i * EACH, want + (size_t)i * EACH, EACH) == 0,
+                  "tensor %d differs", i);
+    free(buf);
+    free(want);
+    free(back);
+    ckpt_store_free(st);
+}
+
 /* A tensor larger than the host memory limit on its own. */
 Test(roundtrip, tensor_larger_than_memory_limit)
 {

@@ -239,9 +239,10 @@ static int build_manifest(ckpt_save *s, const ckpt_tensor *t, size_t count,
     return CKPT_OK;
 }
 
-/* Queue the prepared, not yet queued jobs among [from, to): the caller's
- * copy runs alone first, so workers do not compete with it for the cores
- * while the caller is stalled. */
+/* Queue the prepared, not yet queued jobs among [from, to): the snapshot
+ * copy (the caller's, shared with the workers: host_flush) runs first, so
+ * encoding does not compete with it for the cores while the caller is
+ * stalled. */
 static int submit_range(ckpt_save *s, size_t from, size_t to)
 {
     void **heads = calloc(to > from ? to - from : 1, sizeof *heads);

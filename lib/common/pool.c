@@ -221,3 +221,34 @@ int pool_submit_many(pool *p, pool_group *g, pool_fn fn, void *const *args, size
     pthread_mutex_unlock(&p->lock);
     return CKPT_OK;
 }
+
+size_t pool_withdraw(pool *p, pool_group *g)
+{
+    size_t k = 0;
+    pthread_mutex_lock(&p->lock);
+    job *prev = NULL;
+    for (job *j = p->head, *next; j; j = next) {
+        next = j->next;
+        if (j->group != g) {
+            prev = j;
+            continue;
+        }
+        if (prev)
+            prev->next = next;
+        else
+            p->head = next;
+        if (p->tail == j)
+            p->tail = prev;
+        free(j);
+        k++;
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (k) {
+        pthread_mutex_lock(&g->lock);
+        g->pending -= k;
+        if (g->pending == 0)
+            pthread_cond_broadcast(&g->done);
+        pthread_mutex_unlock(&g->lock);
+    }
+    return k;
+}

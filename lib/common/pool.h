@@ -32,6 +32,11 @@ int pool_submit(pool *p, pool_group *g, pool_fn fn, void *arg);
  * one wake-up: the workers do not start (and compete for the cores with
  * the thread queueing) until every job is in.  All or none are queued. */
 int pool_submit_many(pool *p, pool_group *g, pool_fn fn, void *const *args, size_t n);
+/* Take back the jobs of g that no worker has started (they never run, and
+ * count as done); returns how many.  For helpers that only share work the
+ * caller finishes itself: waiting for them to start behind other jobs
+ * would only delay it. */
+size_t pool_withdraw(pool *p, pool_group *g);
 /* Block until every job of g has run; returns g's status and, on error,
  * sets this thread's last error to the job's message. */
 int pool_group_wait(pool_group *g);

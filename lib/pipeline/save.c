@@ -420,8 +420,10 @@ static void host_flush(ckpt_store *st, host_copy *h)
     pool_group_init(&g);
     int queued = helpers && pool_submit_many(st->pool, &g, copy_job, args, helpers) == CKPT_OK;
     copy_pieces(h); /* the caller's share; all of it when nothing was queued */
-    if (queued)
-        pool_group_wait(&g);
+    if (queued) {
+        pool_withdraw(st->pool, &g); /* helpers still queued behind other work */
+        pool_group_wait(&g);         /* those copying their last piece */
+    }
     pool_group_destroy(&g);
     h->n = 0;
     h->bytes = 0;

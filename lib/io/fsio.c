@@ -77,21 +77,8 @@ int fsio_close(const fsio *fs, int fd)
 
 int64_t fsio_pread(const fsio *fs, int fd, void *buf, size_t n, uint64_t off)
 {
-    FAULT(fs, FSIO_PREAD, NULL);
-    size_t done = 0;
-    while (done < n) {
-        ssize_t r = pread(fd, (char *)buf + done, n - done, (off_t)(off + done));
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (r == 0)
-            break;
-        done += (size_t)r;
-    }
-    trace(fs, FSIO_PREAD, NULL, NULL, fd, 0, buf, done, off);
-    return (int64_t)done;
+    struct iovec one = {buf, n};
+    return fsio_preadv(fs, fd, &one, 1, off);
 }
 
 int64_t fsio_preadv(const fsio *fs, int fd, struct iovec *iov, int iovcnt, uint64_t off)

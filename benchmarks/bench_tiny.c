@@ -5,8 +5,13 @@
  * and their ratio, so a binding's figures (bench_persist.py) can be split
  * into library cost and binding cost.
  *
- * Usage: bench_tiny DIR [N] [bytes per tensor] [reps]
+ * Usage: bench_tiny DIR [N] [bytes per tensor] [reps] [apart]
  *   defaults: 10000 tensors of 4096 bytes, best of 3 reps.
+ *
+ * The tiny tensors are views of the one tensor's buffer, back to back (a
+ * flat parameter buffer), unless "apart" is given: then each has an
+ * allocation of its own, as the tensors of a PyTorch state dict do, and
+ * is filled with the same bytes.
  *
  * "restore" runs on the store that saved (which has the manifest decoded
  * already); "cold rest." on a read-only store opened for it, as a job
@@ -94,7 +99,8 @@ int main(int argc, char **argv)
     size_t n = argc > 2 ? strtoull(argv[2], NULL, 10) : 10000;
     size_t each = argc > 3 ? strtoull(argv[3], NULL, 10) : 4096;
     int reps = argc > 4 ? atoi(argv[4]) : 3;
-    if (n == 0 || each < 4 || reps < 1)
+    int apart = argc > 5 && strcmp(argv[5], "apart") == 0;
+    if (n == 0 || each < 4 || reps < 1 || (argc > 5 && !apart))
         return 2;
     float *data = malloc(n * each);
     ckpt_tensor *t = calloc(n, sizeof *t);
@@ -110,8 +116,14 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < n; i++) {
         snprintf(names + i * 24, 24, "t%zu", i);
         shapes[i] = (int64_t)(each / 4);
-        t[i] = (ckpt_tensor){names + i * 24, (char *)data + i * each, each, CKPT_F32, 1,
-                             &shapes[i], CKPT_MEM_HOST};
+        char *at = (char *)data + i * each;
+        if (apart) {
+            if (!(at = malloc(each)))
+                return 1;
+            memcpy(at, (char *)data + i * each, each);
+        }
+        t[i] = (ckpt_tensor){names + i * 24, at, each, CKPT_F32, 1, &shapes[i],
+                             CKPT_MEM_HOST};
     }
     int64_t all = (int64_t)(n * each / 4);
     ckpt_tensor one = {"t", data, n * each, CKPT_F32, 1, &all, CKPT_MEM_HOST};
@@ -122,10 +134,13 @@ int main(int argc, char **argv)
         return 1;
     }
     const char *what[4] = {"stall", "persist", "restore", "cold rest."};
-    printf("%zu x %zu B vs 1 x %zu B (best of %d)\n", n, each, n * each, reps);
+    printf("%zu x %zu B%s vs 1 x %zu B (best of %d)\n", n, each,
+           apart ? " (each allocated apart)" : "", n * each, reps);
     for (int i = 0; i < 4; i++)
         printf("%-10s one %8.4f s  tiny %8.4f s  ratio %6.2fx\n", what[i], a[i], b[i],
                b[i] / a[i]);
+    for (size_t i = 0; apart && i < n; i++)
+        free(t[i].data);
     free(data), free(t), free(names), free(shapes);
     return 0;
 }

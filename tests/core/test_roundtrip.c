@@ -494,6 +494,53 @@ Test(roundtrip, snapshot_copied_by_several_threads_is_whole_at_return)
     ckpt_store_free(st);
 }
 
+/* Thousands of small tensors, each allocated apart (a PyTorch state dict):
+ * the threads take their pieces in groups, and every piece of every group,
+ * the last included, is copied before ckpt_save_begin returns. */
+Test(roundtrip, many_small_tensors_copied_in_groups_are_whole_at_return)
+{
+    ckpt_store_options o;
+    tc_opts(&o);
+    o.host_memory_limit = 12 << 20; /* about 20 MiB in two passes of >= 8 MiB */
+    ckpt_store *st = NULL;
+    cr_assert_eq(ckpt_store_open(&st, tc_root, &o), CKPT_OK, "%s", ckpt_error_last());
+    enum { N = 4099 };
+    ckpt_tensor *t = calloc(N, sizeof *t), *r = calloc(N, sizeof *r);
+    char(*names)[16] = calloc(N, sizeof *names);
+    int64_t *shape = calloc(N, sizeof *shape);
+    unsigned char **want = calloc(N, sizeof *want), **back = calloc(N, sizeof *back);
+    cr_assert(t && r && names && shape && want && back);
+    for (int i = 0; i < N; i++) {
+        size_t n = 1024 + (size_t)(i * 7919 % 8) * 1024; /* 1 to 8 KiB */
+        shape[i] = (int64_t)n;
+        cr_assert((want[i] = malloc(n)) && (back[i] = calloc(1, n)));
+        for (size_t k = 0; k < n; k++)
+            want[i][k] = (unsigned char)((k + (size_t)i) * 2654435761u >> 13);
+        snprintf(names[i], sizeof names[i], "t%05d", i);
+        t[i] = (ckpt_tensor){names[i], malloc(n), n, CKPT_U8, 1, &shape[i], CKPT_MEM_HOST};
+        cr_assert(t[i].data);
+        memcpy(t[i].data, want[i], n);
+        r[i] = t[i];
+        r[i].data = back[i];
+    }
+    ckpt_save *sv = NULL;
+    cr_assert_eq(ckpt_save_begin(&sv, st, 1, t, N, NULL), CKPT_OK, "%s", ckpt_error_last());
+    for (int i = 0; i < N; i++) { /* the snapshot is taken: the buffers are free */
+        memset(t[i].data, 0, t[i].bytes);
+        free(t[i].data);
+    }
+    cr_assert_eq(ckpt_save_wait(sv), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_save_free(sv);
+    cr_assert_eq(ckpt_restore(st, 1, r, N, NULL, NULL), CKPT_OK, "%s", ckpt_error_last());
+    for (int i = 0; i < N; i++) {
+        cr_assert(memcmp(back[i], want[i], r[i].bytes) == 0, "tensor %d differs", i);
+        free(want[i]);
+        free(back[i]);
+    }
+    free(t), free(r), free(names), free(shape), free(want), free(back);
+    ckpt_store_free(st);
+}
+
 /* A tensor larger than the host memory limit on its own. */
 Test(roundtrip, tensor_larger_than_memory_limit)
 {

@@ -295,6 +295,26 @@ def test_mixed_dicts_keep_the_general_node(store):
         assert list(got["a"]) == list(state["a"])
 
 
+def test_torch_parameters_and_subclasses_share_a_compact_node(store):
+    """Parameters, plain tensors and tensor subclasses in one dict are all
+    torch's: one compact node; an int beside them is not."""
+    torch = pytest.importorskip("torch")
+
+    class Tagged(torch.Tensor):
+        pass
+
+    inner = {"p": torch.nn.Parameter(torch.ones(2)), "t": torch.zeros(3),
+             "s": torch.full((2,), 5.0).as_subclass(Tagged)}
+    store.save(1, {"a": inner, "b": {"t": torch.ones(1), "n": 2}}).wait()
+    with store._checkpoint(1) as ck:
+        raw = json.loads(ffi.lib.ckpt_checkpoint_metadata(ck))
+    assert raw["tree"]["dict"][0][1] == {"tensors": ["p", "t", "s"],
+                                         "from": "pt"}
+    assert "dict" in raw["tree"]["dict"][1][1]
+    got = store.load(framework="pt")[1]
+    assert got["a"]["s"].tolist() == [5.0, 5.0] and got["b"]["n"] == 2
+
+
 def test_version_1_trees_of_many_tensors_still_load(store, monkeypatch):
     """What a binding before version 2 wrote: one node per tensor."""
     monkeypatch.setattr(nested, "_encode_tensor_dict", lambda *a: None)

@@ -153,9 +153,13 @@ def _encode_plain(v: Any, path: Path) -> Any:
 
 
 def _key_node(k: Any, path: Path) -> Any:
-    """_encode_key(k, path), a plain ASCII str key (nearly every key) at
-    once."""
-    if type(k) is str and k.isascii() and "\0" not in k:
+    """_encode_key(k, path), a plain ASCII str key (nearly every key) or
+    an int key of int64 (an optimizer's parameter index) at once."""
+    kind = type(k)
+    if kind is str:
+        if k.isascii() and "\0" not in k:
+            return k
+    elif kind is int and _INT64[0] <= k <= _INT64[1]:
         return k
     return _encode_key(k, path)
 
@@ -196,6 +200,9 @@ class Flat:
         self._names: Dict[str, Path] = {}
         self._active: set = set()
         self._torch: Any = None  # torch.Tensor, when torch is loaded
+        # {torch.Tensor, torch.nn.Parameter} then: the exact types that are
+        # torch tensors without asking isinstance of each value
+        self._torch_classes: frozenset = frozenset()
         self.version = 1  # the tree's format version (2: compact nodes)
 
 
@@ -207,7 +214,10 @@ def flatten(state: Any) -> Flat:
                         % type(state).__name__)
     flat = Flat()
     torch = sys.modules.get("torch")
-    flat._torch = torch.Tensor if torch is not None else None
+    if torch is not None:
+        flat._torch = torch.Tensor
+        param = getattr(getattr(torch, "nn", None), "Parameter", torch.Tensor)
+        flat._torch_classes = frozenset((torch.Tensor, param))
     flat.tree = _encode(state, (), flat, "")
     return flat
 
@@ -215,12 +225,20 @@ def flatten(state: Any) -> Flat:
 # Containers that are never tensors themselves (is_tensor would ask each of
 # them for the array protocols).
 _PLAIN_CONTAINERS = frozenset((dict, list, tuple, collections.OrderedDict))
+# Plain values that are never tensors: asking an int (an optimizer's
+# parameter index) for three array protocols that it lacks costs more than
+# encoding it.  Their subclasses (an IntEnum) still take is_tensor.
+_PLAIN_SCALARS = frozenset((int, float, str, bytes, bool, type(None)))
 
 
 def _encode(obj: Any, path: Path, flat: Flat, name: str) -> Any:
     """The node of `obj`, found at `path`, whose tensor name (the path
     dotted) is `name`."""
     kind = type(obj)
+    if kind in _PLAIN_SCALARS:
+        value = _encode_plain(obj, path)
+        flat.plain[path] = obj
+        return value
     if kind not in _PLAIN_CONTAINERS and is_tensor(obj):
         other = flat._names.setdefault(name, path)
         if other is not path:
@@ -231,7 +249,8 @@ def _encode(obj: Any, path: Path, flat: Flat, name: str) -> Any:
         flat.tensors.append((name, obj, path))
         pt = flat._torch is not None and isinstance(obj, flat._torch)
         return {"tensor": name, "from": "pt" if pt else "np"}
-    if not isinstance(obj, (Mapping, list, tuple)):
+    if kind not in _PLAIN_CONTAINERS and \
+            not isinstance(obj, (Mapping, list, tuple)):
         value = _encode_plain(obj, path)
         flat.plain[path] = obj
         return value
@@ -239,7 +258,9 @@ def _encode(obj: Any, path: Path, flat: Flat, name: str) -> Any:
         raise ValueError("%s contains itself" % path_str(path))
     flat._active.add(id(obj))
     try:
-        if isinstance(obj, Mapping):
+        if kind is dict or kind is collections.OrderedDict or (
+                kind is not list and kind is not tuple
+                and isinstance(obj, Mapping)):
             prefix = name + "." if path else ""
             node = _encode_tensor_dict(obj, path, flat, prefix) if obj else None
             if node is not None:
@@ -256,6 +277,7 @@ def _encode(obj: Any, path: Path, flat: Flat, name: str) -> Any:
             if extra is not None:
                 side = Flat()
                 side._torch = flat._torch
+                side._torch_classes = flat._torch_classes
                 node["_metadata"] = _encode(extra, path + ("_metadata",),
                                             side, dotted(path + ("_metadata",)))
                 if side.tensors:
@@ -276,47 +298,56 @@ def _encode_tensor_dict(obj: Any, path: Path, flat: Flat,
     origin under a plain ASCII str key, or None (the caller then writes the
     general node).  Tensors are registered as _encode would."""
     torch_t = flat._torch
-    origin = None
-    keys = []
-    for k, v in obj.items():  # one pass: this runs once per tensor
-        if type(k) is not str or not k.isascii() or "\0" in k:
+    keys = list(obj)
+    # Each property asked of all keys, then all values, at once: a pass in
+    # Python per tensor would cost more than the rest of flattening.
+    if set(map(type, keys)) != {str}:
+        return None
+    joined = "\0".join(keys)
+    if not joined.isascii() or joined.count("\0") != len(keys) - 1:
+        return None  # a key holds a NUL or non-ASCII: the general node
+    values = list(obj.values())
+    kinds = set(map(type, values))
+    if torch_t is not None and kinds <= flat._torch_classes:
+        origin = "pt"
+    elif torch_t is not None and any(isinstance(v, torch_t) for v in values):
+        # torch subclasses, alone or with arrays of another origin
+        if not all(isinstance(v, torch_t) for v in values):
             return None
-        if torch_t is not None and isinstance(v, torch_t):
-            pt = "pt"
-        elif type(v) in _PLAIN_CONTAINERS or not is_tensor(v):
-            return None
-        else:
-            pt = "np"
-        if origin != pt:
-            if origin is not None:
-                return None
-            origin = pt
-        keys.append(k)
+        origin = "pt"
+    elif kinds & _PLAIN_CONTAINERS or kinds & _PLAIN_SCALARS or \
+            not all(map(is_tensor, values)):
+        return None
+    else:
+        origin = "np"
     odict = isinstance(obj, collections.OrderedDict)
     extra = getattr(obj, "_metadata", None) if odict else None
     node: dict = {}
     if extra is not None:
         side = Flat()
         side._torch = flat._torch
+        side._torch_classes = flat._torch_classes
         node["_metadata"] = _encode(extra, path + ("_metadata",), side,
                                     dotted(path + ("_metadata",)))
         if side.tensors:
             raise TypeError("%s: OrderedDict._metadata may not hold "
                             "tensors" % path_str(path))
-    names, tensors = flat._names, flat.tensors
-    for k, v in obj.items():
-        name = prefix + k
-        p = path + (k,)
-        other = names.setdefault(name, p)
-        if other is not p:
-            raise InvalidArgumentError(
-                "%s and %s both flatten to the tensor name %r; rename one "
-                "(a '.' in a key flattens like nesting)"
-                % (path_str(other), path_str(p), name))
-        tensors.append((name, v, p))
+    names = list(map(prefix.__add__, keys)) if prefix else keys
+    paths = [path + (k,) for k in keys]
+    if not flat._names.keys().isdisjoint(names):
+        for name, p in zip(names, paths):  # the first name taken before
+            other = flat._names.get(name)
+            if other is not None:
+                raise InvalidArgumentError(
+                    "%s and %s both flatten to the tensor name %r; rename "
+                    "one (a '.' in a key flattens like nesting)"
+                    % (path_str(other), path_str(p), name))
+    flat._names.update(zip(names, paths))  # the keys are unique: so are these
+    flat.tensors.extend(zip(names, values, paths))
     node["otensors" if odict else "tensors"] = keys
     node["from"] = origin
-    flat.version = max(flat.version, _COMPACT)
+    if flat.version < _COMPACT:
+        flat.version = _COMPACT
     return node
 
 

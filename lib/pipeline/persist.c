@@ -226,6 +226,35 @@ void save_release_events(ckpt_save *s)
     pthread_mutex_unlock(&s->lock);
 }
 
+static int manifest_free_job(void *arg, int worker)
+{
+    (void)worker;
+    manifest_clear(arg);
+    free(arg);
+    return CKPT_OK;
+}
+
+/* Nothing reads the manifest once the save is over, and for thousands of
+ * tensors (their names and shapes, the caller's metadata tree) freeing it
+ * takes milliseconds: a worker frees it, in the background, so neither
+ * ckpt_save_wait nor the caller's ckpt_save_free waits for that.  The store
+ * is alive here (ckpt_store_free waits for saves in flight and then for
+ * its background jobs); a handle freed later finds an empty manifest. */
+static void release_manifest(ckpt_save *s)
+{
+    ckpt_store *st = s->store;
+    manifest *m = st->pool ? malloc(sizeof *m) : NULL;
+    if (!m)
+        return; /* save_unref frees it */
+    *m = s->m;
+    memset(&s->m, 0, sizeof s->m);
+    s->m.step = m->step; /* kept for messages */
+    if (pool_submit(st->pool, &st->background, manifest_free_job, m)) {
+        s->m = *m; /* no memory to queue: save_unref frees it */
+        free(m);
+    }
+}
+
 void *save_persist_thread(void *arg)
 {
     ckpt_save *s = arg;
@@ -260,6 +289,7 @@ void *save_persist_thread(void *arg)
     }
     eventlog_save_end(s->store->events, s->m.step, rc, &s->stats, s->m.time,
                       util_now() - s->t_return);
+    release_manifest(s);
     finish(s, rc);
     return NULL;
 }

@@ -111,34 +111,45 @@ Test(adapt, fast_disk_gets_some_chunks_raw)
      * each worker is compressed to measure zstd on this data. */
     ckpt_store *st = open_with(tc_root, 0, NULL);
     tc_save_ok(st, 1, &s);
-    tc_save_ok(st, 2, &s);
-    unsigned zstd, raw;
-    count_codecs(st, 2, &zstd, &raw);
-    cr_assert_gt(raw, 0, "every chunk compressed (%u) though the disk is faster", zstd);
-    cr_assert_gt(zstd, 0, "no chunk compressed: zstd's rate was never measured");
-    tc_restore_check(st, 1, &s);
-    tc_restore_check(st, 2, &s);
+    /* The rates are measured on a machine that may be running other tests
+     * at the same time: a write sample preempted there looks like a slow
+     * disk.  Such a save may compress everything; the rates measured by
+     * the next ones must then store some chunks raw again. */
+    unsigned zstd = 0, raw = 0;
+    int64_t step = 1;
+    char seen[256] = "";
+    while (raw == 0 && step < 6) {
+        tc_save_ok(st, ++step, &s);
+        count_codecs(st, step, &zstd, &raw);
+        size_t used = strlen(seen);
+        snprintf(seen + used, sizeof seen - used, " step %lld: %u zstd, %u raw;",
+                 (long long)step, zstd, raw);
+    }
+    cr_assert_gt(raw, 0, "every chunk compressed though the disk is faster:%s", seen);
+    cr_assert_gt(zstd, 0, "no chunk compressed: zstd's rate was never measured:%s", seen);
+    tc_restore_check(st, step - 1, &s);
+    tc_restore_check(st, step, &s);
 
     /* A raw chunk is read straight into the caller's buffer: a byte
      * changed in it on disk still fails the restore, naming the chunk. */
     ckpt_checkpoint *ck = NULL;
-    cr_assert_eq(ckpt_checkpoint_open(&ck, st, 2, CKPT_VERIFY_QUICK), CKPT_OK);
+    cr_assert_eq(ckpt_checkpoint_open(&ck, st, step, CKPT_VERIFY_QUICK), CKPT_OK);
     int64_t at = -1;
     for (uint64_t e = 0; e < ck->ix[0].count && at < 0; e++)
         if (ck->ix[0].entries[e].meta.codec == CODEC_RAW)
             at = (int64_t)(ck->ix[0].entries[e].file_offset + 1000);
     ckpt_checkpoint_free(ck);
-    char *dir = tc_step_dir(tc_root, 2);
+    char *dir = tc_step_dir(tc_root, step);
     char *shard = tc_find_suffix(dir, ".shard");
     tc_flip_byte(shard, at);
     tc_state got;
     tc_state_like(&got, &s, 0);
-    int rc = ckpt_restore(st, 2, got.t, got.count, NULL, NULL);
+    int rc = ckpt_restore(st, step, got.t, got.count, NULL, NULL);
     cr_assert_eq(rc, CKPT_ECORRUPT, "restore of a flipped raw chunk: %d", rc);
     cr_assert(strstr(ckpt_error_last(), "stored bytes hash"), "%s", ckpt_error_last());
-    cr_assert_eq(ckpt_verify(st, 2, CKPT_VERIFY_FULL, NULL), CKPT_ECORRUPT);
+    cr_assert_eq(ckpt_verify(st, step, CKPT_VERIFY_FULL, NULL), CKPT_ECORRUPT);
     tc_flip_byte(shard, at);
-    tc_restore_check(st, 2, &s);
+    tc_restore_check(st, step, &s);
     tc_state_free(&got);
     free(shard);
     free(dir);

@@ -6,7 +6,7 @@ in stall, persist and restore").
     LIBCKPT_LIBRARY=BUILD/lib/libckpt.so PYTHONPATH=bindings/python \\
         /usr/bin/python3 benchmarks/bench_tiny.py DIR [--n 10000]
         [--bytes 4096] [--reps 3] [--rounds 1]
-        [--binding NAME=PYTHONPATH ...]
+        [--binding NAME=PYTHONPATH ...] [--model LAYERS]
 
 The same float32 bytes are saved and read back twice in one run: as N
 torch CPU tensors of --bytes each in a flat dict, and as one tensor (a
@@ -18,7 +18,13 @@ figure is the best of --reps repetitions after a warm-up one:
   restore  Store.restore(state) into the existing tensors (newest step)
   load     Store.load(framework="pt") (newest step that fully verifies)
 
-and the ratio tiny / one of each.  One more repetition runs with every
+and the ratio tiny / one of each.  With --model LAYERS the many tensors
+are a PyTorch training state instead: {"model": model.state_dict(),
+"optim": adam.state_dict(), "epoch": 1} of LAYERS Linear(32, 32) layers
+after one Adam step (6 tensors per layer, nested as torch makes them,
+with the module versions and the optimizer's plain values), "one" being
+one tensor of all their bytes; torch.save + fsync and torch.load of the
+same state are measured beside it (best of --reps).  One more repetition runs with every
 libckpt C function wrapped in a timer: it prints, for each operation, the
 seconds spent inside C calls, the rest (Python), the number of C calls and
 the C functions that took the most, so the split between the library and
@@ -56,6 +62,50 @@ def make_states(torch, n, each):
     big = torch.randn(n * k, generator=g) * 1e-3
     tiny = {"t%d" % i: big[i * k:(i + 1) * k].clone() for i in range(n)}
     return tiny, {"t": big}
+
+
+def make_model_state(torch, layers):
+    """(state, one): a training state of `layers` Linear(32, 32) layers
+    after one Adam step, and one float32 tensor holding all its bytes."""
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(*[torch.nn.Linear(32, 32)
+                                  for _ in range(layers)])
+    adam = torch.optim.Adam(model.parameters())
+    model(torch.randn(4, 32)).square().sum().backward()
+    adam.step()
+    state = {"model": model.state_dict(), "optim": adam.state_dict(),
+             "epoch": 1}
+    flat = [t for t in state["model"].values()] + [
+        t for per in state["optim"]["state"].values() for t in per.values()]
+    assert all(t.dtype == torch.float32 for t in flat)
+    return state, {"t": torch.cat([t.reshape(-1) for t in flat])}
+
+
+def state_tensors(state):
+    """The tensors of a state made by make_states or make_model_state."""
+    if "model" not in state:
+        return list(state.values())
+    return list(state["model"].values()) + [
+        t for per in state["optim"]["state"].values() for t in per.values()]
+
+
+def torch_peer(torch, root, state, reps):
+    """Best torch.save + fsync and torch.load of `state` into `root`."""
+    path = os.path.join(root, "state.pt")
+    save = load = float("inf")
+    for r in range(reps + 1):
+        t0 = time.perf_counter()
+        with open(path, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        t1 = time.perf_counter()
+        torch.load(path)
+        t2 = time.perf_counter()
+        if r:
+            save, load = min(save, t1 - t0), min(load, t2 - t1)
+    os.unlink(path)
+    return {"torch.save+fsync": save, "torch.load": load}
 
 
 class CTimer:
@@ -131,15 +181,22 @@ def one_rep(libckpt, st, step, state, timer=None):
     return out, split
 
 
-def measure(root, reps, n, each):
+def measure(root, reps, n, each, layers=0):
     """The figures of both layouts in this process, as a dict."""
     import torch
     import libckpt
     from libckpt import ffi
-    tiny, one = make_states(torch, n, each)
+    if layers:
+        tiny, one = make_model_state(torch, layers)
+        n = len(state_tensors(tiny))
+        each = one["t"].numel() * 4 // n
+    else:
+        tiny, one = make_states(torch, n, each)
+    before = [t.clone() for t in state_tensors(tiny)]
     result = {"binding": os.path.dirname(os.path.dirname(
         os.path.abspath(libckpt.__file__))), "n": n, "bytes": each,
-        "reps": reps, "best": {}, "split": {}}
+        "layers": layers, "reps": reps, "best": {}, "split": {},
+        "peer": torch_peer(torch, root, tiny, reps) if layers else {}}
     step = 0
     for layout, state in (("one", one), ("tiny", tiny)):
         path = os.path.join(root, layout)
@@ -155,8 +212,10 @@ def measure(root, reps, n, each):
                 _, split = one_rep(libckpt, st, step, state, timer)
         # The restore wrote the checkpoint back into the tensors: still
         # the very bytes saved.
-        check = torch.cat([t for t in state.values()])
-        assert torch.equal(check, one["t"]), "restore changed the data"
+        if state is tiny:
+            assert all(torch.equal(a, b) for a, b in
+                       zip(before, state_tensors(tiny))), \
+                "restore changed the data"
         shutil.rmtree(path)
         result["best"][layout] = best
         result["split"][layout] = split
@@ -164,12 +223,23 @@ def measure(root, reps, n, each):
 
 
 def print_result(r):
-    print("binding %s: %d x %d B vs 1 x %d B (best of %d)"
-          % (r["binding"], r["n"], r["bytes"], r["n"] * r["bytes"], r["reps"]))
+    what = ("a state_dict + Adam state of %d layers (%d tensors, %d B "
+            "each on average)" % (r["layers"], r["n"], r["bytes"])
+            if r.get("layers") else "%d x %d B" % (r["n"], r["bytes"]))
+    print("binding %s: %s vs 1 x %d B (best of %d)"
+          % (r["binding"], what, r["n"] * r["bytes"], r["reps"]))
     one, tiny = r["best"]["one"], r["best"]["tiny"]
     for op in OPS:
         print("  %-8s one %8.4f s  tiny %8.4f s  ratio %6.2fx"
               % (op, one[op], tiny[op], tiny[op] / one[op]))
+    peer = r.get("peer") or {}
+    for name, mine in (("torch.save+fsync", "persist"),
+                       ("torch.load", "restore")):
+        if name in peer:
+            print("  %-17s %8.4f s  (libckpt stall %.2fx, %s %.2fx of it)"
+                  % (name, peer[name], tiny["stall"] / peer[name], mine,
+                     (tiny[mine] + (tiny["stall"] if mine == "persist"
+                                    else 0)) / peer[name]))
     print("  one timed repetition, tiny (C calls vs the rest, in Python):")
     for op in OPS:
         s = r["split"]["tiny"][op]
@@ -188,7 +258,8 @@ def compare(args, bindings):
             with tempfile.TemporaryDirectory(dir=args.dir) as root:
                 cmd = [sys.executable, os.path.abspath(__file__), root,
                        "--n", str(args.n), "--bytes", str(args.bytes),
-                       "--reps", str(args.reps), "--json"]
+                       "--reps", str(args.reps), "--model", str(args.model),
+                       "--json"]
                 out = subprocess.run(cmd, env=env, check=True,
                                      stdout=subprocess.PIPE).stdout
             r = json.loads(out)
@@ -218,10 +289,15 @@ def main():
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--binding", action="append", default=[],
                    metavar="NAME=PYTHONPATH")
+    p.add_argument("--model", type=int, default=0, metavar="LAYERS",
+                   help="a state_dict + Adam state of LAYERS layers "
+                   "instead of --n tensors of --bytes")
     p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
-    if args.n < 1 or args.bytes < 4 or args.bytes % 4 or args.reps < 1:
-        p.error("--n >= 1, --bytes a multiple of 4, --reps >= 1")
+    if args.n < 1 or args.bytes < 4 or args.bytes % 4 or args.reps < 1 \
+            or args.model < 0:
+        p.error("--n >= 1, --bytes a multiple of 4, --reps >= 1, "
+                "--model >= 0")
     os.makedirs(args.dir, exist_ok=True)
     if args.binding:
         bindings = [b.split("=", 1) if "=" in b else (b, b)
@@ -229,7 +305,7 @@ def main():
         compare(args, [(n, os.path.abspath(path)) for n, path in bindings])
         return
     with tempfile.TemporaryDirectory(dir=args.dir) as root:
-        r = measure(root, args.reps, args.n, args.bytes)
+        r = measure(root, args.reps, args.n, args.bytes, args.model)
     if args.json:
         json.dump(r, sys.stdout)
     else:

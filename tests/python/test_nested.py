@@ -137,6 +137,11 @@ def test_a_dotted_key_beside_nesting_is_fine_without_collision(store):
     ({"a": {"s": {1, 2}}}, r"state\['a'\]\['s'\]: cannot save a set"),
     ({"a": [object()]}, r"state\['a'\]\[0\]: cannot save a object"),
     ({"a": bytearray(b"x")}, r"cannot save a bytearray"),
+    # torch < 2.2's OneCycleLR.state_dict() holds a bound method
+    ({"sched": {"anneal_func": collections.OrderedDict().copy}},
+     r"state\['sched'\]\['anneal_func'\]: cannot save a builtin_function_or_method "
+     r"\('OrderedDict.copy'\): a checkpoint stores no code.*if not callable"),
+    ({"f": [len]}, r"state\['f'\]\[0\]: cannot save a .*stores no code"),
 ])
 def test_unsupported_keys_and_leaves_are_refused_by_path(store, state, match):
     with pytest.raises(TypeError, match=match):

@@ -146,6 +146,18 @@ def _encode_plain(v: Any, path: Path) -> Any:
         return _encode_str(str(v))
     if isinstance(v, bytes):
         return {"bytes": base64.b64encode(v).decode("ascii")}
+    if callable(v) and not isinstance(v, type):
+        # torch < 2.2's OneCycleLR.state_dict() holds its annealing method,
+        # which torch.save pickles.  A checkpoint holds no code (loading
+        # one never runs any), so say what to do instead.
+        raise TypeError(
+            "%s: cannot save a %s (%r): a checkpoint stores no code, and "
+            "loading one runs none; leave it out of the state, e.g. "
+            "{k: v for k, v in sched.state_dict().items() if not "
+            "callable(v)} (the object it came from keeps its own, and "
+            "load_state_dict leaves it in place)"
+            % (path_str(path), type(v).__name__, getattr(
+                v, "__qualname__", getattr(v, "__name__", type(v).__name__))))
     raise TypeError(
         "%s: cannot save a %s; leaves must be tensors/arrays or plain "
         "values (None, bool, int, float, str, bytes) inside dicts, lists "

@@ -84,13 +84,65 @@ def test_zero_d_and_empty_tensors(store):
         assert torch.equal(out[k], ts[k])
 
 
-def test_non_contiguous_tensor_is_refused(store):
+def test_a_tensor_with_gaps_or_overlaps_is_refused(store):
+    """Slices with gaps and expanded (stride 0) tensors are not one dense
+    buffer in any order: refused, naming the tensor, never copied."""
     t = torch.arange(12.0).reshape(3, 4)
+    for bad in (t[:, ::2], torch.ones(3, 1).expand(3, 4)):
+        with pytest.raises(libckpt.InvalidArgumentError,
+                           match="'t' is not contiguous"):
+            store.save(1, {"t": bad})
+    store.save(1, {"t": t[:, ::2].contiguous()}).wait()
     with pytest.raises(libckpt.InvalidArgumentError, match="contiguous"):
-        store.save(1, {"t": t.t()})
-    store.save(1, {"t": t.t().contiguous()}).wait()
-    with pytest.raises(libckpt.InvalidArgumentError, match="contiguous"):
-        store.restore({"t": torch.zeros(4, 3).t()})
+        store.restore({"t": torch.zeros(3, 4)[:, ::2]})
+    assert store.load(framework="pt")[1]["t"].tolist() == t[:, ::2].tolist()
+
+
+def test_dense_tensors_in_another_order_go_through_a_row_major_copy(store):
+    """A transpose and a channels_last convolution (its weights and their
+    optimizer state are channels_last too) are stored row-major, as their
+    .contiguous() would be; restore in place fills them, keeping their
+    layout, and a fresh model loads them."""
+    torch.manual_seed(0)
+
+    def make():
+        return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(),
+                                   torch.nn.Conv2d(8, 4, 3)).to(
+            memory_format=torch.channels_last)
+    model = make()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(2, 3, 8, 8).to(memory_format=torch.channels_last)).sum().backward()
+    opt.step()
+    t = torch.arange(12.0).reshape(3, 4).t()
+    state = {"model": model.state_dict(), "optim": opt.state_dict(), "t": t}
+    assert not state["model"]["0.weight"].is_contiguous()
+    assert not state["optim"]["state"][0]["momentum_buffer"].is_contiguous()
+    want = {k: v.clone() for k, v in model.state_dict().items()}
+    store.save(1, state).wait()
+    with store.open(1) as ck:  # stored as the row-major copy would be
+        assert ck.get_tensor("t").tolist() == t.tolist()
+        assert ck.get_tensor("model.0.weight").tobytes() == \
+            want["0.weight"].contiguous().numpy().tobytes()
+
+    other = make()  # restore in place: values in, layout kept
+    other_opt = torch.optim.SGD(other.parameters(), lr=0.1, momentum=0.9)
+    other(torch.randn(2, 3, 8, 8).to(memory_format=torch.channels_last)).sum().backward()
+    other_opt.step()
+    into = {"model": other.state_dict(), "optim": other_opt.state_dict(),
+            "t": torch.zeros(3, 4).t()}
+    assert int(store.restore(into)) == 1
+    for k, v in other.state_dict().items():
+        assert torch.equal(v, want[k]), k
+    assert other.state_dict()["0.weight"].is_contiguous(
+        memory_format=torch.channels_last)
+    assert torch.equal(into["t"], t)
+    mom = opt.state_dict()["state"][0]["momentum_buffer"]
+    assert torch.equal(other_opt.state_dict()["state"][0]["momentum_buffer"], mom)
+
+    fresh = make()
+    fresh.load_state_dict(store.load(framework="pt")[1]["model"])
+    for k, v in fresh.state_dict().items():
+        assert torch.equal(v, want[k]), k
 
 
 def test_model_and_optimizer_state_round_trip(store):

@@ -502,6 +502,7 @@ class Store:
                                        _byref(opts), _byref(report))
                     restored = C.ckpt_report_step(report) if report else step
                     skipped = reports.from_report(report)
+                    _tensors.copy_back(keep)  # tensors not laid out row-major
                 except NoCheckpointError as e:
                     e.skipped = reports.from_report(report)
                     raise

@@ -149,6 +149,8 @@ def _from_torch(name, t, torch, writable):
             "tensor %r has a lazy conjugate/negative bit; pass "
             "t.resolve_conj().resolve_neg()" % name)
     if not t.is_contiguous():
+        if _dense_permutation(t.shape, t.stride()):
+            return _relayout(name, t, torch, writable)
         raise _not_contiguous(name, "pass t.contiguous() (a copy) to save; "
                               "restore into a contiguous tensor")
     device = None
@@ -162,6 +164,56 @@ def _from_torch(name, t, torch, writable):
                         "cuda are)" % (name, t.device))
     return Tensor(name, t.data_ptr(), t.numel() * t.element_size(), dtype,
                   tuple(t.shape), memory, stream, t, device)
+
+
+def _dense_permutation(shape, strides):
+    """True for strides (in elements) that lay the tensor out densely in
+    some order of its dimensions: channels_last, a transpose.  Expanded
+    (stride 0, overlapping) and sliced (gaps) layouts are not."""
+    expect = 1
+    for stride, size in sorted((st, sz) for sz, st in zip(shape, strides)
+                               if sz > 1):
+        if stride != expect:
+            return False
+        expect *= size
+    return True
+
+
+class Relayout:
+    """A torch tensor in a dense layout other than row-major (a
+    channels_last convolution weight and its optimizer state, a transpose):
+    libckpt stores row-major bytes, so a save reads them from a row-major
+    copy (`buffer`, made with the description) and a restore writes them
+    into one, which copy_back() then copies into `target`, on the
+    tensor's current stream as any torch copy."""
+
+    __slots__ = ("target", "buffer")
+
+    def __init__(self, target, buffer):
+        self.target = target
+        self.buffer = buffer
+
+    def copy_back(self):
+        self.target.copy_(self.buffer)
+
+
+def _relayout(name, t, torch, writable):
+    """_from_torch of a dense, non-row-major tensor, through a row-major
+    copy that the description owns (see Relayout)."""
+    if writable:
+        buffer = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+    else:
+        buffer = t.contiguous()
+    return _from_torch(name, buffer, torch, writable)._replace_owner(
+        Relayout(t, buffer))
+
+
+def copy_back(keep):
+    """After a restore into the descriptions whose owners are `keep`: copy
+    each row-major buffer into the tensor it stands for."""
+    for owner in keep:
+        if type(owner) is Relayout:
+            owner.copy_back()
 
 
 def torch_stream(torch, device):
@@ -276,7 +328,10 @@ def _from_dlpack(name, obj, writable):
                             "be read; pass a torch tensor or an object with "
                             "__cuda_array_interface__" % name) from None
         t = torch.utils.dlpack.from_dlpack(obj)
-        return _from_torch(name, t, torch, writable)._replace_owner((t, obj))
+        d = _from_torch(name, t, torch, writable)
+        # A Relayout stays the owner (restore copies back through it); t
+        # keeps the producer's memory alive either way.
+        return d._replace_owner((t, obj)) if d.owner is t else d
     raise TypeError("tensor %r: DLPack device type %d is not supported "
                     "(CPU and CUDA are)" % (name, device))
 

@@ -345,3 +345,58 @@ def test_a_malformed_compact_node_is_corrupt(store, monkeypatch, node):
     monkeypatch.undo()
     with pytest.raises(libckpt.CorruptError, match="malformed"):
         store.load()
+
+
+def deep(levels, leaf):
+    for _ in range(levels):
+        leaf = [leaf]
+    return leaf
+
+
+def test_a_state_nested_beyond_the_recursion_limit_is_refused(store):
+    """Named errors, not a RecursionError: a state (or metadata) nested
+    too deep to walk is refused before anything is written."""
+    with pytest.raises(libckpt.InvalidArgumentError, match="the state nests deeper"):
+        store.save(1, {"a": deep(5000, 1), "t": np.ones(2)})
+    with pytest.raises(libckpt.InvalidArgumentError, match="metadata nests deeper"):
+        store.save(1, {"t": np.ones(2)}, metadata=deep(5000, 1))
+    assert store.latest() is None
+    shallow = {"a": deep(50, 1), "t": np.ones(2)}
+    store.save(1, shallow).wait()
+    same(store.load()[1], shallow)
+
+
+def test_a_checkpoint_structure_too_deep_to_walk_is_corrupt(store, monkeypatch):
+    """What another writer may have committed (the library accepts JSON
+    nested up to 2048 deep): reading it back is CorruptError naming it,
+    from load and restore alike, and the tensors stay readable by name.
+    The binding's own walks of a decoded structure give up the same way."""
+    import libckpt.store as store_module
+    real = json.dumps
+    node = "[" * 1500 + "1" + "]" * 1500  # beyond Python's JSON decoder
+
+    def crafted(obj, **kw):  # the save's metadata text, made by hand
+        if isinstance(obj, dict) and obj.get("format") == nested.FORMAT:
+            tree = '{"dict":[["t",{"tensor":"t","from":"np"}],["x",%s]]}' % node
+            return '{"format":"%s","version":2,"tree":%s}' % (nested.FORMAT, tree)
+        return real(obj, **kw)
+    monkeypatch.setattr(store_module.json, "dumps", crafted)
+    store.save(1, {"t": np.ones(2)}).wait()
+    monkeypatch.undo()
+    with pytest.raises(libckpt.CorruptError, match="metadata nests deeper"):
+        store.load(1)
+    with pytest.raises(libckpt.CorruptError, match="metadata nests deeper"):
+        store.restore({"t": np.zeros(2)}, step=1)
+    with store._checkpoint(1) as ck:
+        out = np.zeros(2)
+        ffi.lib.ckpt_checkpoint_read(ck, b"t", out.ctypes.data, out.nbytes)
+        assert out.tolist() == [1.0, 1.0]
+
+    tree = 1  # decoded already (built without recursion): 5000 levels
+    for _ in range(5000):
+        tree = {"list": [tree]}
+    for walk in (lambda: nested.unflatten(tree, None),
+                 lambda: nested.plain_leaves(tree),
+                 lambda: nested.tensor_paths(tree)):
+        with pytest.raises(libckpt.CorruptError, match="structure nests deeper"):
+            walk()

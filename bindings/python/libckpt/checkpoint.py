@@ -5,7 +5,6 @@ tensors to NumPy arrays or torch tensors."""
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
@@ -86,8 +85,7 @@ class Checkpoint:
             with self._h.use() as ck, nested.no_gc():
                 self.step: int = int(C.ckpt_checkpoint_step(ck))
                 self.path: str = os.fsdecode(C.ckpt_checkpoint_path(ck))
-                meta = json.loads(
-                    C.ckpt_checkpoint_metadata(ck).decode("utf-8"))
+                meta = nested.load_metadata(C.ckpt_checkpoint_metadata(ck))
                 self._codes: Dict[str, int] = {}
                 infos = self._describe(ck)
                 self._infos = {i.name: i for i in infos}

@@ -50,7 +50,9 @@ from __future__ import annotations
 import base64
 import collections
 import contextlib
+import functools
 import gc
+import json
 import math
 import struct
 import sys
@@ -91,6 +93,36 @@ def path_str(path: Path) -> str:
 def dotted(path: Path) -> str:
     """A key path as a flattened name: model.fc1.weight."""
     return ".".join(str(k) for k in path)
+
+
+def _too_deep(what: str, error: type) -> Exception:
+    return error("%s nests deeper than Python can walk (its recursion "
+                 "limit is %d)" % (what, sys.getrecursionlimit()))
+
+
+def _guard_depth(what: str, error: type) -> Callable[[Callable], Callable]:
+    """The decorated function raises `error` naming `what` instead of a
+    bare RecursionError: a state (or a checkpoint's structure, written by
+    anyone) nested hundreds of levels deep is refused with a message, not
+    a traceback through the recursion."""
+    def wrap(f: Callable) -> Callable:
+        @functools.wraps(f)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return f(*args, **kwargs)
+            except RecursionError:
+                raise _too_deep(what, error) from None
+        return guarded
+    return wrap
+
+
+def load_metadata(text: bytes) -> Any:
+    """A checkpoint's metadata text decoded (json.loads), a document
+    nested deeper than Python's JSON decoder goes being CorruptError."""
+    try:
+        return json.loads(text.decode("utf-8"))
+    except RecursionError:
+        raise _too_deep("the checkpoint's metadata", CorruptError) from None
 
 
 @contextlib.contextmanager
@@ -218,6 +250,7 @@ class Flat:
         self.version = 1  # the tree's format version (2: compact nodes)
 
 
+@_guard_depth("the state", InvalidArgumentError)
 def flatten(state: Any) -> Flat:
     """Take a nested state apart (see the module docstring)."""
     if not isinstance(state, (Mapping, list, tuple)):
@@ -401,9 +434,14 @@ def unwrap(meta: Any) -> Tuple[Optional[Any], Any]:
 Leaf = Callable[[str, str, Path], Any]
 
 
+@_guard_depth("the checkpoint's state structure", CorruptError)
 def unflatten(tree: Any, leaf: Leaf, path: Path = ()) -> Any:
     """Rebuild a state from its tree; leaf(name, origin, path) makes each
     tensor ("np" or "pt" for origin: what was saved)."""
+    return _unflatten(tree, leaf, path)
+
+
+def _unflatten(tree: Any, leaf: Leaf, path: Path) -> Any:
     if not isinstance(tree, (dict, list)):
         return tree  # null, bool, int, float, str
     if isinstance(tree, list):
@@ -418,19 +456,19 @@ def unflatten(tree: Any, leaf: Leaf, path: Path = ()) -> Any:
         for k in keys:
             out[k] = leaf(prefix + k, origin, path + (k,))
         if "_metadata" in tree:
-            out._metadata = unflatten(tree["_metadata"], leaf, path)
+            out._metadata = _unflatten(tree["_metadata"], leaf, path)
         return out
     if "list" in tree or "tuple" in tree:
-        items = [unflatten(v, leaf, path + (i,))
+        items = [_unflatten(v, leaf, path + (i,))
                  for i, v in enumerate(tree.get("list", tree.get("tuple")))]
         return items if "list" in tree else tuple(items)
     if "dict" in tree or "odict" in tree:
         out = {} if "dict" in tree else collections.OrderedDict()
         for k, v in tree.get("dict", tree.get("odict")):
             k = _decode_tagged(k) if isinstance(k, dict) else k
-            out[k] = unflatten(v, leaf, path + (k,))
+            out[k] = _unflatten(v, leaf, path + (k,))
         if "_metadata" in tree:
-            out._metadata = unflatten(tree["_metadata"], leaf, path)
+            out._metadata = _unflatten(tree["_metadata"], leaf, path)
         return out
     return _decode_tagged(tree)
 
@@ -445,17 +483,23 @@ def tensor_paths(tree: Any) -> Dict[str, Path]:
     return found
 
 
+@_guard_depth("the structure", InvalidArgumentError)
 def leaves(obj: Any, path: Path = ()) -> List[Tuple[Path, Any]]:
     """(path, leaf) of a nested Python structure, tensors being leaves."""
+    return _leaves(obj, path)
+
+
+def _leaves(obj: Any, path: Path) -> List[Tuple[Path, Any]]:
     if is_tensor(obj) or not isinstance(obj, (Mapping, list, tuple)):
         return [(path, obj)]
     items = obj.items() if isinstance(obj, Mapping) else enumerate(obj)
     out: List[Tuple[Path, Any]] = []
     for k, v in items:
-        out += leaves(v, path + (k,))
+        out += _leaves(v, path + (k,))
     return out
 
 
+@_guard_depth("the checkpoint's state structure", CorruptError)
 def plain_leaves(tree: Any, path: Path = ()) -> Dict[Path, Any]:
     """{path: value} of the plain leaves of a tree: what
     leaves(unflatten(tree, leaf)) gives for the leaves that are not
@@ -491,6 +535,7 @@ def _plain_leaves(tree: Any, path: Path, out: Dict[Path, Any]) -> None:
     out[path] = _decode_tagged(tree)
 
 
+@_guard_depth("the state", InvalidArgumentError)
 def replace(obj: Any, values: Dict[Path, Any], path: Path = ()) -> Any:
     """`obj` with the leaves at `values`' paths replaced.  Containers with
     nothing replaced below them are returned as they are (the same

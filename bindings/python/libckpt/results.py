@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import operator
 from typing import Any, List
 
@@ -64,7 +63,7 @@ def restore_result(ck: Any, state: Any, flat: nested.Flat,
     restore that succeeded found every tensor of the state in the step,
     so when the counts agree the names do too (one call per tensor is
     most of the cost of a restore of 10,000 tiny tensors otherwise)."""
-    meta = json.loads(C.ckpt_checkpoint_metadata(ck).decode("utf-8"))
+    meta = nested.load_metadata(C.ckpt_checkpoint_metadata(ck))
     tree, _ = nested.unwrap(meta)
     mine = [name for name, _, _ in flat.tensors]
     if strict and C.ckpt_checkpoint_tensor_count(ck) == len(mine):

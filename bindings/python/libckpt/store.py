@@ -305,10 +305,16 @@ class Store:
                 [(name, obj) for name, obj, _ in flat.tensors])
             n = len(flat.tensors)
             # Compact: the library parses it (and keeps its own compact form).
-            text = json.dumps(nested.wrap(flat.tree, metadata,
-                                          version=flat.version),
-                              allow_nan=False,
-                              separators=(",", ":")).encode("utf-8")
+            try:
+                text = json.dumps(nested.wrap(flat.tree, metadata,
+                                              version=flat.version),
+                                  allow_nan=False,
+                                  separators=(",", ":")).encode("utf-8")
+            except RecursionError:  # the state itself passed flatten
+                raise InvalidArgumentError(
+                    "metadata nests deeper than Python can walk (its "
+                    "recursion limit is %d)" % sys.getrecursionlimit()
+                ) from None
             # Freed while the collector is paused, so that a collection
             # started when it resumes finds almost nothing young alive
             # instead of the whole flattened state (a 12,000-tensor model
@@ -445,7 +451,7 @@ class Store:
         else:
             opened = self._checkpoint(_step_number(step, "Store.metadata"))
         with opened as ck:
-            meta = json.loads(C.ckpt_checkpoint_metadata(ck).decode("utf-8"))
+            meta = nested.load_metadata(C.ckpt_checkpoint_metadata(ck))
         return nested.unwrap(meta)[1]
 
     def restore(self, state: Any, step: Optional[int] = None, *,

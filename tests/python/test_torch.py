@@ -144,6 +144,12 @@ def test_dense_tensors_in_another_order_go_through_a_row_major_copy(store):
     for k, v in fresh.state_dict().items():
         assert torch.equal(v, want[k]), k
 
+    leaves = make()  # into the Parameters themselves: leaves needing grad
+    store.restore({"model": leaves.state_dict(keep_vars=True)})
+    for k, v in leaves.state_dict().items():
+        assert torch.equal(v, want[k]), k
+    assert leaves[0].weight.requires_grad and leaves[0].weight.grad_fn is None
+
 
 def test_model_and_optimizer_state_round_trip(store):
     torch.manual_seed(0)

@@ -194,7 +194,10 @@ class Relayout:
         self.buffer = buffer
 
     def copy_back(self):
-        self.target.copy_(self.buffer)
+        # As the library writes any other tensor: behind autograd (a
+        # Parameter is a leaf that requires grad, which copy_ refuses).
+        with sys.modules["torch"].no_grad():
+            self.target.copy_(self.buffer)
 
 
 def _relayout(name, t, torch, writable):

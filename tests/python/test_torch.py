@@ -150,6 +150,12 @@ def test_dense_tensors_in_another_order_go_through_a_row_major_copy(store):
         assert torch.equal(v, want[k]), k
     assert leaves[0].weight.requires_grad and leaves[0].weight.grad_fn is None
 
+    extra = torch.arange(6.0).reshape(2, 3).t()  # not in the step
+    got = store.restore({"model": make().state_dict(), "extra": extra},
+                        strict=False)
+    assert got.missing_keys == ["extra"]
+    assert extra.tolist() == torch.arange(6.0).reshape(2, 3).t().tolist()
+
 
 def test_model_and_optimizer_state_round_trip(store):
     torch.manual_seed(0)

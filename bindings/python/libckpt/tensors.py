@@ -203,10 +203,9 @@ class Relayout:
 def _relayout(name, t, torch, writable):
     """_from_torch of a dense, non-row-major tensor, through a row-major
     copy that the description owns (see Relayout)."""
-    if writable:
-        buffer = torch.empty(t.shape, dtype=t.dtype, device=t.device)
-    else:
-        buffer = t.contiguous()
+    # A restore's buffer starts as a copy too: a tensor that a restore with
+    # strict=False finds missing from the step is copied back unchanged.
+    buffer = t.contiguous()
     return _from_torch(name, buffer, torch, writable)._replace_owner(
         Relayout(t, buffer))
 

@@ -231,3 +231,13 @@ def test_a_transformer_with_onecycle_and_every_rng_resumes_bit_exactly(store):
         train(model, opt, sched)
     for a, b in zip(want, model.parameters()):
         assert torch.equal(a, b.detach())
+
+
+def test_a_module_or_optimizer_itself_is_refused_naming_state_dict(store):
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for obj, kind in ((model, "Linear"), (opt, "SGD")):
+        with pytest.raises(TypeError, match=r"state\['x'\]: cannot save a %s "
+                           r"itself; save its state_dict\(\)" % kind):
+            store.save(1, {"x": obj})
+    assert store.latest() is None

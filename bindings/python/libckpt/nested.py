@@ -178,6 +178,12 @@ def _encode_plain(v: Any, path: Path) -> Any:
         return _encode_str(str(v))
     if isinstance(v, bytes):
         return {"bytes": base64.b64encode(v).decode("ascii")}
+    if callable(getattr(v, "state_dict", None)) and not isinstance(v, type):
+        # a torch module, optimizer or scheduler itself
+        raise TypeError(
+            "%s: cannot save a %s itself; save its state_dict() (plain "
+            "values and tensors) and give it back with load_state_dict()"
+            % (path_str(path), type(v).__name__))
     if callable(v) and not isinstance(v, type):
         # torch < 2.2's OneCycleLR.state_dict() holds its annealing method,
         # which torch.save pickles.  A checkpoint holds no code (loading

@@ -81,7 +81,7 @@ def test_many_tensors_load_bit_exactly_as_saved(store):
     step, got = store.load(framework="auto")
     assert step == 1
     same(got, state)
-    _, as_np = store.load()  # framework="np": NumPy arrays, same bytes
+    _, as_np = store.load(framework="np")  # NumPy arrays, same bytes
     assert as_np["model"]["layer2.p"].dtype == np.int64
     assert as_np["model"]["layer2.p"].tobytes() == \
         state["model"]["layer2.p"].numpy().tobytes()

@@ -38,7 +38,7 @@ def as_torch(a, dtype):
 def test_every_torch_dtype_round_trips(store, dtype):
     t = sample(dtype, (4, 6))
     store.save(1, {"t": t}).wait()
-    _, got = store.load()
+    _, got = store.load(framework="np")
     assert got["t"].shape == (4, 6)
     assert torch.equal(as_torch(got["t"], dtype), t)
     back = torch.zeros_like(t)
@@ -49,7 +49,7 @@ def test_every_torch_dtype_round_trips(store, dtype):
 def test_bfloat16_loads_as_documented(store):
     t = torch.tensor([1.0, -2.5, 3.140625], dtype=torch.bfloat16)
     store.save(1, {"t": t}).wait()
-    a = store.load()[1]["t"]
+    a = store.load(framework="np")[1]["t"]
     if _tensors.ml_dtypes is None:
         assert a.dtype == np.uint16  # the bit patterns
         assert np.array_equal(a, t.view(torch.int16).numpy().view(np.uint16))
@@ -66,7 +66,7 @@ def test_bool_is_one_byte_per_element(store):
     h = store.save(1, {"t": t})
     h.wait()
     assert h.stats["raw_bytes"] == 3
-    a = store.load()[1]["t"]
+    a = store.load(framework="np")[1]["t"]
     assert a.dtype == np.bool_ and a.tolist() == [True, False, True]
 
 
@@ -74,7 +74,7 @@ def test_zero_d_and_empty_tensors(store):
     ts = {"s": torch.tensor(2.5), "i": torch.tensor(7),
           "e": torch.zeros(0), "e2": torch.zeros(2, 0, dtype=torch.int16)}
     store.save(1, ts).wait()
-    _, got = store.load()
+    _, got = store.load(framework="np")
     for k, t in ts.items():
         assert tuple(got[k].shape) == tuple(t.shape)
         assert torch.equal(torch.from_numpy(got[k]), t)
@@ -119,7 +119,7 @@ def test_dense_tensors_in_another_order_go_through_a_row_major_copy(store):
     assert not state["optim"]["state"][0]["momentum_buffer"].is_contiguous()
     want = {k: v.clone() for k, v in model.state_dict().items()}
     store.save(1, state).wait()
-    with store.open(1) as ck:  # stored as the row-major copy would be
+    with store.open(1, framework="np") as ck:  # stored row-major
         assert ck.get_tensor("t").tolist() == t.tolist()
         assert ck.get_tensor("model.0.weight").tobytes() == \
             want["0.weight"].contiguous().numpy().tobytes()
@@ -174,7 +174,7 @@ def test_model_and_optimizer_state_round_trip(store):
     state["param0"] = next(model.parameters())
     store.save(3, state, metadata={"lr": 1e-2}).wait()
 
-    _, got = store.load()
+    _, got = store.load(framework="np")
     assert sorted(got) == sorted(state)
     for k, v in state.items():
         assert torch.equal(torch.from_numpy(got[k]), v.detach()), k
@@ -199,7 +199,7 @@ def test_restore_into_parameters_in_place(store):
 
 def test_mixed_numpy_and_torch(store):
     store.save(1, {"np": np.arange(4), "pt": torch.arange(4)}).wait()
-    _, got = store.load()
+    _, got = store.load(framework="np")
     assert np.array_equal(got["np"], got["pt"])
 
 
@@ -218,7 +218,7 @@ def test_cuda_tensors_round_trip(store):
     h = store.save(1, {"w": w, "b": b})
     w.mul_(-1)  # enqueued after the fence: cannot reach the snapshot
     h.wait()
-    _, got = store.load()
+    _, got = store.load(framework="np")
     assert torch.equal(torch.from_numpy(got["w"]), want_w)
     assert torch.equal(as_torch(got["b"], torch.bfloat16), want_b)
     store.restore({"w": w, "b": b})
@@ -234,7 +234,7 @@ def test_cuda_tensor_on_a_side_stream(store):
         h = store.save(1, {"x": x})  # ordered after the fill on stream s
         x.zero_()
     h.wait()
-    assert np.array_equal(store.load()[1]["x"],
+    assert np.array_equal(store.load(framework="np")[1]["x"],
                           np.arange(1 << 16, dtype=np.float32) * 2)
 
 
@@ -246,4 +246,4 @@ def test_cuda_array_interface_objects(store):
         __cuda_array_interface__ = x.__cuda_array_interface__
 
     store.save(1, {"x": Exposed()}).wait()
-    assert np.array_equal(store.load()[1]["x"], np.arange(100, dtype=np.int32))
+    assert np.array_equal(store.load(framework="np")[1]["x"], np.arange(100, dtype=np.int32))

@@ -1,5 +1,6 @@
 """PyTorch training state in one call: model + Adam + StepLR saved nested,
-brought back through load(framework="pt"), restore() and open(), and
+brought back through load() (torch tensors by default), restore() and
+open(), and
 training continues bit for bit; torch tensors come back as torch (bf16
 included), on the device asked for."""
 
@@ -114,7 +115,11 @@ def test_bfloat16_comes_back_as_torch_bfloat16(store):
     auto = store.load(framework="auto")[1]
     assert auto["t"].dtype == torch.bfloat16   # saved from torch
     assert isinstance(auto["n"], np.ndarray)   # saved from NumPy
-    assert isinstance(store.load()[1]["t"], np.ndarray)  # default "np"
+    default = store.load()[1]                  # default "auto"
+    assert default["t"].dtype == torch.bfloat16 and torch.equal(default["t"], t)
+    assert isinstance(default["n"], np.ndarray)
+    as_np = store.load(framework="np")[1]
+    assert isinstance(as_np["t"], np.ndarray) and as_np["t"].itemsize == 2
 
 
 def test_every_torch_dtype_and_shape_comes_back_as_torch(store):
@@ -134,9 +139,76 @@ def test_device_moves_torch_tensors(store):
     got = store.load(framework="pt", device=torch.device("cpu"))[1]["w"]
     assert got.device.type == "cpu" and torch.equal(got, torch.arange(4.0))
     with pytest.raises(ValueError, match="framework='pt'"):
-        store.load(device="cuda:0")  # NumPy arrays live on the host
+        store.load(framework="np", device="cuda:0")  # arrays live on the host
     with pytest.raises(ValueError, match="framework must be one of"):
         store.load(framework="torch")
+
+
+def test_default_load_gives_torch_tensors_a_model_takes(store, trained):
+    """The default framework ("auto"): a torch state comes back as torch
+    tensors, so load_state_dict takes it as torch.load's result would be
+    taken; open() and load_resharded() default the same way."""
+    (old, _), state = trained, store.load()[1]
+    assert all(isinstance(v, torch.Tensor) for v in state["model"].values())
+    fresh = make(seed=1)
+    fresh[0].load_state_dict(state["model"])
+    fresh[1].load_state_dict(state["optim"])
+    for a, b in zip(old[0].state_dict().values(), fresh[0].state_dict().values()):
+        assert torch.equal(a, b)
+    with store.open() as ck:
+        assert isinstance(ck.get_tensor("model.0.weight"), torch.Tensor)
+    from libckpt.dist import load_resharded
+    _, part = load_resharded(store, ["model.0.weight"])
+    assert torch.equal(part["model.0.weight"], old[0].state_dict()["0.weight"])
+
+
+def test_default_load_without_torch_gives_numpy(store, tmp_path):
+    """Where torch cannot be imported, the default gives every tensor as
+    a NumPy array of the same bytes (inspecting a torch checkpoint in an
+    environment without torch); asking for "pt" fails naming torch."""
+    t = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    store.save(1, {"w": t, "n": 3}).wait()
+    path = store.path
+    store.close()
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import libckpt, numpy as np\n"
+        "s = libckpt.Store(sys.argv[1], readonly=True)\n"
+        "step, st = s.load()\n"
+        "assert isinstance(st['w'], np.ndarray), type(st['w'])\n"
+        "print(step, st['n'], st['w'].dtype, st['w'].tolist())\n"
+        "try:\n"
+        "    s.load(framework='pt')\n"
+        "except ImportError as e:\n"
+        "    print('pt: ImportError', 'torch' in str(e))\n")
+    from conftest import sub_env
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", code, path],
+                         env=sub_env(), capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "1 3 float32 [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]", "pt: ImportError True"]
+
+
+def test_auto_gives_numpy_for_a_torch_dtype_this_torch_lacks(store, monkeypatch):
+    """A tensor saved from a newer torch in a dtype this torch lacks
+    (uint16 from torch 2.3 read by 2.2) comes back under "auto" as a NumPy
+    array of its bytes, not as the TypeError "pt" gives. Simulated by
+    hiding float16 from the binding's dtype table."""
+    t = torch.tensor([1.5, -2.0], dtype=torch.float16)
+    store.save(1, {"h": t, "f": torch.ones(2)}).wait()
+    import libckpt.tensors as tensors
+    real = tensors.torch_dtype
+    f16 = libckpt.ffi.lib.ckpt_dtype_from_name(b"float16")
+    monkeypatch.setattr(tensors, "torch_dtype",
+                        lambda code, th: None if code == f16 else real(code, th))
+    got = store.load()[1]
+    assert isinstance(got["h"], np.ndarray) and got["h"].dtype == np.float16
+    assert got["h"].tolist() == [1.5, -2.0]
+    assert isinstance(got["f"], torch.Tensor)
+    with pytest.raises(TypeError, match="has no float16 dtype"):
+        store.load(framework="pt")
 
 
 @pytest.mark.skipif(hasattr(torch, "uint16"), reason="this torch has uint16")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
@@ -31,6 +32,15 @@ class TensorInfo:
     bytes: int                 # raw size
     stored_bytes: int          # compressed size in the shard
     chunks: int
+
+
+def _torch_importable() -> bool:
+    """Whether torch can be imported (imports it once if so)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def check_framework(framework: str, device: Any) -> None:
@@ -69,7 +79,7 @@ class Checkpoint:
     come back as, as for :meth:`libckpt.Store.load`.
     """
 
-    def __init__(self, store: Any, ptr: Any, framework: str = "np",
+    def __init__(self, store: Any, ptr: Any, framework: str = "auto",
                  device: Any = None, skipped: Optional[List[dict]] = None
                  ) -> None:
         self._store = store  # the store must outlive the checkpoint
@@ -99,11 +109,13 @@ class Checkpoint:
 
     @property
     def _origin(self) -> Dict[str, str]:
-        """What each tensor was saved from ("np" or "pt"), for
-        framework="auto"; found in the tree when first needed."""
+        """What each tensor comes back as under framework="auto": what it
+        was saved from ("np" or "pt"), found in the tree when first
+        needed; NumPy for all when torch cannot be imported here (a torch
+        checkpoint inspected where torch is not installed)."""
         if self._origins is None:
             found: Dict[str, str] = {}
-            if self._tree is not None:
+            if self._tree is not None and _torch_importable():
                 with nested.no_gc():
                     nested.unflatten(self._tree, lambda name, origin, p:
                                      found.__setitem__(name, origin))
@@ -212,7 +224,7 @@ class Checkpoint:
         info = self.info(name)
         kind = self.framework
         if kind == "auto":
-            kind = self._origin.get(name, "np")
+            kind = _auto_kind(self._origin, name, self._codes[name])
         with self._h.use() as ck:
             return read_tensor(ck, info, self._codes[name], kind,
                                self.device)
@@ -266,7 +278,7 @@ class Checkpoint:
                 info = self.info(name)  # raises NotFoundError
             kind = framework
             if kind == "auto":
-                kind = origin.get(name, "np")
+                kind = _auto_kind(origin, name, codes[name])
             out, ptr = _allocate(info, codes[name], kind)
             targets.append((_tensors.Tensor(
                 name, ptr, info.bytes, codes[name], info.shape,
@@ -303,7 +315,7 @@ class Checkpoint:
                 info = self.info(name)  # raises NotFoundError
             kind = framework
             if kind == "auto":
-                kind = origin.get(name, "np")
+                kind = _auto_kind(origin, name, codes[name])
             return read_tensor(ck, info, codes[name], kind, device)
         return leaf
 
@@ -350,6 +362,17 @@ def read_tensor(ck: Any, info: TensorInfo, code: int, kind: str,
     return out
 
 
+def _auto_kind(origin: Dict[str, str], name: str, code: int) -> str:
+    """framework="auto"'s kind for tensor `name`: as it was saved, except
+    NumPy for a torch tensor whose dtype this torch lacks (saved by a
+    newer torch), which "pt" refuses."""
+    kind = origin.get(name, "np")
+    # "pt" is only in `origin` where torch was imported (see _origin).
+    if kind == "pt" and _tensors.torch_dtype(code, sys.modules["torch"]) is None:
+        return "np"
+    return kind
+
+
 def _allocate(info: TensorInfo, code: int, kind: str) -> Tuple[Any, int]:
     """(a host NumPy array or torch tensor for `info`, its address)."""
     if kind == "pt":
@@ -358,7 +381,7 @@ def _allocate(info: TensorInfo, code: int, kind: str) -> Tuple[Any, int]:
         if tdt is None:
             raise TypeError(
                 "tensor %r: torch %s has no %s dtype; load it with "
-                "framework='np' or 'auto'"
+                "framework='np' or 'auto' (NumPy arrays)"
                 % (info.name, torch.__version__, info.dtype))
         out = torch.empty(info.shape, dtype=tdt)
         ptr, size = out.data_ptr(), out.numel() * out.element_size()

@@ -176,7 +176,7 @@ class TorchCoordinator(Coordinator):
 
 def load_resharded(store: Any, select: Union[Callable[[str], bool],
                                              Iterable[str]],
-                   framework: str = "np") -> Tuple[int, Dict[str, Any]]:
+                   framework: str = "auto") -> Tuple[int, Dict[str, Any]]:
     """Load the tensors ``select`` names (a list of names, or a predicate
     on a name), whichever ranks saved them, from the newest checkpoint:
     the resharding recipe of docs/SCALING.md.  Returns ``(step, {name:
@@ -184,9 +184,13 @@ def load_resharded(store: Any, select: Union[Callable[[str], bool],
     rank calls it, each with its own selection) and every rank gets the
     same step, the newest that every rank could read in full; on a
     one-process store (``Store(path, readonly=True)``) it loads from the
-    newest step that restores.  ``framework``: "np" or "pt" (CPU)."""
+    newest step that restores.  ``framework``: "auto" (as each tensor was
+    saved), "np" or "pt", on the CPU, as for Store.load."""
+    from .checkpoint import _allocate, _auto_kind, check_framework
+    check_framework(framework, None)
     with store.open() as ck:  # names, dtypes and shapes of the newest step
         infos = ck.tensors()
+        origin = ck._origin if framework == "auto" else {}
     wanted = (set(select) if not callable(select) else None)
     chosen = [i for i in infos
               if (select(i.name) if wanted is None else i.name in wanted)]
@@ -198,12 +202,8 @@ def load_resharded(store: Any, select: Union[Callable[[str], bool],
     state = {}
     for i in chosen:
         code = ffi.lib.ckpt_dtype_from_name(i.dtype.encode("ascii"))
-        if framework == "pt":
-            import torch
-            tdt = _tensors.torch_dtype(code, torch)
-            state[i.name] = torch.empty(i.shape, dtype=tdt)
-        else:
-            import numpy
-            state[i.name] = numpy.empty(i.shape, dtype=_tensors.numpy_dtype(code))
+        kind = (framework if framework != "auto"
+                else _auto_kind(origin, i.name, code))
+        state[i.name] = _allocate(i, code, kind)[0]
     step = store.restore(state, strict=True)
     return int(step), state

@@ -340,7 +340,7 @@ class Store:
 
     # -- reading
 
-    def open(self, step: Optional[int] = None, *, framework: str = "np",
+    def open(self, step: Optional[int] = None, *, framework: str = "auto",
              device: Any = None, full: bool = False) -> Checkpoint:
         """Open ``step`` for lazy reading: a :class:`Checkpoint` listing its
         tensors and reading them one at a time (only their chunks, each
@@ -379,7 +379,7 @@ class Store:
         reports.report_skipped(ck.skipped, stacklevel=4)
         return ck
 
-    def load(self, step: Optional[int] = None, *, framework: str = "np",
+    def load(self, step: Optional[int] = None, *, framework: str = "auto",
              device: Any = None) -> LoadResult:
         """Read the whole state of ``step``; returns ``(step, state)`` (a
         :class:`LoadResult`), ``state`` nested as it was saved.  Every
@@ -388,10 +388,11 @@ class Store:
         skipped with a :class:`SkippedCheckpointWarning`, a log record and
         an entry in ``.skipped``.
 
-        ``framework``: "np" (default) gives NumPy arrays, "pt" torch
-        tensors (bfloat16 stays bfloat16), "auto" each tensor as it was
-        saved (torch for torch tensors, NumPy for the rest).  ``device``
-        ("cuda:0", a torch.device) moves torch tensors there."""
+        ``framework``: "auto" (default) gives each tensor as it was saved
+        (torch for torch tensors, NumPy for the rest; NumPy for all where
+        torch is not installed, and for a dtype this torch lacks), "np"
+        NumPy arrays, "pt" torch tensors (bfloat16 stays bfloat16).
+        ``device`` ("cuda:0", a torch.device) moves torch tensors there."""
         check_framework(framework, device)
         if step is not None:
             with self._open(_step_number(step, "Store.load"),

@@ -7,7 +7,7 @@ tensors (CPU and CUDA), through ctypes on the C library libckpt.
                              "optim": opt.state_dict(), "epoch": 3})
         ...                      # train on while it is written
         h.wait()                 # durable and committed; raises on failure
-        step, state = store.load(framework="pt")  # newest that verifies
+        step, state = store.load()  # newest that verifies; torch as saved
         model.load_state_dict(state["model"])
         with store.open() as ck:                  # lazy, tensor by tensor
             w = ck.get_tensor("model.fc1.weight")

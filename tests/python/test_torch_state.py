@@ -313,3 +313,73 @@ def test_a_module_or_optimizer_itself_is_refused_naming_state_dict(store):
                            r"itself; save its state_dict\(\)" % kind):
             store.save(1, {"x": obj})
     assert store.latest() is None
+
+
+def test_torch_dtypes_and_devices_are_plain_values(store):
+    """torch.dtype and torch.device values (a mixed-precision setting,
+    where a state was trained) save as plain values, as torch.save keeps
+    them, and come back as the same objects from load, restore and open;
+    the structure is written as version 3 only when it holds one, so an
+    older binding still reads every other checkpoint."""
+    cfg = {"amp": torch.bfloat16, "param": torch.float32, "on": torch.device("cpu"),
+           "ran_on": torch.device("cuda", 1), "groups": [torch.int64, None]}
+    store.save(1, {"w": torch.ones(2), "cfg": cfg}).wait()
+    got = store.load()[1]["cfg"]
+    assert got == cfg and type(got["amp"]) is torch.dtype
+    assert type(got["ran_on"]) is torch.device and got["ran_on"].index == 1
+    blank = {k: [None, None] if k == "groups" else None for k in cfg}
+    r = store.restore({"w": torch.zeros(2), "cfg": blank})
+    assert r.state["cfg"] == cfg
+    with store.open() as ck:
+        assert ck.structure()["cfg"] == cfg
+    assert libckpt.nested.flatten({"cfg": cfg}).version == 3
+    assert libckpt.nested.flatten({"w": torch.ones(1), "n": 1}).version < 3
+    with pytest.raises(TypeError, match="torch.dtype, torch.device"):
+        store.save(2, {"x": torch.finfo(torch.float32)})
+
+
+def test_torch_nodes_are_looked_up_never_evaluated(store, monkeypatch):
+    """A structure another writer committed naming something that is not a
+    dtype of torch (a function, an attribute) or a device torch cannot
+    parse is CorruptError naming it; nothing is called."""
+    import json
+    import libckpt.store as store_module
+    real = json.dumps
+    for step, node, match in [
+            (1, '{"torch":"dtype","value":"load"}', "dtype 'load'"),
+            (2, '{"torch":"dtype","value":"__class__"}', "dtype '__class__'"),
+            (3, '{"torch":"dtype","value":"float32; x"}', "dtype 'float32; x'"),
+            (4, '{"torch":"device","value":"gpu:0"}', "device 'gpu:0'"),
+            (5, '{"torch":"module","value":"os"}', "malformed torch node")]:
+        def crafted(obj, node=node, **kw):
+            if isinstance(obj, dict) and obj.get("format") == libckpt.nested.FORMAT:
+                tree = '{"dict":[["t",{"tensor":"t","from":"pt"}],["x",%s]]}' % node
+                return '{"format":"%s","version":3,"tree":%s}' % (
+                    libckpt.nested.FORMAT, tree)
+            return real(obj, **kw)
+        monkeypatch.setattr(store_module.json, "dumps", crafted)
+        store.save(step, {"t": torch.ones(2)}).wait()
+        monkeypatch.undo()
+        with pytest.raises(libckpt.CorruptError, match=match):
+            store.load(step)
+
+
+def test_torch_values_load_as_text_without_torch(store):
+    """Where torch cannot be imported, a dtype or device value comes back
+    as its text (str() of it), the tensors as NumPy arrays."""
+    store.save(1, {"w": torch.ones(2), "amp": torch.float16,
+                   "on": torch.device("cuda", 0)}).wait()
+    path = store.path
+    store.close()
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import libckpt\n"
+        "st = libckpt.Store(sys.argv[1], readonly=True).load()[1]\n"
+        "print(st['amp'], st['on'], type(st['w']).__name__)\n")
+    from conftest import sub_env
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", code, path],
+                         env=sub_env(), capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["torch.float16", "cuda:0", "ndarray"]

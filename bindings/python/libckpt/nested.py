@@ -10,9 +10,10 @@ is written into the checkpoint's metadata as below, so that a load gives
 back exactly what was saved: ints of any size, floats bit for bit, key
 types (optimizer state keys stay ints).
 
-Format (version 2; version 1 is the same without the "tensors" and
-"otensors" nodes, and a tree without them is still written as version 1),
-the whole metadata JSON of the checkpoint::
+Format (version 3; version 1 is the same without the "tensors" and
+"otensors" nodes, version 2 without the "torch" nodes, and a tree is
+written with the oldest version that holds it), the whole metadata JSON of
+the checkpoint::
 
     {"format": "libckpt-python-state", "version": 1 | 2,
      "tree": NODE, "metadata": <the caller's metadata=, or null>}
@@ -24,6 +25,8 @@ the whole metadata JSON of the checkpoint::
          | {"float": "nan" | "inf" | "-inf" | "nan:<16 hex digits>"}
          | {"str": "<base64 of UTF-8>"}     a str JSON cannot carry as is
          | {"bytes": "<base64>"}
+         | {"torch": "dtype", "value": "float32"}   (version 3) a torch.dtype
+         | {"torch": "device", "value": "cuda:0"}   (version 3) a torch.device
          | {"tensor": NAME, "from": "np" | "pt"}   a C-level tensor
          | {"list": [NODE, ...]} | {"tuple": [NODE, ...]}
          | {"dict": [[KEY, NODE], ...]}
@@ -64,8 +67,9 @@ import numpy as np
 from .errors import CorruptError, InvalidArgumentError, VersionError
 
 FORMAT = "libckpt-python-state"
-VERSION = 2    # the newest version this module reads
+VERSION = 3    # the newest version this module reads
 _COMPACT = 2   # the version that added "tensors"/"otensors" nodes
+_TORCH = 3     # the version that added "torch" nodes (dtype, device)
 _INT64 = (-2**63, 2**63 - 1)
 _CANONICAL_NAN = struct.pack("<d", float("nan"))
 
@@ -198,8 +202,9 @@ def _encode_plain(v: Any, path: Path) -> Any:
                 v, "__qualname__", getattr(v, "__name__", type(v).__name__))))
     raise TypeError(
         "%s: cannot save a %s; leaves must be tensors/arrays or plain "
-        "values (None, bool, int, float, str, bytes) inside dicts, lists "
-        "and tuples" % (path_str(path), type(v).__name__))
+        "values (None, bool, int, float, str, bytes, torch.dtype, "
+        "torch.device) inside dicts, lists and tuples"
+        % (path_str(path), type(v).__name__))
 
 
 def _key_node(k: Any, path: Path) -> Any:
@@ -233,8 +238,47 @@ def _decode_tagged(node: dict) -> Any:
         return base64.b64decode(node["str"]).decode("utf-8", "surrogatepass")
     if "bytes" in node:
         return base64.b64decode(node["bytes"])
+    if "torch" in node:
+        return _decode_torch(node)
     raise CorruptError("unknown node %r in the state structure"
                        % sorted(node))
+
+
+def _encode_torch(v: Any, torch: Any) -> Optional[dict]:
+    """The node of a torch.dtype or torch.device (plain values torch.save
+    keeps: a mixed-precision setting, where a state was trained), or
+    None for anything else."""
+    if isinstance(v, torch.dtype):
+        return {"torch": "dtype", "value": str(v).rpartition(".")[2]}
+    if isinstance(v, torch.device):
+        return {"torch": "device", "value": str(v)}
+    return None
+
+
+def _decode_torch(node: dict) -> Any:
+    """A "torch" node's value: the torch.dtype or torch.device, checked
+    (the name is looked up, never evaluated).  Where torch cannot be
+    imported: its text, "torch.float32" or "cuda:0", as str() of it
+    gives."""
+    kind, value = node.get("torch"), node.get("value")
+    if kind not in ("dtype", "device") or not isinstance(value, str):
+        raise CorruptError("malformed torch node %r in the state structure"
+                           % (node,))
+    try:
+        import torch
+    except ImportError:
+        return "torch." + value if kind == "dtype" else value
+    if kind == "dtype":
+        found = getattr(torch, value, None) if value.isidentifier() else None
+        if not isinstance(found, torch.dtype):
+            raise CorruptError("the state structure names a torch dtype %r "
+                               "that torch %s lacks" % (value, torch.__version__))
+        return found
+    try:
+        return torch.device(value)
+    except (RuntimeError, ValueError) as err:
+        raise CorruptError("the state structure holds a torch device %r "
+                           "that torch cannot parse: %s" % (value, err)) from None
 
 
 # ---------------------------------------------------------------- encode
@@ -302,7 +346,13 @@ def _encode(obj: Any, path: Path, flat: Flat, name: str) -> Any:
         return {"tensor": name, "from": "pt" if pt else "np"}
     if kind not in _PLAIN_CONTAINERS and \
             not isinstance(obj, (Mapping, list, tuple)):
-        value = _encode_plain(obj, path)
+        value = None
+        if flat._torch is not None:
+            value = _encode_torch(obj, sys.modules["torch"])
+            if value is not None and flat.version < _TORCH:
+                flat.version = _TORCH
+        if value is None:
+            value = _encode_plain(obj, path)
         flat.plain[path] = obj
         return value
     if id(obj) in flat._active:  # would recurse forever
@@ -334,6 +384,7 @@ def _encode(obj: Any, path: Path, flat: Flat, name: str) -> Any:
                 if side.tensors:
                     raise TypeError("%s: OrderedDict._metadata may not hold "
                                     "tensors" % path_str(path))
+                flat.version = max(flat.version, side.version)
             return node
         prefix = name + "." if path else ""
         items = [_encode(v, path + (i,), flat, prefix + str(i))
@@ -383,6 +434,7 @@ def _encode_tensor_dict(obj: Any, path: Path, flat: Flat,
         if side.tensors:
             raise TypeError("%s: OrderedDict._metadata may not hold "
                             "tensors" % path_str(path))
+        flat.version = max(flat.version, side.version)
     names = list(map(prefix.__add__, keys)) if prefix else keys
     paths = [path + (k,) for k in keys]
     if not flat._names.keys().isdisjoint(names):

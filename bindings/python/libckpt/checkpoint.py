@@ -224,7 +224,8 @@ class Checkpoint:
         info = self.info(name)
         kind = self.framework
         if kind == "auto":
-            kind = _auto_kind(self._origin, name, self._codes[name])
+            kind = _auto_kind(self._origin.get(name, "np"),
+                              self._codes[name], True)
         with self._h.use() as ck:
             return read_tensor(ck, info, self._codes[name], kind,
                                self.device)
@@ -269,16 +270,18 @@ class Checkpoint:
                 return self._rebuild(self._reader(ck))
         infos, codes = self._infos, self._codes
         framework = self.framework
-        origin = self._origin if framework == "auto" else {}
+        # "auto": each tensor as the tree says it was saved (_auto_kind)
+        pt_codes = _torch_codes(codes.values(), framework)
         targets: List[Any] = []  # (description, output, kind)
 
-        def leaf(name: str, _origin: str, _path: Any) -> Any:
+        def leaf(name: str, origin: str, _path: Any) -> Any:
             info = infos.get(name)
             if info is None:
                 info = self.info(name)  # raises NotFoundError
             kind = framework
             if kind == "auto":
-                kind = _auto_kind(origin, name, codes[name])
+                kind = ("pt" if origin == "pt" and codes[name] in pt_codes
+                        else "np")
             out, ptr = _allocate(info, codes[name], kind)
             targets.append((_tensors.Tensor(
                 name, ptr, info.bytes, codes[name], info.shape,
@@ -307,15 +310,16 @@ class Checkpoint:
         as get_tensor does, through the handle `ck` in use."""
         infos, codes = self._infos, self._codes
         framework, device = self.framework, self.device
-        origin = self._origin if framework == "auto" else {}
+        pt_codes = _torch_codes(codes.values(), framework)  # _auto_kind
 
-        def leaf(name: str, _origin: str, _path: Any) -> Any:
+        def leaf(name: str, origin: str, _path: Any) -> Any:
             info = infos.get(name)
             if info is None:
                 info = self.info(name)  # raises NotFoundError
             kind = framework
             if kind == "auto":
-                kind = _auto_kind(origin, name, codes[name])
+                kind = ("pt" if origin == "pt" and codes[name] in pt_codes
+                        else "np")
             return read_tensor(ck, info, codes[name], kind, device)
         return leaf
 
@@ -362,15 +366,29 @@ def read_tensor(ck: Any, info: TensorInfo, code: int, kind: str,
     return out
 
 
-def _auto_kind(origin: Dict[str, str], name: str, code: int) -> str:
-    """framework="auto"'s kind for tensor `name`: as it was saved, except
-    NumPy for a torch tensor whose dtype this torch lacks (saved by a
-    newer torch), which "pt" refuses."""
-    kind = origin.get(name, "np")
-    # "pt" is only in `origin` where torch was imported (see _origin).
-    if kind == "pt" and _tensors.torch_dtype(code, sys.modules["torch"]) is None:
+def _torch_codes(codes: Iterable[int], framework: str) -> frozenset:
+    """Of the dtype codes `codes`, those that framework="auto" may give as
+    torch tensors: the ones this torch has, none where torch cannot be
+    imported or for another framework (_auto_kind, asked once per dtype
+    rather than once per tensor)."""
+    if framework != "auto" or not _torch_importable():
+        return frozenset()
+    torch = sys.modules["torch"]
+    return frozenset(c for c in set(codes)
+                     if _tensors.torch_dtype(c, torch) is not None)
+
+
+def _auto_kind(saved_from: str, code: int, torch_ok: bool) -> str:
+    """framework="auto"'s kind for a tensor of dtype `code` saved from
+    `saved_from` ("np" or "pt"): as it was saved, except NumPy where torch
+    cannot be imported (`torch_ok` false: _torch_importable()) and for a
+    torch tensor whose dtype this torch lacks (saved by a newer torch),
+    which "pt" refuses."""
+    if saved_from != "pt" or not torch_ok:
         return "np"
-    return kind
+    if _tensors.torch_dtype(code, sys.modules["torch"]) is None:
+        return "np"
+    return "pt"
 
 
 def _allocate(info: TensorInfo, code: int, kind: str) -> Tuple[Any, int]:

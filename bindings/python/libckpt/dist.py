@@ -203,7 +203,7 @@ def load_resharded(store: Any, select: Union[Callable[[str], bool],
     for i in chosen:
         code = ffi.lib.ckpt_dtype_from_name(i.dtype.encode("ascii"))
         kind = (framework if framework != "auto"
-                else _auto_kind(origin, i.name, code))
+                else _auto_kind(origin.get(i.name, "np"), code, True))
         state[i.name] = _allocate(i, code, kind)[0]
     step = store.restore(state, strict=True)
     return int(step), state

@@ -316,23 +316,34 @@ def test_a_module_or_optimizer_itself_is_refused_naming_state_dict(store):
 
 
 def test_torch_dtypes_and_devices_are_plain_values(store):
-    """torch.dtype and torch.device values (a mixed-precision setting,
-    where a state was trained) save as plain values, as torch.save keeps
-    them, and come back as the same objects from load, restore and open;
+    """torch.dtype, torch.device and torch.Size values (a mixed-precision
+    setting, where a state was trained, a recorded shape) save as plain
+    values, as torch.save keeps them, and come back as the same objects
+    (a torch.Size, not a tuple) from load, restore and open;
     the structure is written as version 3 only when it holds one, so an
     older binding still reads every other checkpoint."""
     cfg = {"amp": torch.bfloat16, "param": torch.float32, "on": torch.device("cpu"),
-           "ran_on": torch.device("cuda", 1), "groups": [torch.int64, None]}
+           "ran_on": torch.device("cuda", 1), "groups": [torch.int64, None],
+           "shape": torch.ones(3, 0, 2).shape, "scalar": torch.Size([]),
+           "tup": (3, 0, 2)}
     store.save(1, {"w": torch.ones(2), "cfg": cfg}).wait()
     got = store.load()[1]["cfg"]
     assert got == cfg and type(got["amp"]) is torch.dtype
     assert type(got["ran_on"]) is torch.device and got["ran_on"].index == 1
+    assert type(got["shape"]) is torch.Size and got["shape"] == (3, 0, 2)
+    assert type(got["scalar"]) is torch.Size and got["scalar"] == ()
+    assert type(got["tup"]) is tuple
     blank = {k: [None, None] if k == "groups" else None for k in cfg}
+    blank["shape"] = torch.Size([1])  # a leaf, as a dtype is
+    blank["tup"] = (None, None, None)
     r = store.restore({"w": torch.zeros(2), "cfg": blank})
-    assert r.state["cfg"] == cfg
+    assert r.state["cfg"] == cfg and not r.missing_keys and not r.unexpected_keys
+    assert type(r.state["cfg"]["shape"]) is torch.Size
     with store.open() as ck:
         assert ck.structure()["cfg"] == cfg
-    assert libckpt.nested.flatten({"cfg": cfg}).version == 3
+        assert type(ck.structure()["cfg"]["shape"]) is torch.Size
+    for value in (torch.float16, torch.device("cpu"), torch.Size([2])):
+        assert libckpt.nested.flatten({"v": value}).version == 3
     assert libckpt.nested.flatten({"w": torch.ones(1), "n": 1}).version < 3
     with pytest.raises(TypeError, match="torch.dtype, torch.device"):
         store.save(2, {"x": torch.finfo(torch.float32)})
@@ -350,7 +361,10 @@ def test_torch_nodes_are_looked_up_never_evaluated(store, monkeypatch):
             (2, '{"torch":"dtype","value":"__class__"}', "dtype '__class__'"),
             (3, '{"torch":"dtype","value":"float32; x"}', "dtype 'float32; x'"),
             (4, '{"torch":"device","value":"gpu:0"}', "device 'gpu:0'"),
-            (5, '{"torch":"module","value":"os"}', "malformed torch node")]:
+            (5, '{"torch":"module","value":"os"}', "malformed torch node"),
+            (6, '{"torch":"size","value":[2,-1]}', "malformed torch size"),
+            (7, '{"torch":"size","value":"os"}', "malformed torch size"),
+            (8, '{"torch":"size","value":[1.5]}', "malformed torch size")]:
         def crafted(obj, node=node, **kw):
             if isinstance(obj, dict) and obj.get("format") == libckpt.nested.FORMAT:
                 tree = '{"dict":[["t",{"tensor":"t","from":"pt"}],["x",%s]]}' % node
@@ -366,20 +380,24 @@ def test_torch_nodes_are_looked_up_never_evaluated(store, monkeypatch):
 
 def test_torch_values_load_as_text_without_torch(store):
     """Where torch cannot be imported, a dtype or device value comes back
-    as its text (str() of it), the tensors as NumPy arrays."""
+    as its text (str() of it), a torch.Size as a tuple, the tensors as
+    NumPy arrays."""
     store.save(1, {"w": torch.ones(2), "amp": torch.float16,
-                   "on": torch.device("cuda", 0)}).wait()
+                   "on": torch.device("cuda", 0),
+                   "shape": torch.Size([4, 5])}).wait()
     path = store.path
     store.close()
     code = (
         "import sys; sys.modules['torch'] = None\n"
         "import libckpt\n"
         "st = libckpt.Store(sys.argv[1], readonly=True).load()[1]\n"
-        "print(st['amp'], st['on'], type(st['w']).__name__)\n")
+        "print(st['amp'], st['on'], type(st['w']).__name__,\n"
+        "      type(st['shape']).__name__, *st['shape'])\n")
     from conftest import sub_env
     import subprocess
     import sys
     out = subprocess.run([sys.executable, "-c", code, path],
                          env=sub_env(), capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["torch.float16", "cuda:0", "ndarray"]
+    assert out.stdout.split() == ["torch.float16", "cuda:0", "ndarray",
+                                  "tuple", "4", "5"]

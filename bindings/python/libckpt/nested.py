@@ -27,6 +27,7 @@ the checkpoint::
          | {"bytes": "<base64>"}
          | {"torch": "dtype", "value": "float32"}   (version 3) a torch.dtype
          | {"torch": "device", "value": "cuda:0"}   (version 3) a torch.device
+         | {"torch": "size", "value": [INT, ...]}   (version 3) a torch.Size
          | {"tensor": NAME, "from": "np" | "pt"}   a C-level tensor
          | {"list": [NODE, ...]} | {"tuple": [NODE, ...]}
          | {"dict": [[KEY, NODE], ...]}
@@ -252,22 +253,33 @@ def _encode_torch(v: Any, torch: Any) -> Optional[dict]:
         return {"torch": "dtype", "value": str(v).rpartition(".")[2]}
     if isinstance(v, torch.device):
         return {"torch": "device", "value": str(v)}
+    if isinstance(v, torch.Size):
+        return {"torch": "size", "value": [int(d) for d in v]}
     return None
 
 
 def _decode_torch(node: dict) -> Any:
-    """A "torch" node's value: the torch.dtype or torch.device, checked
-    (the name is looked up, never evaluated).  Where torch cannot be
-    imported: its text, "torch.float32" or "cuda:0", as str() of it
-    gives."""
+    """A "torch" node's value: the torch.dtype, torch.device or
+    torch.Size, checked (a name is looked up, never evaluated).  Where
+    torch cannot be imported: a dtype's or device's text, "torch.float32"
+    or "cuda:0", as str() of it gives, and a size's tuple."""
     kind, value = node.get("torch"), node.get("value")
-    if kind not in ("dtype", "device") or not isinstance(value, str):
+    if kind == "size":
+        if not isinstance(value, list) or not all(
+                type(d) is int and 0 <= d < 2**63 for d in value):
+            raise CorruptError("malformed torch size node %r in the state "
+                               "structure" % (node,))
+    elif kind not in ("dtype", "device") or not isinstance(value, str):
         raise CorruptError("malformed torch node %r in the state structure"
                            % (node,))
     try:
         import torch
     except ImportError:
+        if kind == "size":
+            return tuple(value)
         return "torch." + value if kind == "dtype" else value
+    if kind == "size":
+        return torch.Size(value)
     if kind == "dtype":
         found = getattr(torch, value, None) if value.isidentifier() else None
         if not isinstance(found, torch.dtype):
@@ -297,6 +309,7 @@ class Flat:
         # {torch.Tensor, torch.nn.Parameter} then: the exact types that are
         # torch tensors without asking isinstance of each value
         self._torch_classes: frozenset = frozenset()
+        self._size: Any = None  # torch.Size, when torch is loaded: a leaf
         self.version = 1  # the tree's format version (2: compact nodes)
 
 
@@ -313,6 +326,7 @@ def flatten(state: Any) -> Flat:
         flat._torch = torch.Tensor
         param = getattr(getattr(torch, "nn", None), "Parameter", torch.Tensor)
         flat._torch_classes = frozenset((torch.Tensor, param))
+        flat._size = torch.Size
     flat.tree = _encode(state, (), flat, "")
     return flat
 
@@ -344,8 +358,8 @@ def _encode(obj: Any, path: Path, flat: Flat, name: str) -> Any:
         flat.tensors.append((name, obj, path))
         pt = flat._torch is not None and isinstance(obj, flat._torch)
         return {"tensor": name, "from": "pt" if pt else "np"}
-    if kind not in _PLAIN_CONTAINERS and \
-            not isinstance(obj, (Mapping, list, tuple)):
+    if kind not in _PLAIN_CONTAINERS and (
+            kind is flat._size or not isinstance(obj, (Mapping, list, tuple))):
         value = None
         if flat._torch is not None:
             value = _encode_torch(obj, sys.modules["torch"])
@@ -379,6 +393,7 @@ def _encode(obj: Any, path: Path, flat: Flat, name: str) -> Any:
                 side = Flat()
                 side._torch = flat._torch
                 side._torch_classes = flat._torch_classes
+                side._size = flat._size
                 node["_metadata"] = _encode(extra, path + ("_metadata",),
                                             side, dotted(path + ("_metadata",)))
                 if side.tensors:
@@ -429,6 +444,7 @@ def _encode_tensor_dict(obj: Any, path: Path, flat: Flat,
         side = Flat()
         side._torch = flat._torch
         side._torch_classes = flat._torch_classes
+        side._size = flat._size
         node["_metadata"] = _encode(extra, path + ("_metadata",), side,
                                     dotted(path + ("_metadata",)))
         if side.tensors:

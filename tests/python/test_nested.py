@@ -101,10 +101,47 @@ def test_flat_dict_of_arrays_works_as_before(store):
     step, got = store.load()
     assert type(got) is dict and list(got) == ["w", "b", "s"]
     same(got["w"], arrays["w"])
-    same(got["s"], np.asarray(arrays["s"]))  # a NumPy scalar: a 0-d tensor
+    # a NumPy scalar is a plain value: the same scalar type back
+    assert type(got["s"]) is np.float32 and got["s"] == arrays["s"]
     out = {"w": np.zeros(4), "b": np.zeros(2, np.int8)}
     assert store.restore(out) == 1
     same(out["w"], arrays["w"])
+
+
+def test_numpy_scalars_are_plain_values(store):
+    """A NumPy scalar (a metric from np.mean, a counter) is a plain value:
+    load gives back the same scalar type and value bit for bit, a restore
+    puts the checkpoint's into the state (a scalar cannot be filled in
+    place), and a crafted node is CorruptError naming it."""
+    nan = np.frombuffer(np.uint64(0x7FF8_0000_0000_0ABC).tobytes(), np.float64)[0]
+    values = {"f64": np.float64(0.1), "f32": np.float32(1.5),
+              "f16": np.float16(-0.0), "nan": nan, "i8": np.int8(-7),
+              "u64": np.uint64(2**64 - 1), "b": np.bool_(True),
+              "c": np.complex64(1 - 2j), "t": np.datetime64("2026-12-01T10:00"),
+              "dt": np.timedelta64(3, "s"), "ld": np.longdouble(1) / 3}
+    store.save(1, {"w": np.ones(2), "m": values}).wait()
+    with store.open() as ck:
+        assert ck.keys() == ["w"]  # not C-level tensors
+    got = store.load()[1]["m"]
+    for k, v in values.items():
+        assert type(got[k]) is type(v), k
+        assert got[k].tobytes() == v.tobytes(), k
+    blank = {k: np.float64(0) for k in values}
+    r = store.restore({"w": np.zeros(2), "m": blank})
+    assert not r.missing_keys and not r.unexpected_keys
+    assert all(r.state["m"][k].tobytes() == v.tobytes() for k, v in values.items())
+    assert libckpt.nested.flatten({"x": np.int64(1)}).version == 4
+    assert libckpt.nested.flatten({"x": np.ones(1)}).version < 4
+    tree = libckpt.nested.flatten({"x": np.int64(1)}).tree
+    for node in ({"numpy": "O", "value": ""},                # an object dtype
+                 {"numpy": "<f8", "value": "AAAA"},          # 3 bytes, not 8
+                 {"numpy": "[('a','<f4')]", "value": ""},    # not a dtype
+                 {"numpy": "<U1", "value": "AAAAAA=="},      # a str kind
+                 {"numpy": "<f8", "value": "!!"},            # not base64
+                 {"numpy": 8, "value": ""}):
+        tree["dict"][0][1] = node
+        with pytest.raises(libckpt.CorruptError, match="numpy node"):
+            libckpt.nested.unflatten(tree, None)
 
 
 @pytest.mark.parametrize("state, paths", [

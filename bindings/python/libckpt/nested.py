@@ -10,12 +10,12 @@ is written into the checkpoint's metadata as below, so that a load gives
 back exactly what was saved: ints of any size, floats bit for bit, key
 types (optimizer state keys stay ints).
 
-Format (version 3; version 1 is the same without the "tensors" and
-"otensors" nodes, version 2 without the "torch" nodes, and a tree is
-written with the oldest version that holds it), the whole metadata JSON of
-the checkpoint::
+Format (version 4; version 1 is the same without the "tensors" and
+"otensors" nodes, version 2 without the "torch" nodes, version 3 without
+the "numpy" nodes, and a tree is written with the oldest version that
+holds it), the whole metadata JSON of the checkpoint::
 
-    {"format": "libckpt-python-state", "version": 1 | 2,
+    {"format": "libckpt-python-state", "version": 1 | 2 | 3 | 4,
      "tree": NODE, "metadata": <the caller's metadata=, or null>}
 
     NODE = null | true | false
@@ -28,6 +28,8 @@ the checkpoint::
          | {"torch": "dtype", "value": "float32"}   (version 3) a torch.dtype
          | {"torch": "device", "value": "cuda:0"}   (version 3) a torch.device
          | {"torch": "size", "value": [INT, ...]}   (version 3) a torch.Size
+         | {"numpy": "<f8", "value": "<base64>"}  (version 4) a NumPy scalar:
+                                            its dtype.str and its bytes
          | {"tensor": NAME, "from": "np" | "pt"}   a C-level tensor
          | {"list": [NODE, ...]} | {"tuple": [NODE, ...]}
          | {"dict": [[KEY, NODE], ...]}
@@ -68,9 +70,14 @@ import numpy as np
 from .errors import CorruptError, InvalidArgumentError, VersionError
 
 FORMAT = "libckpt-python-state"
-VERSION = 3    # the newest version this module reads
+VERSION = 4    # the newest version this module reads
 _COMPACT = 2   # the version that added "tensors"/"otensors" nodes
 _TORCH = 3     # the version that added "torch" nodes (dtype, device)
+_NUMPY = 4     # the version that added "numpy" nodes (NumPy scalars)
+# The kinds of NumPy scalar kept as plain values: bool, integers, floats,
+# complex, datetime and timedelta (the rest, str, bytes and structured
+# values, as before).
+_NUMPY_KINDS = frozenset("biufcmM")
 _INT64 = (-2**63, 2**63 - 1)
 _CANONICAL_NAN = struct.pack("<d", float("nan"))
 
@@ -241,6 +248,8 @@ def _decode_tagged(node: dict) -> Any:
         return base64.b64decode(node["bytes"])
     if "torch" in node:
         return _decode_torch(node)
+    if "numpy" in node:
+        return _decode_numpy(node)
     raise CorruptError("unknown node %r in the state structure"
                        % sorted(node))
 
@@ -291,6 +300,38 @@ def _decode_torch(node: dict) -> Any:
     except (RuntimeError, ValueError) as err:
         raise CorruptError("the state structure holds a torch device %r "
                            "that torch cannot parse: %s" % (value, err)) from None
+
+
+def _encode_numpy(v: Any) -> Optional[dict]:
+    """The node of a NumPy scalar of a kind in _NUMPY_KINDS (a metric kept
+    as np.float64, a counter as np.int64: a value, not a tensor, so that
+    it loads back as the same scalar and a restore gives it back), or
+    None for anything else."""
+    dtype = v.dtype
+    if dtype.kind not in _NUMPY_KINDS:
+        return None
+    return {"numpy": dtype.str,
+            "value": base64.b64encode(v.tobytes()).decode("ascii")}
+
+
+def _decode_numpy(node: dict) -> Any:
+    """A "numpy" node's scalar, checked: the dtype text is parsed by NumPy
+    (which evaluates nothing) and must be of a kind _encode_numpy writes,
+    the bytes exactly one value of it."""
+    text, value = node.get("numpy"), node.get("value")
+    try:
+        if not isinstance(text, str) or not isinstance(value, str):
+            raise TypeError("not text")
+        dtype = np.dtype(text)
+        raw = base64.b64decode(value, validate=True)
+    except (TypeError, ValueError) as err:
+        raise CorruptError("malformed numpy node %r in the state structure: "
+                           "%s" % (node, err)) from None
+    if dtype.kind not in _NUMPY_KINDS or dtype.fields is not None or \
+            dtype.subdtype is not None or len(raw) != dtype.itemsize:
+        raise CorruptError("malformed numpy node %r in the state structure: "
+                           "not one %s value of its bytes" % (node, text))
+    return np.frombuffer(raw, dtype)[0]
 
 
 # ---------------------------------------------------------------- encode
@@ -349,6 +390,14 @@ def _encode(obj: Any, path: Path, flat: Flat, name: str) -> Any:
         flat.plain[path] = obj
         return value
     if kind not in _PLAIN_CONTAINERS and is_tensor(obj):
+        pt = flat._torch is not None and isinstance(obj, flat._torch)
+        if not pt and isinstance(obj, np.generic):
+            value = _encode_numpy(obj)
+            if value is not None:  # a NumPy scalar: a plain value
+                if flat.version < _NUMPY:
+                    flat.version = _NUMPY
+                flat.plain[path] = obj
+                return value
         other = flat._names.setdefault(name, path)
         if other is not path:
             raise InvalidArgumentError(
@@ -356,7 +405,6 @@ def _encode(obj: Any, path: Path, flat: Flat, name: str) -> Any:
                 "(a '.' in a key flattens like nesting)"
                 % (path_str(other), path_str(path), name))
         flat.tensors.append((name, obj, path))
-        pt = flat._torch is not None and isinstance(obj, flat._torch)
         return {"tensor": name, "from": "pt" if pt else "np"}
     if kind not in _PLAIN_CONTAINERS and (
             kind is flat._size or not isinstance(obj, (Mapping, list, tuple))):
@@ -433,8 +481,9 @@ def _encode_tensor_dict(obj: Any, path: Path, flat: Flat,
             return None
         origin = "pt"
     elif kinds & _PLAIN_CONTAINERS or kinds & _PLAIN_SCALARS or \
-            not all(map(is_tensor, values)):
-        return None
+            not all(map(is_tensor, values)) or \
+            any(issubclass(k, np.generic) for k in kinds):
+        return None  # NumPy scalars are plain values: the general node
     else:
         origin = "np"
     odict = isinstance(obj, collections.OrderedDict)

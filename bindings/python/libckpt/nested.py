@@ -262,7 +262,8 @@ def _encode_torch(v: Any, torch: Any) -> Optional[dict]:
         return {"torch": "dtype", "value": str(v).rpartition(".")[2]}
     if isinstance(v, torch.device):
         return {"torch": "device", "value": str(v)}
-    if isinstance(v, torch.Size):
+    size = getattr(torch, "Size", None)
+    if size is not None and isinstance(v, size):
         return {"torch": "size", "value": [int(d) for d in v]}
     return None
 
@@ -367,7 +368,7 @@ def flatten(state: Any) -> Flat:
         flat._torch = torch.Tensor
         param = getattr(getattr(torch, "nn", None), "Parameter", torch.Tensor)
         flat._torch_classes = frozenset((torch.Tensor, param))
-        flat._size = torch.Size
+        flat._size = getattr(torch, "Size", None)  # absent from stand-ins
     flat.tree = _encode(state, (), flat, "")
     return flat
 

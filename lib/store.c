@@ -218,6 +218,8 @@ CKPT_API int ckpt_store_gc(ckpt_store *s, int keep_last, int dry_run, ckpt_repor
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
     pthread_mutex_lock(&s->api_lock);
     save_drain(s);
+    if (s->pool) /* steps retired by saves: their files are deleted first */
+        pool_group_wait(&s->background);
     /* The newest fully valid step is never removed: a step whose index is
      * fine but whose chunks are not would be no checkpoint to keep. */
     int64_t keep_valid = -1;

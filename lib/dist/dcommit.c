@@ -218,17 +218,6 @@ static int commit_global(ckpt_save *s, const part_report *reps)
     return rc;
 }
 
-static void apply_retention(ckpt_store *st, int64_t just)
-{
-    if (st->opts.keep_last <= 0 && !(st->opts.flags & CKPT_OPEN_REWIND))
-        return;
-    ckpt_error_state e; /* the save succeeded: keep its (empty) error */
-    ckpt_error_capture(&e, CKPT_OK);
-    retention_apply(st, st->opts.keep_last > 0 ? (size_t)st->opts.keep_last : SIZE_MAX,
-                    just, -1, 0, NULL);
-    ckpt_error_restore(&e);
-}
-
 /* Rank 0: the outcome, from every report (the lowest failing rank wins). */
 static void decide(ckpt_save *s, const part_report *reps, commit_result *res)
 {
@@ -308,7 +297,7 @@ int dist_finish(ckpt_save *s, int status)
     } else if (rc == CKPT_OK) {
         free(s->tmp);
         s->tmp = NULL;
-        apply_retention(st, s->m.step); /* after the answer: no rank waits for it */
+        retention_after_save(st, s->m.step); /* after the answer: no rank waits for it */
     }
     return rc;
 }

@@ -51,8 +51,24 @@ int layout_check_trusted(layout *l, const char *path)
     return trust_check_path(&l->tr, &l->fs, path);
 }
 
+char **layout_take_removals(layout *l, size_t *n)
+{
+    char **list = l->removals;
+    *n = l->nremovals;
+    l->removals = NULL;
+    l->nremovals = 0;
+    return list;
+}
+
 void layout_close(layout *l)
 {
+    for (size_t i = 0; i < l->nremovals; i++) { /* never taken: deleted here */
+        fsio_remove_tree(&l->fs, l->removals[i]);
+        free(l->removals[i]);
+    }
+    free(l->removals);
+    l->removals = NULL;
+    l->nremovals = 0;
     if (l->lock_fd >= 0)
         fsio_close(&l->fs, l->lock_fd); /* releases the flock */
     l->lock_fd = -1;
@@ -311,7 +327,15 @@ int layout_retire(layout *l, int64_t step)
     if (rc == 0) {
         if (l->fsync)
             fsio_fsync_path(&l->fs, l->root);
-        fsio_remove_tree(&l->fs, trash); /* leftovers are cleaned next open */
+        char **more = l->defer_removal
+                          ? realloc(l->removals, (l->nremovals + 1) * sizeof *more) : NULL;
+        if (more) {
+            l->removals = more;
+            l->removals[l->nremovals++] = trash;
+            trash = NULL; /* the list owns it */
+        } else {
+            fsio_remove_tree(&l->fs, trash); /* leftovers are cleaned next open */
+        }
     }
     if (rc)
         rc = ckpt_seterr_errno(-rc, "cannot retire step %lld", (long long)step);

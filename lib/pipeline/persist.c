@@ -152,19 +152,6 @@ static int verify_temp(ckpt_save *s, const char *text, size_t len, manifest *bac
     return rc;
 }
 
-/* After a commit of `just` (retention.h).  Best effort: a step left over
- * is retired by a later save or gc. */
-static void apply_retention(ckpt_store *st, int64_t just)
-{
-    if (st->opts.keep_last <= 0 && !(st->opts.flags & CKPT_OPEN_REWIND))
-        return;
-    ckpt_error_state e; /* the save succeeded: keep its (empty) error */
-    ckpt_error_capture(&e, CKPT_OK);
-    retention_apply(st, st->opts.keep_last > 0 ? (size_t)st->opts.keep_last : SIZE_MAX,
-                    just, -1, 0, NULL);
-    ckpt_error_restore(&e);
-}
-
 static int persist(ckpt_save *s)
 {
     ckpt_store *st = s->store;
@@ -204,7 +191,7 @@ static int persist(ckpt_save *s)
         return rc;
     free(s->tmp);
     s->tmp = NULL; /* committed: nothing to clean up any more */
-    apply_retention(st, s->m.step);
+    retention_after_save(st, s->m.step);
     return CKPT_OK;
 }
 

@@ -70,6 +70,57 @@ static int foreign(ckpt_store *st, int64_t step)
     return bad;
 }
 
+typedef struct removal {
+    const fsio *fs;
+    char **paths;
+    size_t n;
+} removal;
+
+static void removal_free(removal *r)
+{
+    for (size_t i = 0; i < r->n; i++) {
+        fsio_remove_tree(r->fs, r->paths[i]); /* leftovers are cleaned next open */
+        free(r->paths[i]);
+    }
+    free(r->paths);
+    free(r);
+}
+
+static int removal_job(void *arg, int worker)
+{
+    (void)worker;
+    removal_free(arg);
+    return CKPT_OK; /* background jobs never fail (context_stop) */
+}
+
+void retention_after_save(ckpt_store *st, int64_t just)
+{
+    if (st->opts.keep_last <= 0 && !(st->opts.flags & CKPT_OPEN_REWIND))
+        return;
+    ckpt_error_state e; /* the save succeeded: keep its (empty) error */
+    ckpt_error_capture(&e, CKPT_OK);
+    st->lay.defer_removal = 1;
+    retention_apply(st, st->opts.keep_last > 0 ? (size_t)st->opts.keep_last : SIZE_MAX,
+                    just, -1, 0, NULL);
+    st->lay.defer_removal = 0;
+    removal *r = malloc(sizeof *r);
+    char **paths;
+    size_t n;
+    paths = layout_take_removals(&st->lay, &n);
+    if (r) {
+        *r = (removal){&st->lay.fs, paths, n};
+        if (n == 0 || !st->pool || pool_submit(st->pool, &st->background, removal_job, r))
+            removal_free(r); /* nothing to delete, or no pool to do it: here */
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            fsio_remove_tree(&st->lay.fs, paths[i]);
+            free(paths[i]);
+        }
+        free(paths);
+    }
+    ckpt_error_restore(&e);
+}
+
 int retention_apply(ckpt_store *st, size_t keep_last, int64_t just, int64_t protect,
                     int dry_run, ckpt_report *report)
 {

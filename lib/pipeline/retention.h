@@ -23,4 +23,13 @@ int retention_check_order(ckpt_store *st, int64_t step);
 int retention_apply(ckpt_store *st, size_t keep_last, int64_t just, int64_t protect,
                     int dry_run, ckpt_report *report);
 
+/* A save (of one process or of several ranks) committed `just`: retire
+ * what the store's keep_last and CKPT_OPEN_REWIND do not keep, best effort
+ * (a step left over is retired by a later save or gc; this thread's error
+ * is left as it was).  The retired steps are renamed out of the namespace
+ * and the root fsynced here; deleting their files is queued on the store's
+ * background jobs (inline without a pool or memory), which ckpt_gc and
+ * closing the store wait for. */
+void retention_after_save(ckpt_store *st, int64_t just);
+
 #endif

@@ -212,6 +212,9 @@ static void check_retention(int keep_last, const int64_t *want, size_t nwant)
     for (size_t i = 0; i < nwant; i++)
         tc_restore_check(st, want[i], &states[want[i]]);
     ckpt_store_free(st);
+    /* the retired steps' files, deleted in the background, are gone once
+     * the store is closed */
+    cr_assert_eq(tc_count_prefix(tc_root, ".trash-"), 0);
     /* as seen by a fresh reader */
     st = tc_open_ro(tc_root);
     tc_assert_steps(st, want, nwant);
@@ -242,6 +245,38 @@ Test(store, keep_last_default_is_3)
 {
     int64_t want[] = {3, 4, 5};
     check_retention(-1, want, 3);
+}
+
+/* A save retires what keep_last does not keep before it returns (renamed
+ * out of the namespace, durably); deleting the files runs in the
+ * background, and ckpt_store_gc waits for it: it finds nothing stale. */
+Test(store, retired_steps_deleted_in_background)
+{
+    ckpt_store_options o;
+    tc_opts(&o);
+    o.keep_last = 1;
+    ckpt_store *st = NULL;
+    cr_assert_eq(ckpt_store_open(&st, tc_root, &o), CKPT_OK, "%s", ckpt_error_last());
+    tc_state s;
+    tc_state_standard(&s, 3);
+    for (int i = 1; i <= 4; i++) {
+        tc_save_ok(st, i, &s);
+        cr_assert_eq(count_step_dirs(), 1, "after step %d", i);
+    }
+    ckpt_report *rep = NULL;
+    cr_assert_eq(ckpt_store_gc(st, 1, 0, &rep), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_eq(ckpt_report_count(rep), 0, "gc found %zu entries to remove",
+                 ckpt_report_count(rep));
+    ckpt_report_free(rep);
+    cr_assert_eq(tc_count_prefix(tc_root, ".trash-"), 0);
+    tc_save_ok(st, 5, &s);
+    ckpt_store_free(st);
+    cr_assert_eq(tc_count_prefix(tc_root, ".trash-"), 0);
+    cr_assert_eq(count_step_dirs(), 1);
+    st = tc_open_ro(tc_root);
+    tc_restore_check(st, 5, &s);
+    ckpt_store_free(st);
+    tc_state_free(&s);
 }
 
 /* A save below the newest committed step is refused (a new run restarted

@@ -24,6 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "settle.h"
+
 static double now(void)
 {
     struct timespec ts;
@@ -109,6 +111,8 @@ int main(int argc, char **argv)
         memcpy(copy + n32 * 4, h, n16 * 2);
         double t_memcpy = now() - t0;
 
+        if (bench_settle(root))
+            return die("settle");
         t0 = now();
         int fd = open(raw, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fd < 0 || write(fd, w, n32 * 4) != (ssize_t)(n32 * 4) ||
@@ -130,6 +134,8 @@ int main(int argc, char **argv)
         stored = ss.stored_bytes;
         ckpt_save_free(sv);
 
+        if (bench_settle(root))
+            return die("settle");
         t0 = now();
         fd = open(raw, O_RDONLY);
         if (fd < 0 || read(fd, w, n32 * 4) != (ssize_t)(n32 * 4) ||

@@ -24,6 +24,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "settle.h"
+
 static double now(void)
 {
     struct timespec ts;
@@ -50,6 +52,8 @@ static int run(const char *dir, const char *tag, ckpt_tensor *t, size_t n, int r
     out[0] = out[1] = out[2] = out[3] = 1e9;
     for (int r = 0; r <= reps; r++) {
         ckpt_save *sv = NULL;
+        if (bench_settle(root))
+            goto fail;
         double t0 = now();
         if (ckpt_save_begin(&sv, st, ++step, t, n, NULL))
             goto fail;
@@ -57,7 +61,7 @@ static int run(const char *dir, const char *tag, ckpt_tensor *t, size_t n, int r
         int rc = ckpt_save_wait(sv);
         double t2 = now();
         ckpt_save_free(sv);
-        if (rc)
+        if (rc || bench_settle(root))
             goto fail;
         double t3 = now();
         if (ckpt_restore(st, CKPT_LATEST, t, n, NULL, NULL))

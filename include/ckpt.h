@@ -11,7 +11,9 @@
  * (docs/FORMAT.md).  A save (ckpt_save) copies the caller's tensors into a
  * snapshot buffer and returns; the chunks are compressed, hashed, written,
  * fsynced, verified and committed in the background, after which the
- * oldest steps beyond the store's keep_last are retired.  A restore walks
+ * oldest steps beyond the store's keep_last are retired (renamed away before
+ * the save is over; their files deleted by a store worker after it).  A
+ * restore walks
  * the checkpoints from the newest down and restores the first one whose
  * every chunk it reads verifies, reporting the ones it skipped and why (a
  * ckpt_report).  A checkpoint handle (ckpt_checkpoint) reads one committed
@@ -419,7 +421,12 @@ typedef struct ckpt_store_options {
                                    the one just committed; damaged steps
                                    newer than the oldest kept one stay,
                                    uncounted; older ones are retired.  A
-                                   step of another user is never touched. */
+                                   step of another user is never touched.
+                                   A retired step is renamed away (root
+                                   fsynced) before the save is over; its
+                                   files are deleted in the background
+                                   afterwards (ckpt_store_free and
+                                   ckpt_store_gc wait for that). */
     int fsync;                  /* 1 (default) or 0: skip fsync (tests, tmpfs) */
     ckpt_verify_level verify_after_save; /* default CKPT_VERIFY_STORED         */
     ckpt_snapshot_mode snapshot_mode;    /* device tensors; default HOST       */
@@ -487,8 +494,8 @@ CKPT_API int ckpt_store_open(ckpt_store **out, const char *path,
 
 /**
  * Wait for any save in flight (its outcome stays with its handle and is not
- * reported here), wait for the store's device copies, release the lock and
- * free.  NULL is fine.  Every checkpoint opened on the store must have been
+ * reported here), for the store's device copies and for the deletion of
+ * steps its saves retired, release the lock and free.  NULL is fine.  Every checkpoint opened on the store must have been
  * freed before; save handles may be freed before or after.  Must not run
  * concurrently with any other call on the store.
  */
@@ -743,7 +750,9 @@ typedef struct ckpt_save_stats {
     double stall_s;         /* time the caller spent in ckpt_save_begin, after
                                waiting for any previous save                  */
     double persist_s;       /* from begin returning until the save finished
-                               (verify, commit and retention included)        */
+                               (verify, commit and retention included; not
+                               the deletion of retired steps' files, which
+                               runs after it)                                 */
 } ckpt_save_stats;
 
 /**

@@ -70,26 +70,29 @@ static int foreign(ckpt_store *st, int64_t step)
     return bad;
 }
 
+/* Delete the renamed steps' directories (best effort: leftovers are
+ * cleaned at the next writer's open) and free the list. */
+static void remove_paths(const fsio *fs, char **paths, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        fsio_remove_tree(fs, paths[i]);
+        free(paths[i]);
+    }
+    free(paths);
+}
+
 typedef struct removal {
-    const fsio *fs;
+    const fsio *fs; /* the store's: it outlives its background jobs */
     char **paths;
     size_t n;
 } removal;
 
-static void removal_free(removal *r)
-{
-    for (size_t i = 0; i < r->n; i++) {
-        fsio_remove_tree(r->fs, r->paths[i]); /* leftovers are cleaned next open */
-        free(r->paths[i]);
-    }
-    free(r->paths);
-    free(r);
-}
-
 static int removal_job(void *arg, int worker)
 {
     (void)worker;
-    removal_free(arg);
+    removal *r = arg;
+    remove_paths(r->fs, r->paths, r->n);
+    free(r);
     return CKPT_OK; /* background jobs never fail (context_stop) */
 }
 
@@ -103,21 +106,19 @@ void retention_after_save(ckpt_store *st, int64_t just)
     retention_apply(st, st->opts.keep_last > 0 ? (size_t)st->opts.keep_last : SIZE_MAX,
                     just, -1, 0, NULL);
     st->lay.defer_removal = 0;
-    removal *r = malloc(sizeof *r);
-    char **paths;
     size_t n;
-    paths = layout_take_removals(&st->lay, &n);
+    char **paths = layout_take_removals(&st->lay, &n);
+    removal *r = n && st->pool ? malloc(sizeof *r) : NULL;
     if (r) {
         *r = (removal){&st->lay.fs, paths, n};
-        if (n == 0 || !st->pool || pool_submit(st->pool, &st->background, removal_job, r))
-            removal_free(r); /* nothing to delete, or no pool to do it: here */
-    } else {
-        for (size_t i = 0; i < n; i++) {
-            fsio_remove_tree(&st->lay.fs, paths[i]);
-            free(paths[i]);
+        if (pool_submit(st->pool, &st->background, removal_job, r) == CKPT_OK) {
+            paths = NULL; /* the job's now */
+            n = 0;
+        } else {
+            free(r);
         }
-        free(paths);
     }
+    remove_paths(&st->lay.fs, paths, n); /* without a pool or memory: here */
     ckpt_error_restore(&e);
 }
 

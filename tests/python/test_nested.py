@@ -437,3 +437,27 @@ def test_a_checkpoint_structure_too_deep_to_walk_is_corrupt(store, monkeypatch):
                  lambda: nested.tensor_paths(tree)):
         with pytest.raises(libckpt.CorruptError, match="structure nests deeper"):
             walk()
+
+
+
+@pytest.mark.parametrize("tree", [
+    # a plain value, then the same key again as a compact tensor node
+    {"dict": [["m", {"dict": [["w", 5]]}],
+              ["m", {"tensors": ["w"], "from": "np"}]]},
+    # the other way round: the plain value wins
+    {"dict": [["m", {"tensors": ["w"], "from": "np"}],
+              ["m", {"dict": [["w", 5]]}]]},
+    # a key named twice, plain then tensor
+    {"dict": [["m", {"dict": [["w", 5], ["w", {"tensor": "m.w"}]]}]]},
+    # the same key below another path is not a duplicate
+    {"dict": [["w", 1], ["m", {"tensors": ["w"], "from": "np"}],
+              ["n", {"dict": [["w", 2]]}]]},
+])
+def test_plain_leaves_agree_with_unflatten_on_duplicate_keys(tree):
+    """A crafted structure naming a key twice: the later node wins in
+    plain_leaves (the plain values restore reports and fills) as in
+    unflatten (the state load builds)."""
+    built = nested.unflatten(tree, lambda name, origin, path: np.ones(1))
+    want = {p: v for p, v in nested.leaves(built)
+            if not isinstance(v, np.ndarray)}
+    assert nested.plain_leaves(tree) == want

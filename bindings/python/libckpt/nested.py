@@ -525,7 +525,7 @@ def _tensor_keys(tree: dict, path: Path) -> Tuple[List[str], str]:
     keys = tree.get("tensors", tree.get("otensors"))
     origin = tree.get("from", "np")
     if not isinstance(keys, list) or origin not in ("np", "pt") or \
-            not all(isinstance(k, str) for k in keys):
+            not set(map(type, keys)) <= {str}:
         raise CorruptError("%s: malformed state structure node"
                            % path_str(path))
     return keys, origin
@@ -629,13 +629,17 @@ def plain_leaves(tree: Any, path: Path = ()) -> Dict[Path, Any]:
     leaves(unflatten(tree, leaf)) gives for the leaves that are not
     tensors, without rebuilding the containers or touching the tensors."""
     out: Dict[Path, Any] = {}
-    _plain_leaves(tree, path, out)
+    _plain_leaves(tree, path, out, set())
     return out
 
 
-def _plain_leaves(tree: Any, path: Path, out: Dict[Path, Any]) -> None:
+def _plain_leaves(tree: Any, path: Path, out: Dict[Path, Any],
+                  parents: set) -> None:
+    """Into `out`; `parents` holds the path of every container a value in
+    `out` was found directly in."""
     if not isinstance(tree, (dict, list)):
         out[path] = tree
+        parents.add(path[:-1])
         return
     if isinstance(tree, list):
         raise CorruptError("%s: malformed state structure node"
@@ -644,19 +648,25 @@ def _plain_leaves(tree: Any, path: Path, out: Dict[Path, Any]) -> None:
         out.pop(path, None)  # as unflatten: a later duplicate key wins
         return
     if "tensors" in tree or "otensors" in tree:
-        for k in _tensor_keys(tree, path)[0]:
-            out.pop(path + (k,), None)
+        keys = _tensor_keys(tree, path)[0]
+        # Only a plain value found before directly under this path (a
+        # crafted duplicate key) can be overwritten: without one, no pass
+        # over 10,000 tensors' keys.
+        if path in parents:
+            for k in keys:
+                out.pop(path + (k,), None)
         return
     if "list" in tree or "tuple" in tree:
         for i, v in enumerate(tree.get("list", tree.get("tuple"))):
-            _plain_leaves(v, path + (i,), out)
+            _plain_leaves(v, path + (i,), out, parents)
         return
     if "dict" in tree or "odict" in tree:
         for k, v in tree.get("dict", tree.get("odict")):
             k = _decode_tagged(k) if isinstance(k, dict) else k
-            _plain_leaves(v, path + (k,), out)
+            _plain_leaves(v, path + (k,), out, parents)
         return
     out[path] = _decode_tagged(tree)
+    parents.add(path[:-1])
 
 
 @_guard_depth("the state", InvalidArgumentError)

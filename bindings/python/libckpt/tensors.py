@@ -213,6 +213,8 @@ def _relayout(name, t, torch, writable):
 def copy_back(keep):
     """After a restore into the descriptions whose owners are `keep`: copy
     each row-major buffer into the tensor it stands for."""
+    if Relayout not in set(map(type, keep)):
+        return  # the usual case: no pass in Python over 10,000 tensors
     for owner in keep:
         if type(owner) is Relayout:
             owner.copy_back()
@@ -453,11 +455,8 @@ def _c_array_columns(names, ptrs, nbytes, dtypes, shapes, memory, owners,
         joined = "\0".join(names)
     if joined.isascii():  # one byte per character: no encoding one by one
         blob = joined.encode("ascii") + b"\0"
-        lens = np.fromiter(map(len, names), np.uint64, n)
     else:
-        encoded = [name.encode("utf-8") for name in names]
-        blob = b"\0".join(encoded) + b"\0"
-        lens = np.fromiter(map(len, encoded), np.uint64, n)
+        blob = b"\0".join([name.encode("utf-8") for name in names]) + b"\0"
     ndims = np.fromiter(map(len, shapes), np.int32, n)
     total = int(ndims.sum())
     # a 0-d tensor points here too
@@ -471,10 +470,16 @@ def _c_array_columns(names, ptrs, nbytes, dtypes, shapes, memory, owners,
             np.cumsum(ndims[:-1], out=first[1:])
             nbytes[rows] *= np.multiply.reduceat(dims[:total],
                                                  first[rows]).astype(np.uint64)
+    # Each name starts after the NUL ending the one before (no name holds
+    # a NUL: prepare and describe refuse them).
+    text = np.frombuffer(blob, np.uint8)
+    ends = np.flatnonzero(text == 0)
+    if len(ends) != n:
+        raise InvalidArgumentError("a tensor name contains a NUL character")
     starts = np.zeros(n, np.uint64)
-    np.cumsum(lens[:-1] + 1, out=starts[1:])
+    starts[1:] = ends[:-1] + 1
     rec = np.frombuffer(arr, _RECORD)
-    rec["name"] = np.frombuffer(blob, np.uint8).ctypes.data + starts
+    rec["name"] = text.ctypes.data + starts
     starts = np.zeros(n, np.uint64)
     np.cumsum(ndims[:-1].astype(np.uint64), out=starts[1:])
     rec["shape"] = dims.ctypes.data + starts * np.uint64(8)
@@ -548,7 +553,8 @@ def _all_plain_torch(pairs, fast, tensor):
     """prepare() for the usual state, every value a dense, contiguous torch
     CPU tensor of a supported dtype under a str name: each property asked
     of all tensors at once (map over the unbound methods runs no Python
-    code per tensor, about half the cost of prepare's loop).  None when
+    code per tensor, about half the cost of prepare's loop), and what
+    depends on the dtype worked out once per distinct dtype.  None when
     any pair is otherwise; prepare's loop then sorts them one by one."""
     if not pairs:
         return None
@@ -559,19 +565,29 @@ def _all_plain_torch(pairs, fast, tensor):
     joined = "\0".join(names)
     if joined.count("\0") != len(names) - 1:
         return None  # a name holds a NUL: describe() names it
-    found = list(map(kinds.get, map(_DTYPE, objs)))
-    if None in found or set(map(_LAYOUT, objs)) != {strided}:
+    dtypes = list(map(_DTYPE, objs))
+    found = {dt: kinds.get(dt) for dt in set(dtypes)}
+    if None in found.values() or set(map(_LAYOUT, objs)) != {strided}:
         return None
     if (not all(map(_IS_CPU, objs)) or any(map(tensor.is_neg, objs))
             or not all(map(tensor.is_contiguous, objs))):
         return None
-    if any(k[2] for k in found) and any(
-            t.is_conj() for t, k in zip(objs, found) if k[2]):
+    if any(k[2] for k in found.values()) and any(
+            t.is_conj() for t, dt in zip(objs, dtypes) if found[dt][2]):
         return None
-    codes = np.fromiter((k[0] for k in found), np.int32, len(found))
-    sizes = np.fromiter((k[1] for k in found), np.uint64, len(found))
+    n = len(objs)
+    if len(found) == 1:  # one dtype (the usual state): no pass per tensor
+        code, size, _ = found[dtypes[0]]
+        codes = np.full(n, code, np.int32)
+        sizes = np.full(n, size, np.uint64)
+    else:
+        order = list(found)
+        which = np.fromiter(map({dt: i for i, dt in enumerate(order)}
+                                .__getitem__, dtypes), np.intp, n)
+        codes = np.array([found[dt][0] for dt in order], np.int32)[which]
+        sizes = np.array([found[dt][1] for dt in order], np.uint64)[which]
     shapes = list(map(_SHAPE, objs))
-    memory = np.full(len(names), ffi.CKPT_MEM_HOST, np.int32)
+    memory = np.full(n, ffi.CKPT_MEM_HOST, np.int32)
     arr, keep = _c_array_columns(names, list(map(tensor.data_ptr, objs)),
                                  None, codes, shapes, memory, list(objs),
                                  sizes=sizes, joined=joined)

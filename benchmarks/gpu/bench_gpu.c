@@ -122,6 +122,17 @@ static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *f)
     return flag == FTW_DP ? rmdir(p) : unlink(p);
 }
 
+/* The run's directory, removed at exit however the run ends: CU() exits on
+ * the first CUDA error, which would otherwise leave it (in /dev/shm, in
+ * memory) behind. */
+static char g_base[4096];
+
+static void remove_base(void)
+{
+    if (g_base[0])
+        nftw(g_base, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 static uint64_t free_bytes(const char *dir)
 {
     struct statvfs v;
@@ -633,16 +644,18 @@ int main(int argc, char **argv)
     double biggest = o.big;
     for (int i = 0; i < o.nsizes; i++)
         biggest = o.sizes[i] > biggest ? o.sizes[i] : biggest;
-    char base[4096];
+    char *base = g_base;
     const char *parent = o.dir;
     if (!parent)
         parent = free_bytes("/dev/shm") > (uint64_t)(2.5 * biggest * (double)GIB) + 4 * GIB
                  ? "/dev/shm" : (getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
-    snprintf(base, sizeof base, "%s/ckpt-bench-gpu.XXXXXX", parent);
+    snprintf(base, sizeof g_base, "%s/ckpt-bench-gpu.XXXXXX", parent);
     if (!mkdtemp(base)) {
         perror(base);
+        base[0] = '\0';
         return 1;
     }
+    atexit(remove_base);
     struct cudaDeviceProp prop;
     int dev = 0;
     CU(cudaGetDevice(&dev));

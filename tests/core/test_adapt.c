@@ -17,7 +17,20 @@
 #include "testing.h"
 #include "reader.h"
 
-TestSuite(adapt, .init = tc_setup, .fini = tc_teardown, .timeout = 300);
+static char *fast_dir; /* fast_root's directory, removed by adapt_teardown */
+
+/* Also on a failed assertion (criterion runs .fini after one): the tmpfs
+ * directory of fast_root is not left behind in /dev/shm. */
+static void adapt_teardown(void)
+{
+    if (fast_dir)
+        tc_rmtree(fast_dir);
+    free(fast_dir);
+    fast_dir = NULL;
+    tc_teardown();
+}
+
+TestSuite(adapt, .init = tc_setup, .fini = adapt_teardown, .timeout = 300);
 
 #define CHUNK (64u << 10)
 #define NCHUNKS 24
@@ -107,18 +120,13 @@ Test(adapt, slow_disk_gets_every_chunk_compressed)
  * throttled by the kernel for dirty pages, which the parallel test run's
  * other writers can make every pwrite to a disk wait for (the disk is then
  * slow, rightly compressed for, and not what the test is about).
- * Otherwise tc_root.  Free with free_fast_root. */
-static char *fast_root(void)
+ * Otherwise tc_root.  adapt_teardown removes it. */
+static const char *fast_root(void)
 {
     char path[] = "/dev/shm/ckpt-tadapt-XXXXXX";
-    return mkdtemp(path) ? strdup(path) : NULL;
-}
-
-static void free_fast_root(char *root)
-{
-    if (root)
-        tc_rmtree(root);
-    free(root);
+    if (!fast_dir && mkdtemp(path))
+        fast_dir = strdup(path);
+    return fast_dir ? fast_dir : tc_root;
 }
 
 Test(adapt, fast_disk_gets_some_chunks_raw)
@@ -128,8 +136,7 @@ Test(adapt, fast_disk_gets_some_chunks_raw)
     /* No fsync, no rate limit: the page cache takes bytes far faster than
      * zstd makes them, so storing raw commits sooner; the first chunk of
      * each worker is compressed to measure zstd on this data. */
-    char *mem = fast_root();
-    const char *root = mem ? mem : tc_root;
+    const char *root = fast_root();
     ckpt_store *st = open_with(root, 0, NULL);
     tc_save_ok(st, 1, &s);
     /* The rates are measured on a machine that may be running other tests
@@ -180,7 +187,6 @@ Test(adapt, fast_disk_gets_some_chunks_raw)
     free(shard);
     free(dir);
     ckpt_store_free(st);
-    free_fast_root(mem);
     tc_state_free(&s);
 }
 

@@ -112,8 +112,7 @@ static json_t *build(const manifest *m)
         "format", MANIFEST_FORMAT, "format_version", MANIFEST_VERSION,
         "step", (json_int_t)m->step, "checkpoint_id", id, "time", quantize(m->time, 1e3),
         "save", save, "tensors", tensors, "shards", shards,
-        "env", m->env ? m->env : json_object(), "metadata",
-        m->metadata ? m->metadata : json_null());
+        "env", m->env ? m->env : json_object(), "metadata", json_null());
     /* Only multi-rank steps carry it: one process's manifest is unchanged. */
     if (root && m->world_size > 1 &&
         json_object_set_new(root, "world_size", json_integer(m->world_size))) {
@@ -144,11 +143,43 @@ static char *splice_tensors(char *body, const char *tensors)
     return out;
 }
 
+/* `body` with the root's "metadata": null replaced by `value`. */
+static char *splice_metadata(char *body, const char *value)
+{
+    /* A raw line feed occurs in JSON text only between tokens, so this
+     * line (two spaces in: a member of the root) is the root's member. */
+    static const char key[] = "\n  \"metadata\": null";
+    char *at = strstr(body, key);
+    if (!at)
+        return NULL;
+    size_t head = (size_t)(at - body) + sizeof key - 5; /* up to "null" */
+    const char *rest = at + sizeof key - 1;
+    size_t vlen = strlen(value), rlen = strlen(rest);
+    char *out = malloc(head + vlen + rlen + 1);
+    if (!out)
+        return NULL;
+    memcpy(out, body, head);
+    memcpy(out + head, value, vlen);
+    memcpy(out + head + vlen, rest, rlen + 1);
+    return out;
+}
+
 int manifest_encode(const manifest *m, char **text, size_t *len)
 {
     json_t *root = build(m);
     char *body = root ? jsontext_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(root);
+    /* The caller's metadata on one line: a Python state's structure is
+     * tens of thousands of small nodes, which indented would make the
+     * manifest several times larger and slower to write, read and parse. */
+    if (body && m->metadata && !json_is_null(m->metadata)) {
+        char *value = jsontext_dumps(m->metadata, JSON_ENCODE_ANY | JSON_COMPACT |
+                                                      JSON_PRESERVE_ORDER);
+        char *whole = value ? splice_metadata(body, value) : NULL;
+        free(value);
+        free(body);
+        body = whole;
+    }
     if (body && m->ntensors) {
         char *tensors = mtensors_text(m->tensors, m->ntensors);
         char *whole = tensors ? splice_tensors(body, tensors) : NULL;

@@ -461,3 +461,68 @@ def test_plain_leaves_agree_with_unflatten_on_duplicate_keys(tree):
     want = {p: v for p, v in nested.leaves(built)
             if not isinstance(v, np.ndarray)}
     assert nested.plain_leaves(tree) == want
+
+
+def _row_states(torch):
+    """States whose dicts hold rows: an optimizer's and a state_dict's as
+    torch makes them, and rows the quick route must hand on."""
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.ReLU(),
+                                torch.nn.Linear(2, 1))
+    adam = torch.optim.Adam(model.parameters())
+    model(torch.ones(1, 3)).sum().backward()
+    adam.step()
+    t = torch.ones(2)
+    odd_rows = {
+        "ok": {"a": t, "b": torch.nn.Parameter(torch.zeros(1))},
+        "plain": {"lr": 0.5, "n": 3, "on": True, "off": None, "s": "x"},
+        "big int": {"n": 2**70}, "nan": {"x": math.nan}, "inf": {"x": -math.inf},
+        "nul": {"s": "a\0b"}, "accent": {"s": "\u00e9"}, "bytes": {"b": b"x"},
+        "mixed": {"w": t, "n": 1}, "numpy": {"w": np.ones(2)},
+        "int key": {0: t}, "accent key": {"\u00e9": t}, "nul key": {"a\0": 1},
+        "nested": {"d": {"w": t}}, "ordered": collections.OrderedDict(w=t),
+        "empty": {}, "enum": {"n": struct.calcsize.__class__},
+        0: {"w": t}, 1: {"w": t},
+    }
+    del odd_rows["enum"]
+    return [{"model": model.state_dict(), "optim": adam.state_dict(), "epoch": 2},
+            odd_rows, {"rows": [odd_rows, {"x": odd_rows["ok"]}]}]
+
+
+def _flat_view(flat):
+    return (json.dumps(flat.tree), [(n, id(o), p) for n, o, p in flat.tensors],
+            list(flat.plain.items()), flat.version)
+
+
+def test_rows_take_the_quick_route_with_the_same_result(monkeypatch):
+    """_encode_row (rows of tensors or plain scalars, by the thousand in
+    an optimizer's state) gives the tree, tensors, paths, plain values and
+    version of the general route, and hands every other row on to it."""
+    torch = pytest.importorskip("torch")
+    states = _row_states(torch)
+    taken = []
+    real = nested._encode_row
+
+    def counted(*args):
+        node = real(*args)
+        taken.append(node is not None)
+        return node
+
+    monkeypatch.setattr(nested, "_encode_row", counted)
+    quick = [_flat_view(nested.flatten(s)) for s in states]
+    # the optimizer's rows, the module versions, "ok", "plain", 0 and 1
+    # take it; the odd rows are handed on
+    assert 12 <= sum(taken) < len(taken), (sum(taken), len(taken))
+    monkeypatch.setattr(nested, "_encode_row", lambda *a: None)
+    general = [_flat_view(nested.flatten(s)) for s in states]
+    assert quick == general
+
+
+def test_rows_colliding_by_name_are_refused_by_the_general_route():
+    """A row whose tensor names another path already took (a dotted key)
+    is refused naming both paths, as it is without rows."""
+    torch = pytest.importorskip("torch")
+    state = {"a.b": torch.ones(1), "a": {"b": torch.ones(1)}}
+    with pytest.raises(libckpt.InvalidArgumentError,
+                       match=r"state\['x'\]\['a.b'\] and state\['x'\]\['a'\]\['b'\] "
+                       r"both flatten to the tensor name 'x.a.b'"):
+        nested.flatten({"x": state})

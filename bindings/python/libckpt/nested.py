@@ -353,6 +353,7 @@ class Flat:
         self._torch_classes: frozenset = frozenset()
         self._size: Any = None  # torch.Size, when torch is loaded: a leaf
         self.version = 1  # the tree's format version (2: compact nodes)
+        self._row_keys: set = set()  # see _encode_items
 
 
 @_guard_depth("the state", InvalidArgumentError)
@@ -429,9 +430,7 @@ def _encode(obj: Any, path: Path, flat: Flat, name: str) -> Any:
             node = _encode_tensor_dict(obj, path, flat, prefix) if obj else None
             if node is not None:
                 return node
-            pairs = [[_key_node(k, path),
-                      _encode(v, path + (k,), flat, prefix + str(k))]
-                     for k, v in obj.items()]
+            pairs = _encode_items(obj, path, flat, prefix)
             if not isinstance(obj, collections.OrderedDict):
                 return {"dict": pairs}
             node = {"odict": pairs}
@@ -456,6 +455,88 @@ def _encode(obj: Any, path: Path, flat: Flat, name: str) -> Any:
         return {"tuple" if isinstance(obj, tuple) else "list": items}
     finally:
         flat._active.discard(id(obj))
+
+
+def _encode_items(obj: Any, path: Path, flat: Flat, prefix: str) -> list:
+    """The [key, node] pairs of a mapping's items, as _encode makes them.
+
+    A value that is a small plain dict of tensors (an optimizer's state
+    for one parameter) or of plain scalars (a module's version entry in
+    state_dict()._metadata) is encoded here, in a few operations on the
+    whole row: such rows come by the thousand, and the general route
+    costs several microseconds for each.  Anything else, and any row
+    these checks are unsure of, takes the general route (_encode), which
+    gives the same node or the error."""
+    pairs = []
+    classes = flat._torch_classes
+    known = flat._row_keys  # key lists already found plain ASCII
+    for k, v in obj.items():
+        kind = type(k)
+        if kind is str and k.isascii() and "\0" not in k:
+            key = k
+        elif kind is int and _INT64[0] <= k <= _INT64[1]:
+            key = k
+        else:
+            key = _encode_key(k, path)
+        sub = path + (k,)
+        name = prefix + (k if kind is str else str(k))
+        node = None
+        if type(v) is dict and v:
+            keys = list(v)
+            shape = tuple(keys)
+            if shape not in known:
+                if (set(map(type, keys)) == {str}
+                        and "\0".join(keys).isascii()
+                        and not any("\0" in key_ for key_ in keys)):
+                    known.add(shape)
+            if shape in known:
+                node = _encode_row(v, keys, sub, flat, name + ".", classes)
+        if node is None:
+            node = _encode(v, sub, flat, name)
+        pairs.append([key, node])
+    return pairs
+
+
+# The value types a row of plain scalars may hold for _encode_row: those
+# whose usual values encode as themselves (the rest go the general way).
+_ROW_SCALARS = frozenset((int, float, str, bool, type(None)))
+
+
+def _encode_row(row: dict, keys: List[str], path: Path, flat: Flat,
+                prefix: str, classes: frozenset) -> Optional[dict]:
+    """The node of a non-empty plain dict under plain ASCII str `keys`
+    whose values are all torch tensors (the compact node) or all plain
+    scalars that encode as themselves, with the leaves registered as
+    _encode would; None for any other row."""
+    values = list(row.values())
+    kinds = set(map(type, values))
+    if classes and kinds <= classes:
+        names = list(map(prefix.__add__, keys))
+        if not flat._names.keys().isdisjoint(names):
+            return None  # the general route names both paths
+        paths = [path + (k,) for k in keys]
+        flat._names.update(zip(names, paths))
+        flat.tensors.extend(zip(names, values, paths))
+        if flat.version < _COMPACT:
+            flat.version = _COMPACT
+        return {"tensors": keys, "from": "pt"}
+    if not kinds <= _ROW_SCALARS:
+        return None
+    for v in values:
+        kind = type(v)
+        if kind is int:
+            if not _INT64[0] <= v <= _INT64[1]:
+                return None
+        elif kind is float:
+            if not math.isfinite(v):
+                return None
+        elif kind is str:
+            if not v.isascii() or "\0" in v:
+                return None
+    plain = flat.plain
+    for k, v in zip(keys, values):
+        plain[path + (k,)] = v
+    return {"dict": [[k, v] for k, v in zip(keys, values)]}
 
 
 def _encode_tensor_dict(obj: Any, path: Path, flat: Flat,

@@ -14,7 +14,7 @@ import numpy as np
 
 from . import ffi, nested
 from . import tensors as _tensors
-from .errors import CorruptError, NotFoundError
+from .errors import CorruptError, InvalidArgumentError, NotFoundError
 from .handles import _Handle
 
 C = ffi.lib
@@ -97,8 +97,8 @@ class Checkpoint:
                 self.path: str = os.fsdecode(C.ckpt_checkpoint_path(ck))
                 meta = nested.load_metadata(C.ckpt_checkpoint_metadata(ck))
                 self._codes: Dict[str, int] = {}
-                infos = self._describe(ck)
-                self._infos = {i.name: i for i in infos}
+                self._infos_built: Optional[Dict[str, TensorInfo]] = None
+                self._describe(ck)
             self._tree, self._metadata = nested.unwrap(meta)
         except BaseException:
             self.close()
@@ -149,30 +149,52 @@ class Checkpoint:
 
     def __repr__(self) -> str:
         return "<libckpt.Checkpoint step=%d %d tensors%s>" % (
-            self.step, len(self._infos), " closed" if self.closed else "")
+            self.step, len(self._names), " closed" if self.closed else "")
 
     # -- describing
 
-    def _describe(self, ck: Any) -> List[TensorInfo]:
-        """Every tensor's TensorInfo (and its dtype code in _codes), asked
-        of the library in one call where it can."""
+    def _describe(self, ck: Any) -> None:
+        """Every tensor's description as columns (_names, _codes, _shapes,
+        _sizes, _stored, _chunks, and _at: name -> index), asked of the
+        library in one call where it can.  The TensorInfo objects are made
+        when first asked for (_infos): reading a whole state of 16,000
+        tensors needs only the columns."""
         n = C.ckpt_checkpoint_tensor_count(ck)
         if not ffi.HAVE_CHECKPOINT_TENSORS or n == 0:
             c = ffi.ckpt_tensor_info()  # one buffer, refilled per tensor
-            return [self._info(ck, i, c) for i in range(n)]
-        arr = (ffi.ckpt_tensor_info * n)()
-        C.ckpt_checkpoint_tensors(ck, 0, n, arr)
-        rec = np.frombuffer(arr, _INFO_RECORD)  # column by column
-        names = [ctypes.string_at(p).decode("utf-8")
-                 for p in rec["name"].tolist()]
-        codes = rec["dtype"].tolist()
-        self._codes = dict(zip(names, codes))
-        return [TensorInfo(name, _tensors.dtype_name(code), tuple(dims[:nd]),
-                           size, stored, chunks)
-                for name, code, nd, dims, size, stored, chunks in zip(
-                    names, codes, rec["ndim"].tolist(),
-                    rec["shape"].tolist(), rec["bytes"].tolist(),
-                    rec["stored_bytes"].tolist(), rec["chunks"].tolist())]
+            infos = [self._info(ck, i, c) for i in range(n)]
+            self._names = [i.name for i in infos]
+            self._shapes = [i.shape for i in infos]
+            self._sizes = [i.bytes for i in infos]
+            self._stored = [i.stored_bytes for i in infos]
+            self._chunks = [i.chunks for i in infos]
+        else:
+            arr = (ffi.ckpt_tensor_info * n)()
+            C.ckpt_checkpoint_tensors(ck, 0, n, arr)
+            rec = np.frombuffer(arr, _INFO_RECORD)  # column by column
+            self._names = [ctypes.string_at(p).decode("utf-8")
+                           for p in rec["name"].tolist()]
+            self._codes = dict(zip(self._names, rec["dtype"].tolist()))
+            self._shapes = list(map(tuple, map(list.__getitem__,
+                                               rec["shape"].tolist(),
+                                               map(slice, rec["ndim"].tolist()))))
+            self._sizes = rec["bytes"].tolist()
+            self._stored = rec["stored_bytes"].tolist()
+            self._chunks = rec["chunks"].tolist()
+        self._at = dict(zip(self._names, range(n)))
+
+    @property
+    def _infos(self) -> Dict[str, TensorInfo]:
+        """{name: TensorInfo} in saved order, made on first use."""
+        if self._infos_built is None:
+            codes, name_of = self._codes, _tensors.dtype_name
+            self._infos_built = {
+                name: TensorInfo(name, name_of(codes[name]), shape, size,
+                                 stored, chunks)
+                for name, shape, size, stored, chunks in zip(
+                    self._names, self._shapes, self._sizes, self._stored,
+                    self._chunks)}
+        return self._infos_built
 
     def _info(self, ck: Any, i: int, c: Any) -> TensorInfo:
         C.ckpt_checkpoint_tensor(ck, i, _byref(c))
@@ -184,16 +206,16 @@ class Checkpoint:
 
     def keys(self) -> List[str]:
         """The tensor names, in the order they were saved."""
-        return list(self._infos)
+        return list(self._names)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.keys())
 
     def __len__(self) -> int:
-        return len(self._infos)
+        return len(self._names)
 
     def __contains__(self, name: object) -> bool:
-        return name in self._infos
+        return name in self._at
 
     def tensors(self) -> List[TensorInfo]:
         """Every tensor's name, dtype, shape and sizes, without reading."""
@@ -235,7 +257,7 @@ class Checkpoint:
         """Read several tensors into {name: tensor}: those named, or those
         whose name starts with `prefix` (``"model."``), or all."""
         if names is None:
-            names = [n for n in self._infos
+            names = [n for n in self._names
                      if prefix is None or n.startswith(prefix)]
         elif prefix is not None:
             raise ValueError("give names or prefix, not both")
@@ -268,41 +290,54 @@ class Checkpoint:
         if not ffi.HAVE_CHECKPOINT_RESTORE:
             with self._h.use() as ck:
                 return self._rebuild(self._reader(ck))
-        infos, codes = self._infos, self._codes
+        codes, at = self._codes, self._at
+        shapes, sizes = self._shapes, self._sizes
         framework = self.framework
         # "auto": each tensor as the tree says it was saved (_auto_kind)
         pt_codes = _torch_codes(codes.values(), framework)
-        targets: List[Any] = []  # (description, output, kind)
+        make = _Makers()
+        # one entry per tensor read, column by column
+        names: List[str] = []
+        outs: List[Any] = []
+        kinds: List[bool] = []  # torch tensor (True) or NumPy array
 
         def leaf(name: str, origin: str, _path: Any) -> Any:
-            info = infos.get(name)
-            if info is None:
-                info = self.info(name)  # raises NotFoundError
-            kind = framework
-            if kind == "auto":
-                kind = ("pt" if origin == "pt" and codes[name] in pt_codes
-                        else "np")
-            out, ptr = _allocate(info, codes[name], kind)
-            targets.append((_tensors.Tensor(
-                name, ptr, info.bytes, codes[name], info.shape,
-                ffi.CKPT_MEM_HOST, None, out), kind))
+            i = at.get(name)
+            if i is None:
+                self.info(name)  # raises NotFoundError
+            code = codes[name]
+            pt = (framework == "pt" or framework == "auto"
+                  and origin == "pt" and code in pt_codes)
+            new = make.get(code, pt)
+            if new is None:  # refused, or a width that differs: as ever
+                out = _allocate(self.info(name), code, "pt" if pt else "np")[0]
+            else:
+                out = new(shapes[i])
+            names.append(name)
+            outs.append(out)
+            kinds.append(pt)
             return out
         state = self._rebuild(leaf)
-        described = [t for t, _ in targets]
-        if len({t.name for t in described}) != len(described):
+        if len(set(names)) != len(names):
             with self._h.use() as ck:  # ckpt_checkpoint_restore refuses
                 return self._rebuild(self._reader(ck))
-        arr, keep = _tensors.c_array(described)
+        rows = [at[name] for name in names]
+        ptrs = [o.data_ptr() if pt else o.ctypes.data
+                for o, pt in zip(outs, kinds)]
+        arr, keep = _tensors._c_array_columns(
+            names, ptrs, [sizes[i] for i in rows], [codes[n] for n in names],
+            [shapes[i] for i in rows],
+            np.full(len(names), ffi.CKPT_MEM_HOST, np.int32), outs)
         with self._h.use() as ck:
-            C.ckpt_checkpoint_restore(ck, arr, len(described), None)
+            C.ckpt_checkpoint_restore(ck, arr, len(names), None)
         del keep
-        self._read_every = len(described) == len(infos)  # names are unique
-        if self.device is None or not any(k == "pt" for _, k in targets):
+        self._read_every = len(names) == len(self._names)  # names are unique
+        if self.device is None or not any(kinds):
             return state
         # Moved to the device once read: the same tree again, its leaves
         # in the same order.
-        moved = iter([t.owner.to(self.device) if k == "pt" else t.owner
-                      for t, k in targets])
+        moved = iter([o.to(self.device) if pt else o
+                      for o, pt in zip(outs, kinds)])
         return self._rebuild(lambda name, origin, p: next(moved))
 
     def _reader(self, ck: Any) -> Any:
@@ -389,6 +424,40 @@ def _auto_kind(saved_from: str, code: int, torch_ok: bool) -> str:
     if _tensors.torch_dtype(code, sys.modules["torch"]) is None:
         return "np"
     return "pt"
+
+
+class _Makers:
+    """For a whole-state read: per (dtype code, torch or not), a function
+    of a shape giving an empty host tensor of that dtype, or None where
+    _allocate must decide (torch lacks the dtype, or its element size is
+    not the library's: _allocate then says what is wrong)."""
+
+    def __init__(self) -> None:
+        self._made: Dict[Tuple[int, bool], Any] = {}
+
+    def get(self, code: int, pt: bool) -> Any:
+        key = (code, pt)
+        if key not in self._made:
+            self._made[key] = self._maker(code, pt)
+        return self._made[key]
+
+    @staticmethod
+    def _maker(code: int, pt: bool) -> Any:
+        size = C.ckpt_dtype_size(code)
+        if pt:
+            import torch
+            tdt = _tensors.torch_dtype(code, torch)
+            if tdt is None or torch.empty(0, dtype=tdt).element_size() != size:
+                return None
+            empty = torch.empty
+            return lambda shape: empty(shape, dtype=tdt)
+        try:
+            ndt = _tensors.numpy_dtype(code)
+        except InvalidArgumentError:
+            return None
+        if np.dtype(ndt).itemsize != size:
+            return None
+        return lambda shape: np.empty(shape, ndt)
 
 
 def _allocate(info: TensorInfo, code: int, kind: str) -> Tuple[Any, int]:

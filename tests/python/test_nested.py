@@ -482,6 +482,8 @@ def _row_states(torch):
         "nested": {"d": {"w": t}}, "ordered": collections.OrderedDict(w=t),
         "empty": {}, "enum": {"n": struct.calcsize.__class__},
         0: {"w": t}, 1: {"w": t},
+        "ints": list(range(-3, 40)), "int tuple": (7, 2**63 - 1, -2**63),
+        "huge ints": [1, 2**64], "bools": [1, True], "no ints": [],
     }
     del odd_rows["enum"]
     return [{"model": model.state_dict(), "optim": adam.state_dict(), "epoch": 2},
@@ -495,8 +497,9 @@ def _flat_view(flat):
 
 def test_rows_take_the_quick_route_with_the_same_result(monkeypatch):
     """_encode_row (rows of tensors or plain scalars, by the thousand in
-    an optimizer's state) gives the tree, tensors, paths, plain values and
-    version of the general route, and hands every other row on to it."""
+    an optimizer's state) and _encode_ints (lists of ints, its parameter
+    indices) give the tree, tensors, paths, plain values and version of
+    the general route, and hand everything else on to it."""
     torch = pytest.importorskip("torch")
     states = _row_states(torch)
     taken = []
@@ -513,6 +516,20 @@ def test_rows_take_the_quick_route_with_the_same_result(monkeypatch):
     # take it; the odd rows are handed on
     assert 12 <= sum(taken) < len(taken), (sum(taken), len(taken))
     monkeypatch.setattr(nested, "_encode_row", lambda *a: None)
+    ints = []
+    real_ints = nested._encode_ints
+
+    def counted_ints(*args):
+        items = real_ints(*args)
+        ints.append(items is not None)
+        return items
+
+    monkeypatch.setattr(nested, "_encode_ints", counted_ints)
+    assert [_flat_view(nested.flatten(s)) for s in states] == quick
+    # the optimizer's "params"; "ints" and "int tuple", twice (odd_rows
+    # is in the last state as well)
+    assert sum(ints) == 1 + 2 * 2 and len(ints) > sum(ints)
+    monkeypatch.setattr(nested, "_encode_ints", lambda *a: None)
     general = [_flat_view(nested.flatten(s)) for s in states]
     assert quick == general
 

@@ -449,6 +449,9 @@ def _encode(obj: Any, path: Path, flat: Flat, name: str) -> Any:
                                     "tensors" % path_str(path))
                 flat.version = max(flat.version, side.version)
             return node
+        items = _encode_ints(obj, path, flat)
+        if items is not None:
+            return {"tuple" if isinstance(obj, tuple) else "list": items}
         prefix = name + "." if path else ""
         items = [_encode(v, path + (i,), flat, prefix + str(i))
                  for i, v in enumerate(obj)]
@@ -495,6 +498,19 @@ def _encode_items(obj: Any, path: Path, flat: Flat, prefix: str) -> list:
             node = _encode(v, sub, flat, name)
         pairs.append([key, node])
     return pairs
+
+
+def _encode_ints(seq: Any, path: Path, flat: Flat) -> Optional[list]:
+    """The items of a non-empty list or tuple of ints that all encode as
+    themselves (an optimizer's parameter indices, by the thousand),
+    registered as plain values with no call per item; None for any other
+    sequence (the general route)."""
+    if not seq or set(map(type, seq)) != {int} or \
+            not _INT64[0] <= min(seq) <= max(seq) <= _INT64[1]:
+        return None
+    items = list(seq)
+    flat.plain.update(zip([path + (i,) for i in range(len(items))], items))
+    return items
 
 
 # The value types a row of plain scalars may hold for _encode_row: those

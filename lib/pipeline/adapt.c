@@ -2,7 +2,9 @@
 #include "adapt.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "error.h"
@@ -141,6 +143,34 @@ void adapt_record(adapt *a, const adapt_ticket *t, size_t stored, double encode_
     }
     if (stored > 0)
         rate_add(&a->write, write_s / stored);
+    pthread_mutex_unlock(&a->lock);
+}
+
+static void describe_rate(char *buf, size_t n, const char *name, const rate *r)
+{
+    double v = rate_get(r);
+    size_t used = strlen(buf);
+    if (used + 1 >= n)
+        return;
+    if (v < 0)
+        snprintf(buf + used, n - used, "%s%s -", used ? ", " : "", name);
+    else
+        snprintf(buf + used, n - used, "%s%s %.3g", used ? ", " : "", name, v * 1e9);
+}
+
+void adapt_describe(adapt *a, char *buf, size_t n)
+{
+    if (!n)
+        return;
+    buf[0] = '\0';
+    pthread_mutex_lock(&a->lock);
+    describe_rate(buf, n, "zstd", &a->zstd);
+    describe_rate(buf, n, "hash", &a->hash);
+    describe_rate(buf, n, "write", &a->write);
+    describe_rate(buf, n, "disk", &a->disk);
+    size_t used = strlen(buf);
+    if (used + 1 < n)
+        snprintf(buf + used, n - used, " ns/B; ratio %.3f", a->ratio);
     pthread_mutex_unlock(&a->lock);
 }
 

@@ -49,6 +49,10 @@ void adapt_choose(adapt *a, size_t n, adapt_ticket *t);
 void adapt_record(adapt *a, const adapt_ticket *t, size_t stored, double encode_s,
                   double write_s);
 
+/* The rates learnt so far, in words (nanoseconds per byte; "-" where not
+ * measured yet), into `buf` of `n` bytes: for messages and tests. */
+void adapt_describe(adapt *a, char *buf, size_t n);
+
 /* The persist thread: until every job of `g` has run, write the frames
  * written so far back to the disk (when `writeback`; the save fsyncs) and
  * time it, which is how the disk's rate is known.  Returns

@@ -285,8 +285,9 @@ typedef struct ckpt_checkpoint ckpt_checkpoint; /* see "checkpoint" below */
 /* Compress every chunk (zstd at `level`, stored raw only where that would
  * not shrink it): the smallest files.  Without it each chunk is compressed
  * or stored raw, whichever lets the save commit sooner from the rates
- * measured so far (the cores' and the disk's): slow storage gets every
- * chunk compressed, storage faster than the cores gets some raw. */
+ * measured so far (the cores' and the disk's; zstd's rate and ratio on a
+ * sample of each save's first chunks): slow storage gets every chunk
+ * compressed, storage faster than the cores gets some or all raw. */
 #define CKPT_OPEN_COMPRESS_ALL 0x10u
 
 /**

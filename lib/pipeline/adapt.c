@@ -55,7 +55,7 @@ struct adapt {
     /* The save in flight: projected-then-measured totals. */
     double work_s;        /* worker seconds */
     double stored;        /* stored bytes */
-    int probes;           /* chunks compressed to measure zstd this save */
+    int probes;           /* samples taken to measure zstd this save */
 };
 
 int adapt_create(adapt **out, int workers, int compress_all)
@@ -106,11 +106,10 @@ void adapt_choose(adapt *a, size_t n, adapt_ticket *t)
     double zw = n * (known(z) + r * wr), zs = r * n;                 /* compressed */
     double rw = n * (known(rate_get(&a->hash)) + wr), rs = (double)n; /* raw */
     int compress;
-    if (a->compress_all || z < 0 || a->probes < a->workers) {
-        /* Forced, or zstd's rate on this save's data is not known yet: each
-         * worker compresses its first chunk of every save to measure it. */
+    if (a->compress_all || z < 0 || rate_get(&a->write) < 0) {
+        /* Forced, or a rate never measured yet (the first chunks a store
+         * saves): compress, as slow storage wants, and measure. */
         compress = 1;
-        a->probes++;
     } else {
         double tz = max2((a->work_s + zw) / W, (a->stored + zs) * disk);
         double tr = max2((a->work_s + rw) / W, (a->stored + rs) * disk);
@@ -125,6 +124,26 @@ void adapt_choose(adapt *a, size_t n, adapt_ticket *t)
 static void average(double *avg, double sample)
 {
     *avg = *avg < 0 ? sample : (1 - ALPHA) * *avg + ALPHA * sample;
+}
+
+int adapt_probe_wanted(adapt *a)
+{
+    pthread_mutex_lock(&a->lock);
+    int wanted = !a->compress_all && a->probes < a->workers;
+    a->probes += wanted;
+    pthread_mutex_unlock(&a->lock);
+    return wanted;
+}
+
+void adapt_record_probe(adapt *a, size_t n, size_t stored, double secs)
+{
+    if (n == 0)
+        return;
+    pthread_mutex_lock(&a->lock);
+    rate_add(&a->zstd, secs / (double)n);
+    average(&a->ratio, (double)stored / (double)n);
+    a->work_s += secs;
+    pthread_mutex_unlock(&a->lock);
 }
 
 void adapt_record(adapt *a, const adapt_ticket *t, size_t stored, double encode_s,

@@ -9,7 +9,8 @@
  * byte written back; the compression ratio), each chunk takes the choice
  * that keeps the projected finish, max(worker time / workers, disk time),
  * lowest, compressing on a tie: on slow storage every chunk is compressed,
- * on storage faster than the cores some go raw.  A chunk that would not
+ * on storage faster than the cores some go raw.  zstd's rate and ratio are
+ * measured on a sample at the start of every save (adapt_probe_wanted).  A chunk that would not
  * shrink is stored raw either way (codec_encode).
  *
  * One per store: rates learnt in one save carry to the next.  Thread-safe
@@ -33,6 +34,17 @@ void adapt_free(adapt *a); /* NULL is fine */
 
 /* A save starts: its totals start from zero (the rates stay). */
 void adapt_save_begin(adapt *a);
+/* Whether the calling worker is to measure zstd before its next choice:
+ * yes for the first `workers` calls of a save (each worker's first chunk),
+ * unless every chunk is compressed anyway (compress_all).  The worker then
+ * compresses a sample of the chunk, discards the output and reports it
+ * with adapt_record_probe: zstd's rate and ratio follow the data from save
+ * to save at a fraction of a chunk's cost, and no chunk is compressed only
+ * to be measured. */
+int adapt_probe_wanted(adapt *a);
+/* A sample of n raw bytes compressed to `stored` bytes in `secs` worker
+ * seconds (counted in the save's worker time). */
+void adapt_record_probe(adapt *a, size_t n, size_t stored, double secs);
 /* One chunk's choice and the cost projected for it. */
 typedef struct adapt_ticket {
     int compress;     /* 1: compress the chunk; 0: store it raw */

@@ -93,6 +93,31 @@ void save_drain(ckpt_store *st)
 #define BATCH_BYTES ((size_t)256 << 10)
 #define BATCH_MAX 256
 
+/* Bytes of a batch compressed to measure zstd when adapt asks (a 16th of a
+ * default chunk: long enough to time, short enough to cost little). */
+#define PROBE_BYTES (256u << 10)
+
+/* Compress up to PROBE_BYTES of the batch's first bytes, discard the output
+ * and report its rate and ratio to adapt.  A failure (no memory for the
+ * codec's buffers) leaves no sample: the choice is made without it. */
+static void probe_zstd(ckpt_store *st, worker_ctx *w, const encode_job *jobs, size_t count)
+{
+    size_t done = 0, stored = 0;
+    double t0 = util_now();
+    for (size_t i = 0; i < count && done < PROBE_BYTES; i++) {
+        size_t n = jobs[i].n < PROBE_BYTES - done ? jobs[i].n : PROBE_BYTES - done;
+        if (jobs[i].elem > 1 && n >= jobs[i].elem)
+            n -= n % jobs[i].elem; /* whole elements, shuffled as the chunk's */
+        const void *out;
+        chunk_meta meta;
+        if (n == 0 || codec_encode(w->codec, jobs[i].src, n, jobs[i].elem, &out, &meta))
+            continue;
+        done += n;
+        stored += (size_t)meta.stored_len;
+    }
+    adapt_record_probe(st->adapt, done, stored, util_now() - t0);
+}
+
 /* Runs the `batch` jobs starting at `arg`. */
 static int encode_job_run(void *arg, int worker)
 {
@@ -115,6 +140,8 @@ static int encode_job_run(void *arg, int worker)
     size_t total = 0;
     worker_ctx *w = &st->workers[worker];
     adapt_ticket t;
+    if (adapt_probe_wanted(st->adapt))
+        probe_zstd(st, w, jobs, count);
     adapt_choose(st->adapt, raw, &t);
     double t0 = util_now();
     int rc = CKPT_OK;

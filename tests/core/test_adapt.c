@@ -134,8 +134,8 @@ Test(adapt, fast_disk_gets_some_chunks_raw)
     tc_state s;
     weights(&s, 2);
     /* No fsync, no rate limit: the page cache takes bytes far faster than
-     * zstd makes them, so storing raw commits sooner; the first chunk of
-     * each worker is compressed to measure zstd on this data. */
+     * zstd makes them, so storing raw commits sooner; each worker measures
+     * zstd on a sample of its first chunk of every save. */
     const char *root = fast_root();
     ckpt_store *st = open_with(root, 0, NULL);
     tc_save_ok(st, 1, &s);
@@ -162,9 +162,19 @@ Test(adapt, fast_disk_gets_some_chunks_raw)
     }
     char rates[256];
     adapt_describe(st->adapt, rates, sizeof rates);
+    double z, h, w, r;
+    if (raw == 0 && sscanf(rates, "zstd %lf, hash %lf, write %lf, disk - ns/B; ratio %lf", &z,
+                           &h, &w, &r) == 4 && z + r * w <= h + w) {
+        /* The rates it measured say compressing was right: under this
+         * load, writes here really were slower than zstd. */
+        ckpt_store_free(st);
+        tc_state_free(&s);
+        cr_skip_test("writes were slower than zstd on this loaded machine (%s): every chunk "
+                     "was rightly compressed, nothing to check", rates);
+    }
     cr_assert_gt(raw, 0, "every chunk of %lld saves compressed though the disk (%s) is "
                  "faster (rates: %s):%s", (long long)step - 1, root, rates, seen);
-    cr_assert_gt(zstd, 0, "no chunk compressed: zstd's rate was never measured:%s", seen);
+    cr_assert_null(strstr(rates, "zstd -"), "zstd's rate was never measured: %s", rates);
     tc_restore_check(st, step - 1, &s);
     tc_restore_check(st, step, &s);
 
@@ -287,13 +297,16 @@ Test(adapt, stored_verification_reads_frames_back)
 
 /* Chunks chosen and recorded with the given costs, seconds per byte:
  * zstd (encode), hash (raw encode), write per stored byte; compressed
- * chunks store `ratio` of their bytes.  Returns how many were compressed. */
+ * chunks store `ratio` of their bytes; the probes adapt asks for measure
+ * zstd on a 16th of a chunk.  Returns how many were compressed. */
 static unsigned run_chunks(adapt *a, unsigned count, double zstd, double hash, double write,
                            double ratio)
 {
     unsigned compressed = 0;
     for (unsigned i = 0; i < count; i++) {
         adapt_ticket t;
+        if (adapt_probe_wanted(a))
+            adapt_record_probe(a, N / 16, (size_t)(N / 16 * ratio), zstd * (N / 16));
         adapt_choose(a, N, &t);
         size_t stored = t.compress ? (size_t)(N * ratio) : N;
         adapt_record(a, &t, stored, (t.compress ? zstd : hash) * N, write * (double)stored);
@@ -307,11 +320,14 @@ Test(adapt_decision, writes_faster_than_zstd_store_raw_after_the_probes)
     adapt *a = NULL;
     cr_assert_eq(adapt_create(&a, 2, 0), CKPT_OK);
     adapt_save_begin(a);
-    /* zstd 1.5 ns/B saving 15% against a page cache taking 0.3 ns/B: only
-     * the two probes (one per worker) are compressed. */
-    cr_assert_eq(run_chunks(a, 24, 1.5e-9, 0.1e-9, 0.3e-9, 0.85), 2);
-    adapt_save_begin(a); /* the next save probes again, then goes raw */
-    cr_assert_eq(run_chunks(a, 24, 1.5e-9, 0.1e-9, 0.3e-9, 0.85), 2);
+    /* zstd 1.5 ns/B saving 15% against a page cache taking 0.3 ns/B: the
+     * first chunk, before any write was timed, is compressed; then none. */
+    cr_assert_eq(run_chunks(a, 24, 1.5e-9, 0.1e-9, 0.3e-9, 0.85), 1);
+    adapt_save_begin(a); /* the next save measures zstd on samples only */
+    cr_assert_eq(run_chunks(a, 24, 1.5e-9, 0.1e-9, 0.3e-9, 0.85), 0);
+    char text[256];
+    adapt_describe(a, text, sizeof text);
+    cr_assert(strstr(text, "zstd 1.5,"), "%s", text);
     adapt_free(a);
 }
 
@@ -330,7 +346,7 @@ Test(adapt_decision, one_slow_write_does_not_flip_the_choice)
     adapt *a = NULL;
     cr_assert_eq(adapt_create(&a, 2, 0), CKPT_OK);
     adapt_save_begin(a);
-    cr_assert_eq(run_chunks(a, 8, 1.5e-9, 0.1e-9, 0.3e-9, 0.85), 2);
+    cr_assert_eq(run_chunks(a, 8, 1.5e-9, 0.1e-9, 0.3e-9, 0.85), 1);
     /* A preempted pwrite: 100x slower, once.  The rate is the fastest of
      * the recent samples, so the chunks after it still go raw. */
     cr_assert_eq(run_chunks(a, 1, 1.5e-9, 0.1e-9, 30e-9, 0.85), 0);
@@ -355,7 +371,7 @@ Test(adapt_decision, describe_names_the_rates_learnt)
     adapt_describe(a, text, sizeof text);
     cr_assert_str_eq(text, "zstd -, hash -, write -, disk - ns/B; ratio -1.000");
     adapt_save_begin(a);
-    cr_assert_eq(run_chunks(a, 24, 1.5e-9, 0.1e-9, 0.3e-9, 0.85), 2);
+    cr_assert_eq(run_chunks(a, 24, 1.5e-9, 0.1e-9, 0.3e-9, 0.85), 1);
     adapt_describe(a, text, sizeof text);
     cr_assert_str_eq(text, "zstd 1.5, hash 0.1, write 0.3, disk - ns/B; ratio 0.850", "%s",
                      text);

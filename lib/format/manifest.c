@@ -122,45 +122,31 @@ static json_t *build(const manifest *m)
     return root;
 }
 
-/* `body` with the root's empty tensors array replaced by `tensors`. */
-static char *splice_tensors(char *body, const char *tensors)
+/* `body` with its first `line` (a member of the root on one line, ending in
+ * a placeholder value of `old_len` bytes) given `value` instead.  `body`
+ * and `value` are freed; NULL when either is NULL, when out of memory, or
+ * (never for jansson's printing) when the line is missing.
+ *
+ * The line is the root's member: a raw line feed occurs in JSON text only
+ * between tokens, and two spaces in is the root's level.  "save" holds no
+ * array and the metadata is spliced before the tensors, so neither can
+ * show another such line first. */
+static char *splice_member(char *body, const char *line, size_t old_len, char *value)
 {
-    /* The root's keys come in a fixed order and "save" holds no array, so
-     * the first such line is the root's, before env and metadata. */
-    static const char key[] = "\n  \"tensors\": []";
-    char *at = strstr(body, key);
-    if (!at)
-        return NULL;
-    size_t head = (size_t)(at - body) + sizeof key - 3; /* up to the '[' */
-    const char *rest = at + sizeof key - 1;
-    size_t tlen = strlen(tensors), rlen = strlen(rest);
-    char *out = malloc(head + tlen + rlen + 1);
-    if (!out)
-        return NULL;
-    memcpy(out, body, head);
-    memcpy(out + head, tensors, tlen);
-    memcpy(out + head + tlen, rest, rlen + 1);
-    return out;
-}
-
-/* `body` with the root's "metadata": null replaced by `value`. */
-static char *splice_metadata(char *body, const char *value)
-{
-    /* A raw line feed occurs in JSON text only between tokens, so this
-     * line (two spaces in: a member of the root) is the root's member. */
-    static const char key[] = "\n  \"metadata\": null";
-    char *at = strstr(body, key);
-    if (!at)
-        return NULL;
-    size_t head = (size_t)(at - body) + sizeof key - 5; /* up to "null" */
-    const char *rest = at + sizeof key - 1;
-    size_t vlen = strlen(value), rlen = strlen(rest);
-    char *out = malloc(head + vlen + rlen + 1);
-    if (!out)
-        return NULL;
-    memcpy(out, body, head);
-    memcpy(out + head, value, vlen);
-    memcpy(out + head + vlen, rest, rlen + 1);
+    char *out = NULL, *at = body && value ? strstr(body, line) : NULL;
+    if (at) {
+        size_t llen = strlen(line), head = (size_t)(at - body) + llen - old_len;
+        const char *rest = at + llen;
+        size_t vlen = strlen(value), rlen = strlen(rest);
+        out = malloc(head + vlen + rlen + 1);
+        if (out) {
+            memcpy(out, body, head);
+            memcpy(out + head, value, vlen);
+            memcpy(out + head + vlen, rest, rlen + 1);
+        }
+    }
+    free(body);
+    free(value);
     return out;
 }
 
@@ -172,21 +158,14 @@ int manifest_encode(const manifest *m, char **text, size_t *len)
     /* The caller's metadata on one line: a Python state's structure is
      * tens of thousands of small nodes, which indented would make the
      * manifest several times larger and slower to write, read and parse. */
-    if (body && m->metadata && !json_is_null(m->metadata)) {
-        char *value = jsontext_dumps(m->metadata, JSON_ENCODE_ANY | JSON_COMPACT |
-                                                      JSON_PRESERVE_ORDER);
-        char *whole = value ? splice_metadata(body, value) : NULL;
-        free(value);
-        free(body);
-        body = whole;
-    }
-    if (body && m->ntensors) {
-        char *tensors = mtensors_text(m->tensors, m->ntensors);
-        char *whole = tensors ? splice_tensors(body, tensors) : NULL;
-        free(tensors);
-        free(body);
-        body = whole;
-    }
+    if (body && m->metadata && !json_is_null(m->metadata))
+        body = splice_member(body, "\n  \"metadata\": null", 4,
+                             jsontext_dumps(m->metadata, JSON_ENCODE_ANY | JSON_COMPACT |
+                                                             JSON_PRESERVE_ORDER));
+    /* The tensors array is printed by hand (mtensors.h says why). */
+    if (body && m->ntensors)
+        body = splice_member(body, "\n  \"tensors\": []", 2,
+                             mtensors_text(m->tensors, m->ntensors));
     if (!body)
         return ckpt_seterr(CKPT_ENOMEM, "cannot encode the manifest of step %lld",
                            (long long)m->step);

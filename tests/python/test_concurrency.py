@@ -99,7 +99,9 @@ def test_ctypes_releases_the_gil_during_blocking_calls(root):
             ticks.append(time.monotonic())
             time.sleep(0.001)
 
-    with open_store(root) as store:
+    # Every chunk compressed: zstd over 64 MiB keeps the wait long enough
+    # to watch (stored raw, a save into the page cache is over too soon).
+    with open_store(root, compress_all=True) as store:
         h = store.save(1, {"x": a})
         t = threading.Thread(target=ticker)
         t.start()
@@ -132,8 +134,8 @@ def test_handles_dropped_without_wait_still_commit(root):
 
 
 def test_dropping_a_handle_does_not_wait_for_the_save(root):
-    big = RNG.standard_normal(8 << 20)  # 64 MiB: persisting takes a while
-    with open_store(root) as store:
+    big = RNG.standard_normal(8 << 20)  # 64 MiB, all compressed: a while
+    with open_store(root, compress_all=True) as store:
         store.save(1, {"x": big})  # dropped unfinished: adopted, not waited
         if not store._orphans:
             pytest.skip("the save finished before its handle was dropped")

@@ -495,6 +495,21 @@ def _flat_view(flat):
             list(flat.plain.items()), flat.version)
 
 
+def _count_quick(monkeypatch, name):
+    """Wrap nested.<name>, a quick route that returns None to hand a value
+    on, so that each call records whether it took the value."""
+    taken = []
+    real = getattr(nested, name)
+
+    def counted(*args):
+        out = real(*args)
+        taken.append(out is not None)
+        return out
+
+    monkeypatch.setattr(nested, name, counted)
+    return taken
+
+
 def test_rows_take_the_quick_route_with_the_same_result(monkeypatch):
     """_encode_row (rows of tensors or plain scalars, by the thousand in
     an optimizer's state) and _encode_ints (lists of ints, its parameter
@@ -502,29 +517,13 @@ def test_rows_take_the_quick_route_with_the_same_result(monkeypatch):
     the general route, and hand everything else on to it."""
     torch = pytest.importorskip("torch")
     states = _row_states(torch)
-    taken = []
-    real = nested._encode_row
-
-    def counted(*args):
-        node = real(*args)
-        taken.append(node is not None)
-        return node
-
-    monkeypatch.setattr(nested, "_encode_row", counted)
+    taken = _count_quick(monkeypatch, "_encode_row")
     quick = [_flat_view(nested.flatten(s)) for s in states]
     # the optimizer's rows, the module versions, "ok", "plain", 0 and 1
     # take it; the odd rows are handed on
     assert 12 <= sum(taken) < len(taken), (sum(taken), len(taken))
     monkeypatch.setattr(nested, "_encode_row", lambda *a: None)
-    ints = []
-    real_ints = nested._encode_ints
-
-    def counted_ints(*args):
-        items = real_ints(*args)
-        ints.append(items is not None)
-        return items
-
-    monkeypatch.setattr(nested, "_encode_ints", counted_ints)
+    ints = _count_quick(monkeypatch, "_encode_ints")
     assert [_flat_view(nested.flatten(s)) for s in states] == quick
     # the optimizer's "params"; "ints" and "int tuple", twice (odd_rows
     # is in the last state as well)

@@ -57,6 +57,20 @@ static void to_bf16(const float *src, uint16_t *dst, size_t n)
     }
 }
 
+/* write(2) and read(2) move at most about 2 GiB per call: loop. */
+static int io_all(int fd, void *buf, size_t n, int writing)
+{
+    unsigned char *p = buf;
+    while (n > 0) {
+        ssize_t k = writing ? write(fd, p, n) : read(fd, p, n);
+        if (k <= 0)
+            return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
 static int die(const char *what)
 {
     fprintf(stderr, "bench_host: %s: %s\n", what, ckpt_error_last());
@@ -115,8 +129,7 @@ int main(int argc, char **argv)
             return die("settle");
         t0 = now();
         int fd = open(raw, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd < 0 || write(fd, w, n32 * 4) != (ssize_t)(n32 * 4) ||
-            write(fd, h, n16 * 2) != (ssize_t)(n16 * 2) || fsync(fd) != 0)
+        if (fd < 0 || io_all(fd, w, n32 * 4, 1) || io_all(fd, h, n16 * 2, 1) || fsync(fd) != 0)
             return 1;
         close(fd);
         double t_write = now() - t0;
@@ -138,8 +151,7 @@ int main(int argc, char **argv)
             return die("settle");
         t0 = now();
         fd = open(raw, O_RDONLY);
-        if (fd < 0 || read(fd, w, n32 * 4) != (ssize_t)(n32 * 4) ||
-            read(fd, h, n16 * 2) != (ssize_t)(n16 * 2))
+        if (fd < 0 || io_all(fd, w, n32 * 4, 0) || io_all(fd, h, n16 * 2, 0))
             return 1;
         close(fd);
         double t_read = now() - t0;

@@ -2,6 +2,7 @@
  * and every rule a reader enforces on an index, each tried exactly at its
  * bound (accepted) and one past it (refused). */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ckpt.h"
@@ -244,6 +245,24 @@ Test(shard, tiling_order_and_aliasing)
     ent[3].file_offset += 1;
     cr_assert_eq(check(), CKPT_ECORRUPT, "overlap out of file order");
     cr_assert(strstr(ckpt_error_last(), "overlap"), "%s", ckpt_error_last());
+
+    /* runs of frames back to back (a batch each), the second run first in
+     * the file: disjoint passes; one byte of overlap between the runs is
+     * named by the two frames that share it, not by the runs */
+    valid_index();
+    uint64_t h = SHARD_HEADER_SIZE, s0 = ent[0].meta.stored_len, s2 = ent[2].meta.stored_len;
+    ent[2].file_offset = h;
+    ent[3].file_offset = h + s2;
+    ent[0].file_offset = h + s2 + 8;
+    ent[1].file_offset = h + s2 + 8 + s0;
+    cr_assert_eq(check(), CKPT_OK, "two disjoint runs out of file order: %s", ckpt_error_last());
+    ent[0].file_offset -= 1;
+    ent[1].file_offset -= 1;
+    cr_assert_eq(check(), CKPT_ECORRUPT, "two runs sharing a byte");
+    char want[128];
+    snprintf(want, sizeof want, "frames at file offsets %llu and %llu overlap",
+             (unsigned long long)(h + s2), (unsigned long long)(h + s2 + 7));
+    cr_assert(strstr(ckpt_error_last(), want), "%s (wanted: %s)", ckpt_error_last(), want);
 }
 
 Test(shard, file_name)

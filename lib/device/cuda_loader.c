@@ -85,6 +85,8 @@ static int resolve(void *h, cuda_api *a, char *why, size_t why_len)
      * all of them. */
     /* Optional (CUDA 10+): without it a capturing stream cannot be told. */
     *(void **)(&a->StreamIsCapturing) = dlsym(h, "cudaStreamIsCapturing");
+    *(void **)(&a->ThreadExchangeStreamCaptureMode) =
+        dlsym(h, "cudaThreadExchangeStreamCaptureMode");
     *(void **)(&a->GetDeviceProperties) = dlsym(h, "cudaGetDeviceProperties_v2");
     if (!a->GetDeviceProperties)
         *(void **)(&a->GetDeviceProperties) = dlsym(h, "cudaGetDeviceProperties");

@@ -89,6 +89,9 @@ typedef struct cuda_api {
     cu_err (*GetDeviceProperties)(void *prop, int dev);
     /* Optional: cudaStreamIsCapturing (status 0: not capturing). */
     cu_err (*StreamIsCapturing)(cu_stream s, int *status);
+    /* Optional (CUDA 10.1+): cudaThreadExchangeStreamCaptureMode; *mode is
+     * 0 global, 1 thread-local, 2 relaxed. */
+    cu_err (*ThreadExchangeStreamCaptureMode)(int *mode);
 
     const char *library; /* what was loaded ("libcudart.so.13", a path, or
                             "(in process)") */

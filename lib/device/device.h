@@ -67,7 +67,12 @@ int device_classify(device *dev, const void *ptr, ckpt_memory declared,
  * `mem` need only live during the call. */
 int device_snapshot_reserve(device *dev, const ckpt_tensor *t, const ckpt_memory *mem,
                             size_t count, int ordinal, int *staged);
-/* Order the copies that follow after all work enqueued on caller_stream. */
+/* CKPT_EINVAL, naming it, when caller_stream is capturing a CUDA graph (a
+ * save checks before allocating anything: pinned allocations during a
+ * capture would break it); CKPT_OK otherwise, and without CUDA. */
+int device_refuse_capture(device *dev, void *caller_stream);
+/* Order the copies that follow after all work enqueued on caller_stream
+ * (refusing a capturing one, as device_refuse_capture). */
 int device_snapshot_start(device *dev, void *caller_stream);
 /* Copy n bytes of device memory src into host memory dst, asynchronously on
  * the copy stream.  `tensor` names it in error messages. */

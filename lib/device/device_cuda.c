@@ -141,8 +141,19 @@ static int guard_enter_on(dcuda *cu, int dev, int *prev)
                                dev, errstr(cu, err, buf, sizeof buf));
         }
     }
-    if (pool_on_library_thread())
+    if (pool_on_library_thread()) {
         *prev = -1; /* stay bound */
+        /* Relaxed capture mode: by default a thread's waits, frees and
+         * pinned allocations are refused, and break the capture, while any
+         * other thread of the process captures a CUDA graph in global mode
+         * (torch.cuda.graph's default).  The library's threads never touch
+         * the application's streams, so the application may capture while
+         * a save persists or a restore reads. */
+        int mode = 2;
+        if (cu->api->ThreadExchangeStreamCaptureMode &&
+            cu->api->ThreadExchangeStreamCaptureMode(&mode) != CU_SUCCESS)
+            cu->api->GetLastError();
+    }
     return CKPT_OK;
 }
 
@@ -166,7 +177,10 @@ static void guard_leave(dcuda *cu, int prev)
     int cur;
     if (prev < 0 || cu->api->GetDevice(&cur) != CU_SUCCESS || cur == prev)
         return;
-    cu->api->SetDevice(prev);
+    /* A failure (exclusive-process mode) must not stay in the thread's
+     * last-error slot, where the application's next check would find it. */
+    if (cu->api->SetDevice(prev) != CU_SUCCESS)
+        cu->api->GetLastError();
 }
 
 static int grow(void **arr, size_t *cap, size_t need, size_t size)
@@ -619,11 +633,34 @@ done:
     return rc;
 }
 
+int dcuda_refuse_capture(dcuda *cu, void *stream)
+{
+    int capturing = 0;
+    if (!stream || !cu->api->StreamIsCapturing)
+        return CKPT_OK;
+    if (cu->api->StreamIsCapturing(stream, &capturing) != CU_SUCCESS) {
+        cu->api->GetLastError(); /* not told: EventRecord reports a bad stream */
+        return CKPT_OK;
+    }
+    if (!capturing)
+        return CKPT_OK;
+    /* Recording our start event there would pull the copy stream into the
+     * capture: the copies would be recorded into the application's graph
+     * instead of running, and its capture would fail unjoined. */
+    return ckpt_seterr(CKPT_EINVAL, "the CUDA stream %p given to the save is capturing a "
+                       "CUDA graph: a checkpoint cannot be part of a graph; save before "
+                       "cudaStreamBeginCapture or after cudaStreamEndCapture", stream);
+}
+
 int dcuda_snapshot_start(dcuda *cu, void *caller_stream)
 {
     char buf[256];
     pthread_mutex_lock(&cu->mu);
     flush_locked(cu); /* nothing should be left; never mix two snapshots */
+    /* Drains queued by a save whose batch was never made (it failed in
+     * between) would write that save's scratch into this one's buffer. */
+    cu->ndrains = 0;
+    cu->pending = 0;
     pthread_mutex_unlock(&cu->mu);
     shared_release(cu, cu->snap);
     cu->snap = NULL;
@@ -637,22 +674,11 @@ int dcuda_snapshot_start(dcuda *cu, void *caller_stream)
         return rc;
     const char *what = "cannot order the snapshot after the caller's CUDA stream";
     const char *name = "";
-    int capturing = 0;
-    cu_err err = CU_SUCCESS;
-    if (caller_stream && cu->api->StreamIsCapturing)
-        err = cu->api->StreamIsCapturing(caller_stream, &capturing);
-    if (err == CU_SUCCESS && capturing) {
-        /* Recording our start event there would pull the copy stream into
-         * the capture: the copies would be recorded into the application's
-         * graph instead of running, and its capture would fail unjoined. */
+    if ((rc = dcuda_refuse_capture(cu, caller_stream)) != CKPT_OK) {
         guard_leave(cu, prev);
-        return ckpt_seterr(CKPT_EINVAL, "the CUDA stream %p given to the save is "
-                           "capturing a CUDA graph: a checkpoint cannot be part of a "
-                           "graph; save before cudaStreamBeginCapture or after "
-                           "cudaStreamEndCapture", caller_stream);
+        return rc;
     }
-    if (err == CU_SUCCESS)
-        err = cu->api->EventRecord(cu->start, caller_stream);
+    cu_err err = cu->api->EventRecord(cu->start, caller_stream);
     if (err == CU_ERR_INVALID_HANDLE)
         what = "cannot order the snapshot after the caller's CUDA stream (it must "
                "belong to the device the tensors are on)";
@@ -885,7 +911,20 @@ int dcuda_event_wait(dcuda *cu, device_event *ev, int snapshot_only)
 int dcuda_fence(dcuda *cu, device_event *ev, void *stream)
 {
     shared_ev *s = ev->snap ? ev->snap : ev->data;
+    /* The legacy default stream (NULL or cudaStreamLegacy) and the
+     * per-thread stream are those of the calling thread's current device:
+     * the tensors' device must be current, or another device's stream
+     * would wait (legal, so no error) and the caller's next kernel on the
+     * tensors' device would race the snapshot copy. */
+    int prev = -1, implicit = (uintptr_t)stream <= 2;
+    if (implicit) {
+        int rc = guard_enter_on(cu, s->dev, &prev);
+        if (rc != CKPT_OK)
+            return rc;
+    }
     cu_err err = cu->api->StreamWaitEvent(stream, s->e, 0);
+    if (implicit)
+        guard_leave(cu, prev);
     if (err != CU_SUCCESS) {
         char buf[256];
         return ckpt_seterr(CKPT_EDEVICE, "cannot make CUDA stream %p wait for the "

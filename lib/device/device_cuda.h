@@ -29,6 +29,10 @@ void dcuda_host_free(dcuda *cu, void *ptr);
  * moves there first if it lives elsewhere. */
 int dcuda_snapshot_reserve(dcuda *cu, const ckpt_tensor *t, const ckpt_memory *mem,
                            size_t count, int ordinal, int *staged);
+/* CKPT_EINVAL, naming it, when `stream` (not NULL) is capturing a CUDA
+ * graph; CKPT_OK otherwise (or when the runtime cannot tell).  Makes no
+ * call a capture forbids, so it may run before anything else of a save. */
+int dcuda_refuse_capture(dcuda *cu, void *stream);
 int dcuda_snapshot_start(dcuda *cu, void *caller_stream);
 int dcuda_copy_d2h(dcuda *cu, void *dst, const void *src, size_t n, const char *tensor);
 

@@ -679,6 +679,8 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
     if (!rc)
         rc = save_device(t, mem, ord, count, &ordinal);
     free(ord);
+    if (!rc && any_device && opts) /* before any pinned allocation */
+        rc = device_refuse_capture(st->dev, opts->cuda_stream);
     if (!rc)
         rc = build_manifest(s, t, count, opts);
     if (!rc)
@@ -725,7 +727,8 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
         device_note(st->dev, "device snapshot mode used the host path: %llu copies "
                     "(separate device tensors) are too many to stage from the "
                     "training thread", (unsigned long long)runs);
-    if (!rc && any_device) /* staging nothing when `stage` is off */
+    int started = !rc && any_device; /* device copies may be queued from here on */
+    if (started) /* staging nothing when `stage` is off */
         rc = snapshot_start(s, t, stage ? count : 0, mem, ordinal,
                             opts ? opts->cuda_stream : NULL);
     if (!rc && any_device)
@@ -745,7 +748,11 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
     if (rc) {
         /* Let queued jobs finish before the arena and writer go away. */
         save_wait_jobs_idle(&s->group);
-        device_quiesce(st->dev); /* copies already enqueued write into the arena */
+        /* Copies already enqueued write into the arena.  None before the
+         * snapshot started: then no stream is synchronized (which, from a
+         * thread capturing a CUDA graph, would break its capture). */
+        if (started)
+            device_quiesce(st->dev);
         ckpt_error_state e;
         ckpt_error_capture(&e, rc);
         shard_writer_free(s->writer);

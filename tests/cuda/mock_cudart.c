@@ -71,6 +71,8 @@ struct mstream {
     int device;          /* the device current when it was created      */
     int capturing;       /* ops are captured into a graph, not run      */
     int invalidated;     /* origin: a forbidden call broke the capture  */
+    int capture_mode;    /* origin: cudaStreamCaptureMode given to Begin */
+    pthread_t capturer;  /* origin: the thread that began the capture    */
     struct mstream *origin; /* the stream whose capture this one joined */
     struct op *head, *tail;
     uint64_t enq, done;  /* operations queued / finished */
@@ -132,6 +134,7 @@ static unsigned g_queue_depth = 1024;     /* pending operations per stream */
 static mock_cuda_counters g_cnt;
 static __thread int t_device;
 static __thread int t_last_error;
+static __thread int t_capture_mode; /* cudaStreamCaptureModeGlobal (0) until exchanged */
 static __thread mock_cuda_thread_counters t_cnt;
 
 /* ------------------------------------------------------------ utilities */
@@ -185,6 +188,49 @@ static void touch_context(int dev)
         g_cnt.context_mask |= 1u << dev;
 }
 
+/* Calls a capture forbids ("potentially unsafe": they are not stream
+ * operations, so a graph would not replay them, or they wait on work). */
+static int capture_unsafe(const char *fn)
+{
+    static const char *const unsafe[] = {
+        "cudaMalloc", "cudaFree", "cudaHostAlloc", "cudaFreeHost", "cudaEventQuery",
+        "cudaEventSynchronize", "cudaStreamSynchronize", "cudaDeviceSynchronize",
+    };
+    for (size_t i = 0; i < sizeof unsafe / sizeof unsafe[0]; i++)
+        if (strcmp(fn, unsafe[i]) == 0)
+            return 1;
+    return 0;
+}
+
+/* g_mu held.  The runtime's capture interaction rules
+ * (cudaThreadExchangeStreamCaptureMode): a thread in global mode may not
+ * make an unsafe call while it has a capture of its own that is not
+ * relaxed, or while any other thread has one begun in global mode; in
+ * thread-local mode only its own captures count; relaxed threads may.  A
+ * forbidden call fails and invalidates the captures concerned. */
+static int capture_forbids(const char *fn)
+{
+    if (t_capture_mode == 2 || !capture_unsafe(fn))
+        return 0;
+    int hit = 0;
+    for (struct mstream *o = g_streams; o; o = o->next_all) {
+        if (!o->capturing || o->origin)
+            continue;
+        int mine = pthread_equal(o->capturer, pthread_self());
+        if ((mine && o->capture_mode != 2) ||
+            (!mine && t_capture_mode == 0 && o->capture_mode == 0)) {
+            o->invalidated = 1;
+            hit = 1;
+        }
+    }
+    if (hit)
+        g_cnt.capture_breaks++;
+    if (hit && getenv("MOCK_DEBUG_CAPTURE"))
+        fprintf(stderr, "mock: %s refused during a capture (thread mode %d)\n", fn,
+                t_capture_mode);
+    return hit ? cudaErrorStreamCaptureUnsupported : 0;
+}
+
 static int enter(const char *fn, int *async_err)
 {
     struct counted *c = counted_for(fn);
@@ -202,6 +248,9 @@ static int enter(const char *fn, int *async_err)
             return g_sticky;
         g_release_err = g_sticky;
     }
+    int forbidden = capture_forbids(fn);
+    if (forbidden)
+        return forbidden;
     for (int i = 0; i < MAX_FAULTS; i++) {
         struct fault *f = &g_faults[i];
         if (!f->active || strcmp(f->fn, fn) != 0)
@@ -1053,7 +1102,6 @@ struct mgraph {
 
 EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t s, int mode)
 {
-    (void)mode;
     ENTER("cudaStreamBeginCapture");
     if ((uintptr_t)s <= 2 || s->capturing) {
         pthread_mutex_unlock(&g_mu);
@@ -1062,6 +1110,8 @@ EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t s, int mode)
     s->capturing = 1;
     s->origin = NULL;
     s->invalidated = 0;
+    s->capture_mode = mode;
+    s->capturer = pthread_self();
     pthread_mutex_unlock(&g_mu);
     return cudaSuccess;
 }
@@ -1098,6 +1148,20 @@ EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *graph)
     }
     *graph = calloc(1, sizeof **graph);
     return *graph ? cudaSuccess : ret(cudaErrorMemoryAllocation);
+}
+
+/* Sets the calling thread's capture interaction mode to *mode (0 global,
+ * 1 thread-local, 2 relaxed) and returns the previous one in *mode. */
+EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(int *mode)
+{
+    ENTER("cudaThreadExchangeStreamCaptureMode");
+    pthread_mutex_unlock(&g_mu);
+    if (!mode || *mode < 0 || *mode > 2)
+        return ret(cudaErrorInvalidValue);
+    int prev = t_capture_mode;
+    t_capture_mode = *mode;
+    *mode = prev;
+    return cudaSuccess;
 }
 
 /* status: 0 none, 1 active, 2 invalidated (cudaStreamCaptureStatus). */

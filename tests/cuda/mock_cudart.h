@@ -57,6 +57,8 @@ typedef struct mock_cuda_counters {
     long cross_device_records; /* cudaEventRecord refused: event and stream
                                   on different devices                      */
     long captured_ops;       /* operations captured into a graph, not run  */
+    long capture_breaks;     /* calls refused (and captures invalidated) by
+                                the capture interaction mode rules */
 } mock_cuda_counters;
 
 /* Forget faults, the sticky error, errors streams have not reported yet and

@@ -415,3 +415,112 @@ Test(semantics, fallback_note_lands_in_its_own_manifest)
     M.Free(a);
     expect_no_leaks(&M);
 }
+
+static void zero_tensor(void *p)
+{
+    memset(p, 0, N);
+}
+
+/* ckpt_save_fence(save, NULL) makes the legacy stream of the tensors'
+ * device wait, whatever device the calling thread has current: a NULL
+ * stream is the current device's, and a real runtime lets another
+ * device's stream wait on the event without an error, leaving the
+ * application's next kernel on the tensors' device racing the copy. */
+static void fence_from(int current)
+{
+    M.set_device_count(2);
+    void *d = dmalloc_on(1, N);
+    pattern_fill(d, N, 50);
+    M.SetDevice(0);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0);
+    ckpt_tensor t = tensor("w", d, N, CKPT_MEM_DEVICE);
+    M.set_copy_delay_us(50000); /* the snapshot copy is still running */
+    ckpt_save *s;
+    cr_assert_eq(ckpt_save_begin(&s, st, 1, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    M.SetDevice(current);
+    cr_assert_eq(ckpt_save_fence(s, NULL), CKPT_OK, "%s", ckpt_error_last());
+    int cur = -1;
+    M.GetDevice(&cur);
+    cr_expect_eq(cur, current, "the fence left device %d current, not %d", cur, current);
+    /* the application's next work on GPU 1's legacy stream overwrites w */
+    M.SetDevice(1);
+    cr_assert_eq(M.LaunchHostFunc(NULL, (void (*)(void *))zero_tensor, d), 0);
+    cr_assert_eq(ckpt_save_wait(s), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_save_free(s);
+    M.set_copy_delay_us(0);
+    expect_saved(st, 1, "w", N, 50);
+    M.DeviceSynchronize();
+    ckpt_store_free(st);
+    M.Free(d);
+}
+
+Test(semantics, fence_on_null_stream_from_the_tensors_device)
+{
+    fence_from(1);
+}
+
+Test(semantics, fence_on_null_stream_from_another_device)
+{
+    fence_from(0);
+}
+
+/* When switching the application's thread back to its device fails (a GPU
+ * in exclusive-process mode taken by another process), the failure is not
+ * left in the thread's last-error slot for the application to find. */
+Test(semantics, failed_switch_back_leaves_no_error_behind)
+{
+    M.set_device_count(2);
+    void *d = dmalloc_on(1, N);
+    pattern_fill(d, N, 7);
+    M.SetDevice(0);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0);
+    ckpt_tensor t = tensor("w", d, N, CKPT_MEM_DEVICE);
+    ckpt_save *s;
+    cr_assert_eq(ckpt_save_begin(&s, st, 1, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_eq(M.GetLastError(), 0);
+    /* the fence enters GPU 1 (1st cudaSetDevice) and switches back (2nd) */
+    M.fault("cudaSetDevice", 2, 46 /* cudaErrorDevicesUnavailable */, 0);
+    cr_assert_eq(ckpt_save_fence(s, NULL), CKPT_OK, "%s", ckpt_error_last());
+    cr_expect_eq(M.fault_fired("cudaSetDevice"), 1, "the switch back was not tried");
+    cr_expect_eq(M.GetLastError(), 0, "a failed switch back left an error for the caller");
+    M.SetDevice(0);
+    cr_assert_eq(ckpt_save_wait(s), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_save_free(s);
+    expect_saved(st, 1, "w", N, 7);
+    ckpt_store_free(st);
+    M.Free(d);
+}
+
+/* The application captures a CUDA graph (global mode, torch.cuda.graph's
+ * default) on its own stream while a save of device tensors persists: the
+ * library's threads wait on events and free memory meanwhile, calls a
+ * global capture forbids to every thread in the default mode, which would
+ * break the application's capture.  They run in relaxed mode. */
+Test(semantics, library_threads_leave_an_application_capture_alone)
+{
+    void *d = dmalloc_on(0, N);
+    pattern_fill(d, N, 11);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0);
+    ckpt_tensor t = tensor("w", d, N, CKPT_MEM_DEVICE);
+    void *s, *graph = NULL;
+    cr_assert_eq(M.StreamCreate(&s), 0);
+    M.set_copy_delay_us(20000); /* the save's copies outlast the capture's start */
+    ckpt_save *save;
+    cr_assert_eq(ckpt_save_begin(&save, st, 1, &t, 1, NULL), CKPT_OK, "%s",
+                 ckpt_error_last());
+    mock_cuda_counters before, after;
+    M.get_counters(&before);
+    cr_assert_eq(M.StreamBeginCapture(s, 0 /* cudaStreamCaptureModeGlobal */), 0);
+    cr_assert_eq(ckpt_save_wait(save), CKPT_OK, "%s", ckpt_error_last());
+    M.get_counters(&after);
+    cr_expect_eq(M.StreamEndCapture(s, &graph), 0, "the application's capture broke "
+                 "(%ld calls refused)", after.capture_breaks - before.capture_breaks);
+    M.GraphDestroy(graph);
+    ckpt_save_free(save);
+    M.set_copy_delay_us(0);
+    expect_saved(st, 1, "w", N, 11);
+    M.StreamDestroy(s);
+    ckpt_store_free(st);
+    M.Free(d);
+    expect_no_leaks(&M);
+}

@@ -289,6 +289,19 @@ typedef struct ckpt_checkpoint ckpt_checkpoint; /* see "checkpoint" below */
  * sample of each save's first chunks): slow storage gets every chunk
  * compressed, storage faster than the cores gets some or all raw. */
 #define CKPT_OPEN_COMPRESS_ALL 0x10u
+/* Page cache.  By default a save whose bytes exceed half the memory the
+ * kernel has free drops its pages from the page cache as they reach the
+ * disk (written back, read back and checked): under memory pressure the
+ * kernel would otherwise evict other pages (the job's data, other users')
+ * to keep a checkpoint that is only read again after a crash, and
+ * allocating page cache under that pressure slows a multi-GiB save several
+ * times over.  With memory to spare the pages stay, so a restore soon
+ * after reads from the cache.  KEEP_CACHE always keeps them; DROP_CACHE
+ * always drops them (a polite tenant of a shared server).  Setting both is
+ * CKPT_EINVAL.  Saves with verify_after_save CKPT_VERIFY_FULL keep them
+ * (they read everything back at once). */
+#define CKPT_OPEN_KEEP_CACHE 0x20u
+#define CKPT_OPEN_DROP_CACHE 0x40u
 
 /**
  * How much of a checkpoint is checked (ckpt_verify, ckpt_store_latest,

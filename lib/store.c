@@ -53,8 +53,12 @@ static int resolve_options(const ckpt_store_options *in, ckpt_store_options *o)
     if (o->metrics_path && !*o->metrics_path)
         return ckpt_seterr(CKPT_EINVAL, "metrics_path is empty (NULL for none)");
     if (o->flags & ~(CKPT_OPEN_READONLY | CKPT_OPEN_TRUST_GROUP | CKPT_OPEN_NO_CMDLINE |
-                     CKPT_OPEN_REWIND | CKPT_OPEN_COMPRESS_ALL))
+                     CKPT_OPEN_REWIND | CKPT_OPEN_COMPRESS_ALL | CKPT_OPEN_KEEP_CACHE |
+                     CKPT_OPEN_DROP_CACHE))
         return ckpt_seterr(CKPT_EINVAL, "unknown open flags 0x%x", o->flags);
+    if ((o->flags & CKPT_OPEN_KEEP_CACHE) && (o->flags & CKPT_OPEN_DROP_CACHE))
+        return ckpt_seterr(CKPT_EINVAL, "open flags: CKPT_OPEN_KEEP_CACHE and "
+                           "CKPT_OPEN_DROP_CACHE contradict each other");
     if ((rc = codec_resolve_level(o->level, &o->level)))
         return rc;
     if (o->threads == 0) {

@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#if defined(__linux__)
+#include <sys/sysinfo.h>
+#endif
 
 double util_now(void)
 {
@@ -18,6 +21,16 @@ double util_wall_time(void)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+uint64_t util_mem_free(void)
+{
+#if defined(__linux__)
+    struct sysinfo si;
+    if (sysinfo(&si) == 0)
+        return (uint64_t)si.freeram * (si.mem_unit ? si.mem_unit : 1);
+#endif
+    return 0;
 }
 
 char *util_strdup(const char *s)

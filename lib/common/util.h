@@ -8,6 +8,9 @@
 
 double util_now(void);      /* monotonic seconds */
 double util_wall_time(void); /* Unix time, seconds */
+/* Memory the kernel has free right now (Linux MemFree: not counting the
+ * page cache it could reclaim), bytes; 0 where unknown. */
+uint64_t util_mem_free(void);
 
 /* malloc'd "a/b"; NULL on out of memory. */
 char *util_join(const char *a, const char *b);

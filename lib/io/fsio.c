@@ -158,6 +158,14 @@ int fsio_writeback(const fsio *fs, int fd)
 #endif
 }
 
+int fsio_drop_cache(const fsio *fs, int fd, uint64_t off, uint64_t len)
+{
+    (void)fs;
+    if (len == 0)
+        return 0; /* 0 would mean "to the end of the file" */
+    return -posix_fadvise(fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
+}
+
 int fsio_fsync_path(const fsio *fs, const char *dir)
 {
     int fd = fsio_open(fs, dir, O_RDONLY | O_DIRECTORY, 0);

@@ -74,6 +74,11 @@ int fsio_fsync_path(const fsio *fs, const char *dir); /* open O_RDONLY + fsync *
  * counts and power-loss replay stay what the durable calls make them.
  * 0, or -errno where the file system cannot (callers ignore it). */
 int fsio_writeback(const fsio *fs, int fd);
+/* Drop the clean pages of [off, off + len) of `fd` from the page cache
+ * (POSIX_FADV_DONTNEED): a hint, like fsio_writeback never faulted or
+ * traced.  Dirty pages stay (the kernel drops only what is on the disk),
+ * so no data is ever lost.  0, or -errno (callers ignore it). */
+int fsio_drop_cache(const fsio *fs, int fd, uint64_t off, uint64_t len);
 int fsio_rename(const fsio *fs, const char *from, const char *to);
 /* Atomically swap two existing paths (renameat2 RENAME_EXCHANGE); -EINVAL or
  * -ENOSYS where the file system cannot. */

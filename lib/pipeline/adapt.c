@@ -211,13 +211,23 @@ static int jobs_pending(pool_group *g, long ms)
     return pending;
 }
 
-int adapt_wait_jobs(adapt *a, pool_group *g, shard_writer *w, int writeback)
+int adapt_drop_wanted(adapt_cache policy, uint64_t raw, uint64_t mem_free)
 {
-    uint64_t flushed = 0;
+    if (policy != ADAPT_CACHE_AUTO)
+        return policy == ADAPT_CACHE_DROP;
+    return mem_free > 0 && raw > mem_free / 2;
+}
+
+int adapt_wait_jobs(adapt *a, pool_group *g, shard_writer *w, int writeback, int drop)
+{
+    uint64_t flushed = 0, dropped = 0;
     while (writeback && jobs_pending(g, 5)) {
         uint64_t written = shard_writer_written(w);
         if (written - flushed < WRITEBACK_MIN)
             continue;
+        /* Below `settled` every frame was written (and checked) before the
+         * write-back starts, so it is clean once the write-back returns. */
+        uint64_t settled = drop ? shard_writer_settled(w) : 0;
         double t0 = util_now();
         if (shard_writer_writeback(w) != 0) {
             writeback = 0; /* not supported here: the final fsync does it all */
@@ -228,6 +238,10 @@ int adapt_wait_jobs(adapt *a, pool_group *g, shard_writer *w, int writeback)
         rate_add(&a->disk, dt / (double)(written - flushed));
         pthread_mutex_unlock(&a->lock);
         flushed = written;
+        if (settled > dropped) {
+            shard_writer_drop_cache(w, dropped, settled); /* a hint: errors ignored */
+            dropped = settled;
+        }
     }
     return pool_group_wait(g);
 }

@@ -67,8 +67,22 @@ void adapt_describe(adapt *a, char *buf, size_t n);
 
 /* The persist thread: until every job of `g` has run, write the frames
  * written so far back to the disk (when `writeback`; the save fsyncs) and
- * time it, which is how the disk's rate is known.  Returns
- * pool_group_wait(g). */
-int adapt_wait_jobs(adapt *a, pool_group *g, shard_writer *w, int writeback);
+ * time it, which is how the disk's rate is known; with `drop`, the frames
+ * written back and checked then leave the page cache
+ * (adapt_drop_wanted).  Returns pool_group_wait(g). */
+int adapt_wait_jobs(adapt *a, pool_group *g, shard_writer *w, int writeback, int drop);
+
+/* Page cache policy of a save (the store's CKPT_OPEN_KEEP_CACHE or
+ * CKPT_OPEN_DROP_CACHE, else automatic). */
+typedef enum { ADAPT_CACHE_AUTO, ADAPT_CACHE_KEEP, ADAPT_CACHE_DROP } adapt_cache;
+/* Whether a save of `raw` bytes drops its frames from the page cache as
+ * they reach the disk.  Automatic: when it is larger than half the free
+ * memory `mem_free` (bytes; 0: unknown, keep).  The kernel would otherwise
+ * evict other pages (the application's, other users') to cache a
+ * checkpoint that is only read again after a crash, and allocating page
+ * cache under that pressure is what slowed multi-GiB saves most; with
+ * memory to spare the pages stay, so a restore soon after reads from the
+ * cache. */
+int adapt_drop_wanted(adapt_cache policy, uint64_t raw, uint64_t mem_free);
 
 #endif

@@ -155,8 +155,15 @@ static int verify_temp(ckpt_save *s, const char *text, size_t len, manifest *bac
 static int persist(ckpt_save *s)
 {
     ckpt_store *st = s->store;
-    /* While the workers run, keep the disk writing (and time it). */
-    int rc = adapt_wait_jobs(st->adapt, &s->group, s->writer, st->lay.fsync);
+    /* While the workers run, keep the disk writing (and time it).  A full
+     * check after writing reads every frame back at once: those stay. */
+    adapt_cache cache = (st->opts.flags & CKPT_OPEN_KEEP_CACHE)   ? ADAPT_CACHE_KEEP
+                        : (st->opts.flags & CKPT_OPEN_DROP_CACHE) ? ADAPT_CACHE_DROP
+                                                                  : ADAPT_CACHE_AUTO;
+    int drop = st->opts.verify_after_save != CKPT_VERIFY_FULL &&
+               adapt_drop_wanted(cache, s->stats.raw_bytes,
+                                 cache == ADAPT_CACHE_AUTO ? util_mem_free() : 0);
+    int rc = adapt_wait_jobs(st->adapt, &s->group, s->writer, st->lay.fsync, drop);
     if (rc)
         return rc;
     manifest_shard *sh = &s->m.shards[0];

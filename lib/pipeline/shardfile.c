@@ -18,6 +18,8 @@ struct shard_writer {
     pthread_mutex_t lock; /* protects next, written, entries, count, cap */
     uint64_t next;        /* file offset of the next frame */
     uint64_t written;     /* frame bytes whose pwrite has returned */
+    uint64_t *busy;       /* start offsets of ranges reserved and not yet */
+    size_t nbusy, capbusy; /* written and read back (one per worker) */
     shard_entry *entries;
     uint64_t count, cap;
 };
@@ -61,6 +63,9 @@ int shard_writer_append(shard_writer *w, uint32_t tensor, uint64_t offset,
     return shard_writer_append_frames(w, &f, 1, stored, check);
 }
 
+static int write_frames(shard_writer *w, const shard_frame *frames, size_t count,
+                        const void *stored, void *check, uint64_t at, uint64_t total);
+
 int shard_writer_append_frames(shard_writer *w, const shard_frame *frames, size_t count,
                                const void *stored, void *check)
 {
@@ -68,6 +73,16 @@ int shard_writer_append_frames(shard_writer *w, const shard_frame *frames, size_
     for (size_t i = 0; i < count; i++)
         total += frames[i].meta.stored_len;
     pthread_mutex_lock(&w->lock);
+    if (w->nbusy == w->capbusy) {
+        size_t ncap = w->capbusy ? w->capbusy * 2 : 8;
+        uint64_t *nb = realloc(w->busy, ncap * sizeof *nb);
+        if (!nb) {
+            pthread_mutex_unlock(&w->lock);
+            return ckpt_seterr(CKPT_ENOMEM, "out of memory for the shard index");
+        }
+        w->busy = nb;
+        w->capbusy = ncap;
+    }
     if (w->count + count > w->cap) {
         uint64_t ncap = w->cap ? w->cap * 2 : 256;
         while (ncap < w->count + count)
@@ -92,9 +107,28 @@ int shard_writer_append_frames(shard_writer *w, const shard_frame *frames, size_
         e->meta = frames[i].meta;
         pos += frames[i].meta.stored_len;
     }
-    pthread_mutex_unlock(&w->lock);
-    if (total == 0)
+    if (total == 0) {
+        pthread_mutex_unlock(&w->lock);
         return CKPT_OK;
+    }
+    w->busy[w->nbusy++] = at;
+    pthread_mutex_unlock(&w->lock);
+    int rc = write_frames(w, frames, count, stored, check, at, total);
+    pthread_mutex_lock(&w->lock);
+    for (size_t i = 0; i < w->nbusy; i++)
+        if (w->busy[i] == at) {
+            w->busy[i] = w->busy[--w->nbusy];
+            break;
+        }
+    pthread_mutex_unlock(&w->lock);
+    return rc;
+}
+
+/* Write the reserved range [at, at + total) and, with `check`, read it back
+ * and check every frame's stored hash. */
+static int write_frames(shard_writer *w, const shard_frame *frames, size_t count,
+                        const void *stored, void *check, uint64_t at, uint64_t total)
+{
     int rc = fsio_pwrite(w->fs, w->fd, stored, (size_t)total, at);
     pthread_mutex_lock(&w->lock);
     w->written += total;
@@ -192,6 +226,21 @@ int shard_writer_writeback(shard_writer *w)
     return fsio_writeback(w->fs, w->fd);
 }
 
+uint64_t shard_writer_settled(shard_writer *w)
+{
+    pthread_mutex_lock(&w->lock);
+    uint64_t low = w->next;
+    for (size_t i = 0; i < w->nbusy; i++)
+        low = w->busy[i] < low ? w->busy[i] : low;
+    pthread_mutex_unlock(&w->lock);
+    return low;
+}
+
+int shard_writer_drop_cache(shard_writer *w, uint64_t from, uint64_t to)
+{
+    return to > from ? fsio_drop_cache(w->fs, w->fd, from, to - from) : 0;
+}
+
 const shard_entry *shard_writer_entries(const shard_writer *w)
 {
     return w->entries;
@@ -205,6 +254,7 @@ void shard_writer_free(shard_writer *w)
         fsio_close(w->fs, w->fd);
     pthread_mutex_destroy(&w->lock);
     free(w->entries);
+    free(w->busy);
     free(w->path);
     free(w);
 }

@@ -40,6 +40,14 @@ uint64_t shard_writer_written(shard_writer *w);
  * fsio_writeback: not durable); -errno where unsupported.  Thread-safe
  * against appends; not against finish or free. */
 int shard_writer_writeback(shard_writer *w);
+/* The file offset below which every frame has been written and, where
+ * appends check, read back: nothing below it is written or read by the
+ * writer again (thread-safe). */
+uint64_t shard_writer_settled(shard_writer *w);
+/* Drop the file's clean pages in [from, to) from the page cache
+ * (fsio_drop_cache: dirty pages stay, nothing is lost); -errno where
+ * unsupported.  Thread-safe against appends. */
+int shard_writer_drop_cache(shard_writer *w, uint64_t from, uint64_t to);
 /* Write index and trailer, fsync if asked, close.  Reports the file size and
  * the index hash for the manifest (shard_writer_seal, then _close). */
 int shard_writer_finish(shard_writer *w, int do_fsync, uint64_t *size,

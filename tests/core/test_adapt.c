@@ -5,11 +5,18 @@
  * is a rate-limited writer behind the fsio `write` hook.  No test here
  * measures time: each asserts the choice the measured rates must lead to. */
 #include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/magic.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "adapt.h"
 #include "codec.h"
@@ -292,6 +299,111 @@ Test(adapt, stored_verification_reads_frames_back)
     ckpt_store_free(st);
     free(g.copy);
     tc_state_free(&s);
+}
+
+/* ---- page cache policy (CKPT_OPEN_KEEP_CACHE / CKPT_OPEN_DROP_CACHE) */
+
+/* A disk writing 50 MB/s: a 48 MiB save takes about a second, so the
+ * persist thread writes frames back in rounds while the workers run. */
+static size_t paced_write(void *ctx, int fd, uint64_t off, const void **data, size_t n)
+{
+    (void)ctx, (void)fd, (void)off, (void)data;
+    uint64_t ns = (uint64_t)n * 20;
+    struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+    return n;
+}
+
+/* The fraction of a file's pages in the page cache (mincore). */
+static double resident_fraction(const char *path)
+{
+    int fd = open(path, O_RDONLY);
+    cr_assert(fd >= 0, "%s: %s", path, strerror(errno));
+    struct stat sb;
+    cr_assert_eq(fstat(fd, &sb), 0);
+    long page = sysconf(_SC_PAGESIZE);
+    size_t pages = ((size_t)sb.st_size + (size_t)page - 1) / (size_t)page;
+    void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    cr_assert(m != MAP_FAILED, "mmap %s: %s", path, strerror(errno));
+    unsigned char *vec = malloc(pages);
+    cr_assert(vec);
+    cr_assert_eq(mincore(m, (size_t)sb.st_size, vec), 0, "mincore: %s", strerror(errno));
+    size_t in = 0;
+    for (size_t i = 0; i < pages; i++)
+        in += vec[i] & 1;
+    free(vec);
+    munmap(m, (size_t)sb.st_size);
+    close(fd);
+    return (double)in / (double)pages;
+}
+
+/* Save 48 MiB durably with `flags` on a paced disk; the fraction of the
+ * shard's pages left in the page cache.  The checkpoint restores bit for
+ * bit either way. */
+static double cached_after_save(unsigned flags)
+{
+    struct statfs fsb;
+    cr_assert_eq(statfs(tc_root, &fsb), 0);
+    if (fsb.f_type == TMPFS_MAGIC) { /* tmpfs pages are the file: never dropped */
+        adapt_teardown(); /* a skip ends the process without .fini */
+        cr_skip_test("the test root is on tmpfs, which keeps every page");
+    }
+    tc_state s;
+    tc_state_init(&s);
+    int64_t shape[1] = {(int64_t)((48u << 20) / 4)};
+    tc_state_add(&s, "w", CKPT_F32, 1, shape, TC_RANDOM, 7);
+    ckpt_store_options o;
+    tc_opts(&o);
+    o.fsync = 1; /* write-back rounds run only for durable saves */
+    o.chunk_bytes = 1u << 20;
+    o.flags |= flags;
+    fsio fs = {0};
+    fs.write = paced_write;
+    ckpt_store *st = NULL;
+    cr_assert_eq(ckpt_store_open_with_fsio(&st, tc_root, &o, &fs), CKPT_OK, "%s",
+                 ckpt_error_last());
+    tc_save_ok(st, 1, &s);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/step-000000000001/rank-00000.shard", tc_root);
+    double cached = resident_fraction(path);
+    tc_restore_check(st, 1, &s);
+    ckpt_store_free(st);
+    tc_state_free(&s);
+    return cached;
+}
+
+Test(adapt, drop_cache_leaves_the_saved_pages_out_of_the_page_cache)
+{
+    double cached = cached_after_save(CKPT_OPEN_DROP_CACHE);
+    cr_expect_lt(cached, 0.5, "%.0f%% of the shard still cached", cached * 100);
+}
+
+Test(adapt, keep_cache_leaves_them_in)
+{
+    double cached = cached_after_save(CKPT_OPEN_KEEP_CACHE);
+    cr_expect_gt(cached, 0.5, "only %.0f%% of the shard cached", cached * 100);
+}
+
+Test(adapt, contradictory_cache_flags_are_refused)
+{
+    ckpt_store_options o;
+    tc_opts(&o);
+    o.flags |= CKPT_OPEN_KEEP_CACHE | CKPT_OPEN_DROP_CACHE;
+    ckpt_store *st = NULL;
+    cr_assert_eq(ckpt_store_open(&st, tc_root, &o), CKPT_EINVAL);
+    cr_assert(strstr(ckpt_error_last(), "CKPT_OPEN_KEEP_CACHE"), "%s", ckpt_error_last());
+}
+
+Test(adapt_decision, page_cache_dropped_when_a_save_outgrows_free_memory)
+{
+    uint64_t g = 1ull << 30;
+    cr_expect_eq(adapt_drop_wanted(ADAPT_CACHE_AUTO, g, 4 * g), 0, "ample memory");
+    cr_expect_eq(adapt_drop_wanted(ADAPT_CACHE_AUTO, 2 * g, 4 * g), 0, "half of it");
+    cr_expect_eq(adapt_drop_wanted(ADAPT_CACHE_AUTO, 2 * g + 1, 4 * g), 1, "more than half");
+    cr_expect_eq(adapt_drop_wanted(ADAPT_CACHE_AUTO, 4 * g, 0), 0, "unknown: kept");
+    cr_expect_eq(adapt_drop_wanted(ADAPT_CACHE_KEEP, 4 * g, 1), 0, "KEEP");
+    cr_expect_eq(adapt_drop_wanted(ADAPT_CACHE_DROP, 1, 4 * g), 1, "DROP");
 }
 
 /* The decision on exact rates (adapt.h), without a disk or a clock: what

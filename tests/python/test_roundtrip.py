@@ -237,3 +237,25 @@ def test_objects_with_array_interface(store):
 def test_path_and_repr(store, root):
     assert store.path.rstrip("/").endswith("ckpt")
     assert "libckpt.Store" in repr(store)
+
+
+@pytest.mark.parametrize("page_cache", ["keep", "drop"])
+def test_page_cache_policy_round_trips(root, page_cache):
+    # Durable saves (fsync) write frames back in rounds; "drop" then evicts
+    # them from the page cache as they settle.  Either way the checkpoint
+    # loads back bit for bit, in the same process and from a new store.
+    a = RNG.standard_normal(3 << 20)  # 24 MiB
+    with libckpt.Store(root, chunk_bytes=1 << 20, page_cache=page_cache) as store:
+        store.save(1, {"a": a}).wait()
+        b = np.empty_like(a)
+        store.restore({"a": b})
+        assert np.array_equal(a, b)
+    with libckpt.Store(root, readonly=True) as store:
+        step, state = store.load()
+        assert step == 1 and np.array_equal(state["a"], a)
+
+
+@pytest.mark.parametrize("bad", ["never", "", None, True, 1])
+def test_page_cache_takes_auto_keep_or_drop(root, bad):
+    with pytest.raises(ValueError, match="page_cache"):
+        libckpt.Store(root, page_cache=bad)

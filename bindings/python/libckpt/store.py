@@ -80,7 +80,10 @@ class Store:
     checked; "quick" or "none"), ``snapshot`` ("host", "device" or
     "stream": how device tensors are snapshotted) and ``compress_all``
     (True: compress every chunk, the smallest files; by default each chunk
-    is compressed or stored raw, whichever commits sooner),
+    is compressed or stored raw, whichever commits sooner), ``page_cache``
+    ("auto": a save larger than half the free memory leaves the page cache
+    as it reaches the disk, so it evicts nothing else; "keep"; "drop":
+    always, polite on a shared server),
     ``metrics_path`` (a file replaced atomically after each commit by the
     root's Prometheus metrics, :meth:`metrics`; docs/OPERATIONS.md).
 
@@ -107,7 +110,8 @@ class Store:
                  world_size: Optional[int] = None,
                  timeout: Optional[float] = None,
                  metrics_path: Optional[PathType] = None,
-                 compress_all: bool = False) -> None:
+                 compress_all: bool = False,
+                 page_cache: str = "auto") -> None:
         opts = ffi.ckpt_store_options()
         C.ckpt_store_options_init(_byref(opts), ffi.CKPT_STORE_OPTIONS_VERSION)
         self._coordinator = coordinator  # its callbacks must outlive the store
@@ -131,6 +135,12 @@ class Store:
             opts.flags |= ffi.CKPT_OPEN_NO_CMDLINE
         if compress_all:  # smallest files rather than the soonest commit
             opts.flags |= ffi.CKPT_OPEN_COMPRESS_ALL
+        cache_flags = {"auto": 0, "keep": ffi.CKPT_OPEN_KEEP_CACHE,
+                       "drop": ffi.CKPT_OPEN_DROP_CACHE}
+        if not isinstance(page_cache, str) or page_cache not in cache_flags:
+            raise ValueError("page_cache must be 'auto', 'keep' or 'drop', not %r"
+                             % (page_cache,))
+        opts.flags |= cache_flags[page_cache]
         opts.keep_last = operator.index(keep_last)
         if level is not None:
             opts.level = operator.index(level)

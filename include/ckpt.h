@@ -675,7 +675,9 @@ CKPT_API int ckpt_save_options_init(ckpt_save_options *opts, unsigned int versio
  * ckpt_save_wait_snapshot().  Device tensors of one save must all be on
  * one CUDA device (the store follows it from save to save), and
  * `opts->cuda_stream` must belong to that device and must not be capturing
- * a CUDA graph.  Device tensors larger in total than pinned_limit, or more
+ * a CUDA graph.  Device tensors larger in total than pinned_limit (or
+ * whose snapshot buffer, host tensors included, does not fit under it
+ * beside the pinned memory the store holds already), or more
  * than about a hundred separate ones (HOST and STREAM modes), are copied
  * by a background thread through a pinned pool: the caller's thread then
  * queues no copy at all, ckpt_save_fence() blocks the CPU until the last

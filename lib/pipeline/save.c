@@ -217,6 +217,19 @@ static int ensure_arena(ckpt_store *st, size_t need, int pinned)
                          &st->arena_asked_pinned, need, pinned);
 }
 
+/* Whether a pinned snapshot buffer of `need` bytes is at hand: the store's
+ * is pinned and large enough, or one fits under pinned_limit beside the
+ * pinned memory held elsewhere (the current buffer is freed to grow). */
+static int arena_fits_pinned(ckpt_store *st, uint64_t need)
+{
+    if (st->arena && st->arena_pinned && st->arena_cap >= need)
+        return 1;
+    uint64_t held = device_pinned_bytes(st->dev);
+    if (st->arena && st->arena_pinned)
+        held -= held >= st->arena_cap ? st->arena_cap : held;
+    return need <= st->opts.pinned_limit && held <= st->opts.pinned_limit - need;
+}
+
 static int ensure_dpool(ckpt_store *st, size_t need)
 {
     return ensure_buffer(st, &st->dpool, &st->dpool_cap, &st->dpool_pinned,
@@ -697,9 +710,15 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
      * pool in passes on the persist thread instead, as do device tensors
      * too many to queue from here (DEVICE mode stages on the GPU). */
     int many = runs > CALLER_RUNS_MAX;
-    int stage = st->opts.snapshot_mode == CKPT_SNAPSHOT_DEVICE && !many;
-    int split = any_device && !stage && (dev_bytes > st->opts.pinned_limit || many);
     uint64_t limit = st->opts.host_memory_limit, chunk = st->opts.chunk_bytes;
+    /* The whole snapshot buffer must be pinned for the caller to queue
+     * device copies: pinned memory already held (a restore's staging, the
+     * pool of an earlier save) counts against the cap, and host tensors
+     * share the buffer. */
+    int pinned_ok = !any_device || arena_fits_pinned(st, total < limit ? total : limit);
+    int stage = st->opts.snapshot_mode == CKPT_SNAPSHOT_DEVICE && !many && pinned_ok;
+    int split = any_device && !stage &&
+                (dev_bytes > st->opts.pinned_limit || many || !pinned_ok);
     uint64_t arena_bytes = split ? host_bytes : total;
     uint64_t need = arena_bytes < limit ? arena_bytes : limit;
     if (need < chunk && arena_bytes > need)
@@ -723,10 +742,18 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
                   : ckpt_seterr(CKPT_ENOMEM, "out of memory");
         free(path);
     }
-    if (!rc && any_device && !stage && st->opts.snapshot_mode == CKPT_SNAPSHOT_DEVICE)
-        device_note(st->dev, "device snapshot mode used the host path: %llu copies "
-                    "(separate device tensors) are too many to stage from the "
-                    "training thread", (unsigned long long)runs);
+    if (!rc && any_device && !stage && st->opts.snapshot_mode == CKPT_SNAPSHOT_DEVICE) {
+        if (many)
+            device_note(st->dev, "device snapshot mode used the host path: %llu copies "
+                        "(separate device tensors) are too many to stage from the "
+                        "training thread", (unsigned long long)runs);
+        else
+            device_note(st->dev, "device snapshot mode used the host path: a snapshot "
+                        "buffer of %llu bytes does not fit under pinned_limit (%llu "
+                        "bytes, %llu pinned already)", (unsigned long long)total,
+                        (unsigned long long)st->opts.pinned_limit,
+                        (unsigned long long)device_pinned_bytes(st->dev));
+    }
     int started = !rc && any_device; /* device copies may be queued from here on */
     if (started) /* staging nothing when `stage` is off */
         rc = snapshot_start(s, t, stage ? count : 0, mem, ordinal,

@@ -524,3 +524,74 @@ Test(semantics, library_threads_leave_an_application_capture_alone)
     M.Free(d);
     expect_no_leaks(&M);
 }
+
+/* Device tensors that fit under pinned_limit, with a host tensor that does
+ * not fit beside them in one pinned snapshot buffer: the caller's thread
+ * must not be left copying into pageable memory, where every D2H copy is
+ * synchronous (the device tensors go through the pinned pool instead). */
+Test(semantics, host_tensors_beside_device_ones_over_the_pinned_cap)
+{
+    enum { K = 4 };
+    void *d[K];
+    char names[K][8];
+    ckpt_tensor t[K + 1];
+    for (int i = 0; i < K; i++) {
+        d[i] = dmalloc_on(0, N);
+        pattern_fill(d[i], N, 40 + (unsigned)i);
+        snprintf(names[i], sizeof names[i], "d%d", i);
+        t[i] = tensor(names[i], d[i], N, CKPT_MEM_DEVICE);
+    }
+    char *h = malloc(N);
+    pattern_fill(h, N, 60);
+    t[K] = tensor("host", h, N, CKPT_MEM_HOST);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 4 * N + N / 2);
+    mock_cuda_thread_counters before, after;
+    M.get_thread_counters(&before);
+    ckpt_save *s;
+    cr_assert_eq(ckpt_save_begin(&s, st, 1, t, K + 1, NULL), CKPT_OK, "%s",
+                 ckpt_error_last());
+    M.get_thread_counters(&after);
+    cr_expect_eq(after.pageable_copies - before.pageable_copies, 0,
+                 "begin ran %ld device copies through pageable memory on the caller",
+                 after.pageable_copies - before.pageable_copies);
+    cr_assert_eq(ckpt_save_wait(s), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_save_free(s);
+    for (int i = 0; i < K; i++)
+        expect_saved(st, 1, names[i], N, 40 + (unsigned)i);
+    expect_saved(st, 1, "host", N, 60);
+    ckpt_store_free(st);
+    for (int i = 0; i < K; i++)
+        M.Free(d[i]);
+    free(h);
+    expect_no_leaks(&M);
+}
+
+/* DEVICE mode, a device state larger than pinned_limit (1 GiB by default):
+ * staged on the GPU, its drains to a pageable buffer would be synchronous,
+ * and the caller issues a batch of them every 64 MiB. */
+Test(semantics, device_mode_state_over_the_pinned_cap)
+{
+    size_t big = (size_t)48 << 20;
+    void *a = dmalloc_on(0, big), *b = dmalloc_on(0, big);
+    pattern_fill(a, big, 1);
+    pattern_fill(b, big, 2);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_DEVICE, (uint64_t)16 << 20);
+    ckpt_tensor t[2] = {tensor("a", a, big, CKPT_MEM_DEVICE),
+                        tensor("b", b, big, CKPT_MEM_DEVICE)};
+    mock_cuda_thread_counters before, after;
+    M.get_thread_counters(&before);
+    ckpt_save *s;
+    cr_assert_eq(ckpt_save_begin(&s, st, 1, t, 2, NULL), CKPT_OK, "%s", ckpt_error_last());
+    M.get_thread_counters(&after);
+    cr_expect_eq(after.pageable_copies - before.pageable_copies, 0,
+                 "begin ran %ld device copies through pageable memory on the caller",
+                 after.pageable_copies - before.pageable_copies);
+    cr_assert_eq(ckpt_save_wait(s), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_save_free(s);
+    expect_saved(st, 1, "a", big, 1);
+    expect_saved(st, 1, "b", big, 2);
+    ckpt_store_free(st);
+    M.Free(a);
+    M.Free(b);
+    expect_no_leaks(&M);
+}

@@ -10,9 +10,10 @@
  *                       reading the raw file back into the same buffers
  *   ratio               raw bytes / stored bytes
  *
- * Usage: bench_host DIR [MiB] [reps] [verify]
+ * Usage: bench_host DIR [MiB] [reps] [verify] [auto|keep|drop]
  *   defaults: 256 MiB, 3 reps (best of), verify_after_save 3 (stored, the library's
- *   default; 2 full, 1 quick, 0 none)
+ *   default; 2 full, 1 quick, 0 none), page cache policy auto (keep:
+ *   CKPT_OPEN_KEEP_CACHE, drop: CKPT_OPEN_DROP_CACHE)
  */
 #include <ckpt.h>
 #include <fcntl.h>
@@ -80,13 +81,21 @@ static int die(const char *what)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_host DIR [MiB] [reps]\n");
+        fprintf(stderr, "usage: bench_host DIR [MiB] [reps] [verify] [auto|keep|drop]\n");
         return 2;
     }
     const char *dir = argv[1];
     size_t mib = argc > 2 ? (size_t)atol(argv[2]) : 256;
     int reps = argc > 3 ? atoi(argv[3]) : 3;
     int verify = argc > 4 ? atoi(argv[4]) : CKPT_VERIFY_STORED;
+    const char *cache = argc > 5 ? argv[5] : "auto";
+    unsigned cache_flags = strcmp(cache, "keep") == 0   ? CKPT_OPEN_KEEP_CACHE
+                           : strcmp(cache, "drop") == 0 ? CKPT_OPEN_DROP_CACHE
+                                                        : 0;
+    if (!cache_flags && strcmp(cache, "auto") != 0) {
+        fprintf(stderr, "bench_host: page cache policy is auto, keep or drop, not %s\n", cache);
+        return 2;
+    }
     size_t bytes = mib << 20;
     /* Two thirds fp32 weights, one third bf16 (optimizer state, activations). */
     size_t n32 = bytes * 2 / 3 / 4, n16 = (bytes - n32 * 4) / 2;
@@ -113,6 +122,7 @@ int main(int argc, char **argv)
     ckpt_store_options o = CKPT_STORE_OPTIONS_INIT;
     o.keep_last = 2;
     o.verify_after_save = (ckpt_verify_level)verify;
+    o.flags |= cache_flags;
     if (ckpt_store_open(&st, root, &o))
         return die("open");
 
@@ -174,8 +184,8 @@ int main(int argc, char **argv)
     unlink(raw);
     double gb = (double)total / 1e9;
     printf("state            %.0f MiB (fp32 %.0f MiB + bf16 %.0f MiB), best of %d, "
-           "verify_after_save %d\n", total / 1048576.0, n32 * 4 / 1048576.0,
-           n16 * 2 / 1048576.0, reps, verify);
+           "verify_after_save %d, page cache %s\n", total / 1048576.0, n32 * 4 / 1048576.0,
+           n16 * 2 / 1048576.0, reps, verify, cache);
     printf("memcpy           %8.3f s  %6.2f GB/s   (baseline)\n", best_memcpy, gb / best_memcpy);
     printf("stall            %8.3f s  %6.2f GB/s   stall/memcpy   = %.2f\n", best_stall,
            gb / best_stall, best_stall / best_memcpy);

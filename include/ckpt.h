@@ -835,7 +835,9 @@ typedef struct ckpt_restore_options {
     int allow_missing;        /* non-zero: tensors absent from the checkpoint
                                  are left untouched instead of CKPT_ENOTFOUND  */
     void *cuda_stream;        /* stream for H2D copies into device tensors
-                                 (NULL: legacy default stream); they are
+                                 (NULL: legacy default stream;
+                                 cudaStreamPerThread: the legacy one, which
+                                 CUDA orders with the caller's); they are
                                  complete when ckpt_restore returns           */
 } ckpt_restore_options;
 

@@ -44,6 +44,8 @@ static void msg_append(char *buf, size_t len, const char *fmt, ...)
     va_end(ap);
 }
 
+static void resolve_driver(void *h, cuda_api *a);
+
 /* Resolve every symbol; on a miss name it in `why`. */
 static int resolve(void *h, cuda_api *a, char *why, size_t why_len)
 {
@@ -90,7 +92,30 @@ static int resolve(void *h, cuda_api *a, char *why, size_t why_len)
     *(void **)(&a->GetDeviceProperties) = dlsym(h, "cudaGetDeviceProperties_v2");
     if (!a->GetDeviceProperties)
         *(void **)(&a->GetDeviceProperties) = dlsym(h, "cudaGetDeviceProperties");
+    resolve_driver(h, a);
     return 0;
+}
+
+/* The few driver functions the runtime does not offer.  The runtime loads
+ * libcuda.so.1 itself, so opening it here adds a reference, not a library;
+ * a runtime stand-in (the test mock) may export them itself, and is asked
+ * first.  Absent ones stay NULL. */
+static int resolve_driver_in(void *drv, cuda_api *a)
+{
+    *(void **)(&a->DrvDeviceGet) = dlsym(drv, "cuDeviceGet");
+    *(void **)(&a->DrvPrimaryCtxGetState) = dlsym(drv, "cuDevicePrimaryCtxGetState");
+    return a->DrvDeviceGet && a->DrvPrimaryCtxGetState;
+}
+
+static void resolve_driver(void *h, cuda_api *a)
+{
+    if (resolve_driver_in(h, a)) /* h may be RTLD_DEFAULT */
+        return;
+    void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL); /* kept: see above */
+    if (!drv || !resolve_driver_in(drv, a)) {
+        a->DrvDeviceGet = NULL;
+        a->DrvPrimaryCtxGetState = NULL;
+    }
 }
 
 /* A runtime the process already has: a library loaded by the application,

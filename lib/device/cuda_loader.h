@@ -92,6 +92,12 @@ typedef struct cuda_api {
     /* Optional (CUDA 10.1+): cudaThreadExchangeStreamCaptureMode; *mode is
      * 0 global, 1 thread-local, 2 relaxed. */
     cu_err (*ThreadExchangeStreamCaptureMode)(int *mode);
+    /* Optional, from the driver (libcuda.so.1, which every runtime loads;
+     * CUresult status, 0 is success): cuDeviceGet and
+     * cuDevicePrimaryCtxGetState, to tell whether a device already has its
+     * primary context before making it current (which creates one). */
+    int (*DrvDeviceGet)(int *device, int ordinal);
+    int (*DrvPrimaryCtxGetState)(int device, unsigned int *flags, int *active);
 
     const char *library; /* what was loaded ("libcudart.so.13", a path, or
                             "(in process)") */

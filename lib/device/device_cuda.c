@@ -172,10 +172,30 @@ static int guard_enter(dcuda *cu, int *prev)
     return guard_enter_on(cu, cu->ordinal, prev);
 }
 
+/* 1 when device `dev` has no primary context yet, so making it current
+ * would create one; 0 when it has one or the driver cannot tell. */
+static int no_context_yet(const dcuda *cu, int dev)
+{
+    const cuda_api *a = cu->api;
+    unsigned int flags = 0;
+    int handle = 0, active = 1;
+    if (!a->DrvDeviceGet || !a->DrvPrimaryCtxGetState || a->DrvDeviceGet(&handle, dev) != 0 ||
+        a->DrvPrimaryCtxGetState(handle, &flags, &active) != 0)
+        return 0;
+    return !active;
+}
+
 static void guard_leave(dcuda *cu, int prev)
 {
     int cur;
     if (prev < 0 || cu->api->GetDevice(&cur) != CU_SUCCESS || cur == prev)
+        return;
+    /* A thread that never chose a device reports device 0 without having a
+     * context there.  Switching it back would create one: hundreds of MiB
+     * of GPU 0 in every process saving from another GPU, and a failure on
+     * GPUs in exclusive-process mode.  As PyTorch does (c10::cuda::
+     * MaybeExchangeDevice), such a thread is left on the device it used. */
+    if (no_context_yet(cu, prev))
         return;
     /* A failure (exclusive-process mode) must not stay in the thread's
      * last-error slot, where the application's next check would find it. */
@@ -813,6 +833,18 @@ static int record_staged(dcuda *cu, device_event *ev, cu_err *err)
     return CKPT_OK;
 }
 
+/* The application's restore stream as a library worker must name it.
+ * cudaStreamPerThread (2) means the calling thread's own stream, so on a
+ * worker it would be the worker's, unordered with the application's work.
+ * The legacy default stream (NULL) stands in: the per-thread streams
+ * synchronize with it (CUDA's "stream synchronization behavior"), so the
+ * copies start after the application's queued work and its later work
+ * waits for them. */
+static void *worker_stream(void *stream)
+{
+    return (uintptr_t)stream == 2 ? NULL : stream;
+}
+
 int dcuda_record(dcuda *cu, int on_stream, void *stream, int ordinal, device_event **out)
 {
     char buf[256];
@@ -821,6 +853,8 @@ int dcuda_record(dcuda *cu, int on_stream, void *stream, int ordinal, device_eve
         return ckpt_seterr(CKPT_ENOMEM, "out of memory allocating a device event");
     if (!on_stream || ordinal < 0)
         ordinal = cu->ordinal;
+    if (on_stream)
+        stream = worker_stream(stream);
     int prev, rc = guard_enter_on(cu, ordinal, &prev);
     if (rc != CKPT_OK) {
         free(ev);
@@ -938,6 +972,7 @@ int dcuda_fence(dcuda *cu, device_event *ev, void *stream)
 int dcuda_copy_h2d(dcuda *cu, void *dst, const void *src, size_t n, void *stream,
                    int ordinal, const char *tensor)
 {
+    stream = worker_stream(stream);
     pthread_mutex_lock(&cu->mu);
     snprintf(cu->last_h2d, sizeof cu->last_h2d, "%s", tensor ? tensor : "");
     pthread_mutex_unlock(&cu->mu);

@@ -59,6 +59,8 @@ struct op {
     const void *src;
     size_t n;
     int err;             /* OP_COPY: fail with this instead of copying */
+    int quiet;           /* OP_RECORD of the mock's own (legacy stream
+                            ordering): leaves the stream's error alone */
     int value;           /* OP_MEMSET */
     struct mevent *ev;   /* OP_RECORD / OP_WAIT (holds a reference)     */
     uint64_t gen;
@@ -78,6 +80,8 @@ struct mstream {
     uint64_t enq, done;  /* operations queued / finished */
     int pending_err;     /* first failure not yet reported */
     int destroyed;
+    int blocking;        /* not cudaStreamNonBlocking: ordered with the
+                            device's legacy default stream */
     struct mstream *next_all;
 };
 
@@ -134,6 +138,7 @@ static unsigned g_queue_depth = 1024;     /* pending operations per stream */
 static mock_cuda_counters g_cnt;
 static __thread int t_device;
 static __thread int t_last_error;
+static __thread struct mstream *t_per_thread[MAX_DEVICES]; /* cudaStreamPerThread */
 static __thread int t_capture_mode; /* cudaStreamCaptureModeGlobal (0) until exchanged */
 static __thread mock_cuda_thread_counters t_cnt;
 
@@ -371,8 +376,10 @@ static void *stream_main(void *arg)
             pthread_mutex_lock(&g_mu);
             break;
         case OP_RECORD:
-            op->ev->err = s->pending_err;
-            s->pending_err = 0;
+            if (!op->quiet) {
+                op->ev->err = s->pending_err;
+                s->pending_err = 0;
+            }
             if (op->ev->done_gen < op->gen)
                 op->ev->done_gen = op->gen;
             event_unref(op->ev);
@@ -424,20 +431,63 @@ static struct mstream *stream_new(void)
     return s;
 }
 
-/* g_mu held.  NULL, cudaStreamLegacy (1) and cudaStreamPerThread (2) are
- * the calling thread's current device's default stream. */
+/* g_mu held.  NULL and cudaStreamLegacy (1) are the calling thread's
+ * current device's legacy default stream, one per device; cudaStreamPerThread
+ * (2) is the calling thread's own default stream on that device. */
 static struct mstream *resolve_stream(cudaStream_t s)
 {
     if ((uintptr_t)s <= 2) {
         int d = t_device >= 0 && t_device < MAX_DEVICES ? t_device : 0;
-        if (!g_default[d]) {
-            g_default[d] = stream_new();
-            if (g_default[d])
-                g_default[d]->device = d;
+        struct mstream **slot = (uintptr_t)s == 2 ? &t_per_thread[d] : &g_default[d];
+        if (!*slot) {
+            *slot = stream_new();
+            if (*slot) {
+                (*slot)->device = d;
+                (*slot)->blocking = 1;
+            }
         }
-        return g_default[d];
+        return *slot;
     }
     return s;
+}
+
+static void queue_op(struct mstream *s, struct op *op);
+
+/* g_mu held: `waiter`'s next operation starts after the work queued so
+ * far on `on` (a record of the mock's own on `on`, a wait on `waiter`). */
+static void stream_after(struct mstream *waiter, struct mstream *on)
+{
+    if (!on || on == waiter || on->destroyed || on->capturing || on->enq == on->done)
+        return;
+    struct mevent *e = calloc(1, sizeof *e);
+    struct op *rec = calloc(1, sizeof *rec), *w = calloc(1, sizeof *w);
+    if (!e || !rec || !w) {
+        free(e), free(rec), free(w);
+        return;
+    }
+    e->device = on->device;
+    e->flags = 0x1u;
+    e->refs = 2;
+    *rec = (struct op){ .kind = OP_RECORD, .ev = e, .gen = ++e->record_gen, .quiet = 1 };
+    *w = (struct op){ .kind = OP_WAIT, .ev = e, .gen = e->record_gen };
+    queue_op(on, rec);
+    queue_op(waiter, w);
+}
+
+/* g_mu held.  CUDA's legacy default stream: work queued on it waits for
+ * the work queued before on every blocking stream of its device (the
+ * per-thread default streams included), and work queued on a blocking
+ * stream waits for the legacy stream's. */
+static void legacy_order(struct mstream *s)
+{
+    int d = s->device >= 0 && s->device < MAX_DEVICES ? s->device : 0;
+    if (s == g_default[d]) {
+        for (struct mstream *o = g_streams; o; o = o->next_all)
+            if (o->blocking && o->device == d)
+                stream_after(s, o);
+    } else if (s->blocking) {
+        stream_after(s, g_default[d]);
+    }
 }
 
 /* g_mu held.  A stream in capture records the operation into its graph
@@ -454,6 +504,14 @@ static int enqueue(struct mstream *s, struct op *op)
         g_cnt.captured_ops++;
         return 1;
     }
+    legacy_order(s);
+    queue_op(s, op);
+    return 0;
+}
+
+/* g_mu held: append op to s, blocking while s is full. */
+static void queue_op(struct mstream *s, struct op *op)
+{
     if (s->enq - s->done >= g_queue_depth) {
         g_cnt.enqueue_waits++;
         t_cnt.enqueue_waits++;
@@ -468,7 +526,6 @@ static int enqueue(struct mstream *s, struct op *op)
     s->tail = op;
     s->enq++;
     pthread_cond_broadcast(&g_cv);
-    return 0;
 }
 
 /* g_mu held: the capture origin of s, or NULL. */
@@ -550,6 +607,33 @@ EXPORT cudaError_t cudaGetDevice(int *dev)
     return cudaSuccess;
 }
 
+/* The two driver calls libckpt makes (it finds them here before
+ * libcuda.so.1).  A device's primary context is active once any thread has
+ * used the device since the last mock_cuda_forget_contexts(). */
+EXPORT int cuDeviceGet(int *device, int ordinal)
+{
+    pthread_mutex_lock(&g_mu);
+    int n = g_device_count;
+    pthread_mutex_unlock(&g_mu);
+    if (ordinal < 0 || ordinal >= n || ordinal >= MAX_DEVICES)
+        return 101; /* CUDA_ERROR_INVALID_DEVICE */
+    *device = ordinal;
+    return 0;
+}
+
+EXPORT int cuDevicePrimaryCtxGetState(int device, unsigned int *flags, int *active)
+{
+    pthread_mutex_lock(&g_mu);
+    int n = g_device_count;
+    unsigned mask = g_cnt.context_mask;
+    pthread_mutex_unlock(&g_mu);
+    if (device < 0 || device >= n || device >= MAX_DEVICES)
+        return 101;
+    *flags = 0;
+    *active = (mask >> device) & 1;
+    return 0;
+}
+
 EXPORT cudaError_t cudaSetDevice(int dev)
 {
     ENTER("cudaSetDevice");
@@ -593,11 +677,11 @@ EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a,
 
 EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags)
 {
-    (void)flags;
     ENTER("cudaStreamCreateWithFlags");
     struct mstream *m = stream_new();
     if (m) {
         m->device = t_device;
+        m->blocking = !(flags & 0x1u); /* cudaStreamNonBlocking */
         g_cnt.streams++;
         g_cnt.streams_created++;
     }

@@ -19,7 +19,10 @@
  * belong to the device current when they were made, and an event recorded
  * on another device's stream fails; each thread has a current device (0
  * until cudaSetDevice) and any call but a handful creates that device's
- * context (counted in context_mask); device <-> pageable host copies block
+ * context (counted in context_mask, reported by cuDevicePrimaryCtxGetState);
+ * cudaStreamPerThread is each thread's own stream, and the legacy default
+ * stream is ordered with its device's blocking streams (work on it waits
+ * for theirs, theirs for its); device <-> pageable host copies block
  * the caller until they ran; a stream holds a bounded number of pending
  * operations; cudaFree waits for every stream; cudaErrorIllegalAddress,
  * LaunchFailure and ECCUncorrectable are sticky; streams can capture

@@ -3,6 +3,7 @@
  * contexts created by stray calls, pageable copies that block, bounded
  * stream queues, cudaFree that synchronizes, graph capture.  Each test
  * failed against the device code before it followed these rules. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -498,6 +499,88 @@ Test(semantics, failed_switch_back_leaves_no_error_behind)
     expect_saved(st, 1, "w", N, 7);
     ckpt_store_free(st);
     M.Free(d);
+}
+
+/* A thread that never chose a device: it reports device 0 but has no
+ * context there.  Saving and restoring tensors of GPU 1 from it must not
+ * create one on GPU 0 by "switching back"; a thread that did use GPU 0 is
+ * switched back. */
+struct fresh_thread {
+    ckpt_store *st;
+    void *d;
+    int rc_save, rc_restore, device_after;
+    char err[512];
+};
+
+static void *fresh_thread_run(void *arg)
+{
+    struct fresh_thread *f = arg;
+    ckpt_tensor t = tensor("w", f->d, N, CKPT_MEM_DEVICE);
+    f->rc_save = ckpt_save_sync(f->st, 1, &t, 1, NULL);
+    if (f->rc_save == CKPT_OK)
+        f->rc_restore = ckpt_restore(f->st, 1, &t, 1, NULL, NULL);
+    snprintf(f->err, sizeof f->err, "%s", ckpt_error_last());
+    M.GetDevice(&f->device_after);
+    return NULL;
+}
+
+Test(semantics, thread_without_a_device_gets_no_context_on_gpu0)
+{
+    M.set_device_count(2);
+    void *d = dmalloc_on(1, N);
+    pattern_fill(d, N, 9);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0);
+    M.forget_contexts();
+    struct fresh_thread f = { .st = st, .d = d, .device_after = -1 };
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, fresh_thread_run, &f), 0);
+    pthread_join(th, NULL);
+    cr_assert_eq(f.rc_save, CKPT_OK, "%s", f.err);
+    cr_assert_eq(f.rc_restore, CKPT_OK, "%s", f.err);
+    mock_cuda_counters c;
+    M.get_counters(&c);
+    cr_expect_eq(c.context_mask, 0x2u, "contexts created on devices 0x%x, want only "
+                 "GPU 1 (0x2)", c.context_mask);
+    cr_expect_eq(f.device_after, 1, "the thread was left on device %d", f.device_after);
+    cr_expect_eq(pattern_check(d, N, 9), -1, "restore landed wrong bytes");
+
+    /* the main thread has used GPU 0: it gets GPU 0 back */
+    M.SetDevice(0);
+    ckpt_tensor t = tensor("w", d, N, CKPT_MEM_DEVICE);
+    cr_assert_eq(ckpt_save_sync(st, 2, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    int cur = -1;
+    M.GetDevice(&cur);
+    cr_expect_eq(cur, 0, "the caller's device changed to %d", cur);
+    ckpt_store_free(st);
+    M.Free(d);
+    expect_no_leaks(&M);
+}
+
+/* A restore given cudaStreamPerThread: the handle means the calling
+ * thread's own stream, so the library's workers must not use it as theirs
+ * (their copies would race the application's queued work).  Here the
+ * application's last "kernel" on its per-thread stream is still writing
+ * the tensor when restore starts: the restored bytes must land after it. */
+Test(semantics, restore_on_the_per_thread_stream_follows_the_callers_work)
+{
+    void *d = dmalloc_on(0, N);
+    pattern_fill(d, N, 21);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0);
+    ckpt_tensor t = tensor("w", d, N, CKPT_MEM_DEVICE);
+    cr_assert_eq(ckpt_save_sync(st, 1, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    fill_kernel k = { d, N, 22, 50000 };
+    void *per_thread = (void *)(uintptr_t)2; /* cudaStreamPerThread */
+    cr_assert_eq(M.LaunchHostFunc(per_thread, kernel_fill, &k), 0);
+    ckpt_restore_options o = CKPT_RESTORE_OPTIONS_INIT;
+    o.cuda_stream = per_thread;
+    cr_assert_eq(ckpt_restore(st, 1, &t, 1, &o, NULL), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_eq(M.StreamSynchronize(per_thread), 0);
+    long at = pattern_check(d, N, 21);
+    cr_expect_eq(at, -1, "the restored bytes were overwritten by the application's "
+                 "earlier work (differs at byte %ld)", at);
+    ckpt_store_free(st);
+    M.Free(d);
+    expect_no_leaks(&M);
 }
 
 /* The application captures a CUDA graph (global mode, torch.cuda.graph's

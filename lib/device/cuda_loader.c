@@ -2,6 +2,8 @@
 #include "cuda_loader.h"
 
 #include <dlfcn.h>
+#include <link.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -276,10 +278,40 @@ int cuda_loader_get(const cuda_api **api)
     return CKPT_OK;
 }
 
+/* The dynamic linker's count of objects loaded so far (dlpi_adds, made for
+ * caching what a search of the loaded objects found). */
+static int count_adds(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    if (size < offsetof(struct dl_phdr_info, dlpi_adds) + sizeof info->dlpi_adds)
+        return -1;
+    *(unsigned long long *)arg = info->dlpi_adds;
+    return 1; /* the first object tells */
+}
+
+/* runtime_in_process(), remembering an absence until another object is
+ * loaded: the search (dlopen of each name, a global symbol lookup) costs
+ * tens of microseconds, and CKPT_MEM_AUTO asks once per tensor. */
+static int runtime_in_process_cached(void)
+{
+    static atomic_ullong absent_at; /* dlpi_adds + 1 when last found absent */
+    unsigned long long adds = 0;
+    int known = dl_iterate_phdr(count_adds, &adds) == 1;
+    if (known && atomic_load_explicit(&absent_at, memory_order_relaxed) == adds + 1)
+        return 0;
+    if (runtime_in_process()) /* counted before the search: a later load */
+        return 1;             /* changes the count and searches again     */
+    if (known)
+        atomic_store_explicit(&absent_at, adds + 1, memory_order_relaxed);
+    return 0;
+}
+
 const cuda_api *cuda_loader_peek(void)
 {
+    /* loaded: the common case of a GPU process, asked once per tensor */
+    if (atomic_load_explicit(&g_done, memory_order_acquire) && g_status == CKPT_OK)
+        return &g_api;
     const char *env = getenv("CKPT_CUDART_LIBRARY");
-    if ((env && *env) || runtime_in_process()) {
+    if ((env && *env) || runtime_in_process_cached()) {
         pthread_once(&g_once, load_once);
         return g_status == CKPT_OK ? &g_api : NULL;
     }

@@ -112,7 +112,8 @@ int cuda_loader_get(const cuda_api **api);
 /* The table when a runtime is already loaded, is in the process, or was asked
  * for with $CKPT_CUDART_LIBRARY; NULL (and no error set) otherwise.  Used to
  * classify CKPT_MEM_AUTO pointers without pulling CUDA into host-only
- * programs. */
+ * programs.  Cheap enough to ask per pointer: the search for a runtime in
+ * the process is remembered until another library is loaded. */
 const cuda_api *cuda_loader_peek(void);
 
 /* "cudaErrorIllegalAddress (an illegal memory access was encountered)" into

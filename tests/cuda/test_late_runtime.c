@@ -1,0 +1,77 @@
+/* A CUDA runtime loaded after libckpt first looked for one (an application
+ * that imports its GPU framework late).  CKPT_MEM_AUTO asks whether a
+ * runtime is in the process once per tensor; the answer "none" is
+ * remembered only until another library is loaded, so a save after the
+ * load must classify through the runtime.  Run with no
+ * CKPT_CUDART_LIBRARY (empty) and the mock's path in MOCK_CUDART; the mock
+ * is loaded RTLD_GLOBAL, as a statically linked or global runtime is found
+ * (its cudaGetDeviceCount visible to dlsym(RTLD_DEFAULT)). */
+#include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_test_util.h"
+#include "ckpt.h"
+
+static char *root;
+
+static void setup(void)
+{
+    root = ct_mkdtemp();
+}
+
+static void teardown(void)
+{
+    ct_rmtree(root);
+    free(root);
+}
+
+TestSuite(late_runtime, .init = setup, .fini = teardown, .timeout = 60);
+
+Test(late_runtime, auto_pointers_see_a_runtime_loaded_after_a_save)
+{
+    const char *path = getenv("MOCK_CUDART");
+    cr_assert(path, "MOCK_CUDART is not set (run through meson test)");
+    ckpt_store *st;
+    ckpt_store_options o = CKPT_STORE_OPTIONS_INIT;
+    o.fsync = 0;
+    cr_assert_eq(ckpt_store_open(&st, root, &o), CKPT_OK, "%s", ckpt_error_last());
+    float w[256];
+    for (int i = 0; i < 256; i++)
+        w[i] = (float)i;
+    int64_t shape[1] = { 256 };
+    ckpt_tensor t = { "w", w, sizeof w, CKPT_F32, 1, shape, CKPT_MEM_AUTO };
+    /* twice: the second save finds "no runtime" remembered */
+    cr_assert_eq(ckpt_save_sync(st, 1, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_eq(ckpt_save_sync(st, 2, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+
+    void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    cr_assert(h, "cannot load %s: %s", path, dlerror());
+    int (*cuda_malloc)(void **, size_t);
+    int (*cuda_free)(void *);
+    long (*calls)(const char *);
+    *(void **)&cuda_malloc = dlsym(h, "cudaMalloc");
+    *(void **)&cuda_free = dlsym(h, "cudaFree");
+    *(void **)&calls = dlsym(h, "mock_cuda_calls");
+    cr_assert(cuda_malloc && cuda_free && calls);
+    void *d = NULL;
+    cr_assert_eq(cuda_malloc(&d, sizeof w), 0);
+    memcpy(d, w, sizeof w); /* the mock's device memory is host memory */
+    long asked = calls("cudaPointerGetAttributes");
+    t.data = d;
+    cr_assert_eq(ckpt_save_sync(st, 3, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    cr_expect_gt(calls("cudaPointerGetAttributes"), asked,
+                 "the AUTO tensor was not classified through the runtime loaded "
+                 "after the first saves");
+    cr_expect_gt(calls("cudaMemcpyAsync"), 0, "the device tensor was not copied "
+                 "through the runtime");
+
+    float back[256];
+    memset(back, 0, sizeof back);
+    ckpt_tensor r = { "w", back, sizeof back, CKPT_F32, 1, shape, CKPT_MEM_HOST };
+    cr_assert_eq(ckpt_restore(st, 3, &r, 1, NULL, NULL), CKPT_OK, "%s", ckpt_error_last());
+    cr_expect_eq(memcmp(back, w, sizeof w), 0);
+    ckpt_store_free(st);
+    cuda_free(d);
+}

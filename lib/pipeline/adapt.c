@@ -215,7 +215,7 @@ int adapt_drop_wanted(adapt_cache policy, uint64_t raw, uint64_t mem_free)
 {
     if (policy != ADAPT_CACHE_AUTO)
         return policy == ADAPT_CACHE_DROP;
-    return mem_free > 0 && raw > mem_free / 2;
+    return raw >= ADAPT_DROP_MIN || (mem_free > 0 && raw > mem_free / 2);
 }
 
 int adapt_wait_jobs(adapt *a, pool_group *g, shard_writer *w, int writeback, int drop)

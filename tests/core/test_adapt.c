@@ -395,13 +395,16 @@ Test(adapt, contradictory_cache_flags_are_refused)
     cr_assert(strstr(ckpt_error_last(), "CKPT_OPEN_KEEP_CACHE"), "%s", ckpt_error_last());
 }
 
-Test(adapt_decision, page_cache_dropped_when_a_save_outgrows_free_memory)
+Test(adapt_decision, page_cache_dropped_for_a_large_save_or_one_outgrowing_free_memory)
 {
     uint64_t g = 1ull << 30;
-    cr_expect_eq(adapt_drop_wanted(ADAPT_CACHE_AUTO, g, 4 * g), 0, "ample memory");
-    cr_expect_eq(adapt_drop_wanted(ADAPT_CACHE_AUTO, 2 * g, 4 * g), 0, "half of it");
-    cr_expect_eq(adapt_drop_wanted(ADAPT_CACHE_AUTO, 2 * g + 1, 4 * g), 1, "more than half");
-    cr_expect_eq(adapt_drop_wanted(ADAPT_CACHE_AUTO, 4 * g, 0), 0, "unknown: kept");
+    uint64_t m = ADAPT_DROP_MIN;
+    cr_expect_eq(adapt_drop_wanted(ADAPT_CACHE_AUTO, m - 1, 64 * g), 0, "small, ample memory");
+    cr_expect_eq(adapt_drop_wanted(ADAPT_CACHE_AUTO, m, 64 * g), 1, "large, ample memory");
+    cr_expect_eq(adapt_drop_wanted(ADAPT_CACHE_AUTO, m / 2, m), 0, "half of it");
+    cr_expect_eq(adapt_drop_wanted(ADAPT_CACHE_AUTO, m / 2 + 1, m), 1, "more than half");
+    cr_expect_eq(adapt_drop_wanted(ADAPT_CACHE_AUTO, m - 1, 0), 0, "small, unknown: kept");
+    cr_expect_eq(adapt_drop_wanted(ADAPT_CACHE_AUTO, m, 0), 1, "large, unknown");
     cr_expect_eq(adapt_drop_wanted(ADAPT_CACHE_KEEP, 4 * g, 1), 0, "KEEP");
     cr_expect_eq(adapt_drop_wanted(ADAPT_CACHE_DROP, 1, 4 * g), 1, "DROP");
 }

@@ -81,8 +81,9 @@ class Store:
     "stream": how device tensors are snapshotted) and ``compress_all``
     (True: compress every chunk, the smallest files; by default each chunk
     is compressed or stored raw, whichever commits sooner), ``page_cache``
-    ("auto": a save larger than half the free memory leaves the page cache
-    as it reaches the disk, so it evicts nothing else; "keep"; "drop":
+    ("auto": a save of 512 MiB or more, or larger than half the free
+    memory, leaves the page cache as it reaches the disk, so it evicts
+    nothing else; "keep"; "drop":
     always, polite on a shared server),
     ``metrics_path`` (a file replaced atomically after each commit by the
     root's Prometheus metrics, :meth:`metrics`; docs/OPERATIONS.md).

@@ -160,6 +160,21 @@ static inline void ct_rmtree(const char *path)
         nftw(path, ct_rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+/* A suite whose tests each get a fresh temporary root, ct_root:
+ * TestSuite(name, .init = ct_root_setup, .fini = ct_root_teardown). */
+static char *ct_root;
+
+static inline void ct_root_setup(void)
+{
+    ct_root = ct_mkdtemp();
+}
+
+static inline void ct_root_teardown(void)
+{
+    ct_rmtree(ct_root);
+    free(ct_root);
+}
+
 static inline void expect_no_leaks(const mock_api *m)
 {
     mock_cuda_counters c;

@@ -14,20 +14,7 @@
 #include "cuda_test_util.h"
 #include "ckpt.h"
 
-static char *root;
-
-static void setup(void)
-{
-    root = ct_mkdtemp();
-}
-
-static void teardown(void)
-{
-    ct_rmtree(root);
-    free(root);
-}
-
-TestSuite(late_runtime, .init = setup, .fini = teardown, .timeout = 60);
+TestSuite(late_runtime, .init = ct_root_setup, .fini = ct_root_teardown, .timeout = 60);
 
 Test(late_runtime, auto_pointers_see_a_runtime_loaded_after_a_save)
 {
@@ -36,7 +23,7 @@ Test(late_runtime, auto_pointers_see_a_runtime_loaded_after_a_save)
     ckpt_store *st;
     ckpt_store_options o = CKPT_STORE_OPTIONS_INIT;
     o.fsync = 0;
-    cr_assert_eq(ckpt_store_open(&st, root, &o), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_eq(ckpt_store_open(&st, ct_root, &o), CKPT_OK, "%s", ckpt_error_last());
     float w[256];
     for (int i = 0; i < 256; i++)
         w[i] = (float)i;

@@ -9,20 +9,7 @@
 #include "cuda_test_util.h"
 #include "ckpt.h"
 
-static char *root;
-
-static void setup(void)
-{
-    root = ct_mkdtemp();
-}
-
-static void teardown(void)
-{
-    ct_rmtree(root);
-    free(root);
-}
-
-TestSuite(noruntime, .init = setup, .fini = teardown, .timeout = 60);
+TestSuite(noruntime, .init = ct_root_setup, .fini = ct_root_teardown, .timeout = 60);
 
 Test(noruntime, cuda_available_says_what_was_tried)
 {
@@ -41,7 +28,7 @@ Test(noruntime, device_tensor_is_enodevice_host_tensors_work)
     ckpt_store *st;
     ckpt_store_options o = CKPT_STORE_OPTIONS_INIT;
     o.fsync = 0;
-    cr_assert_eq(ckpt_store_open(&st, root, &o), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_eq(ckpt_store_open(&st, ct_root, &o), CKPT_OK, "%s", ckpt_error_last());
 
     float w[256], back[256];
     for (int i = 0; i < 256; i++)

@@ -22,10 +22,16 @@
 #     library's sources, and `pip install` of that file alone gives the
 #     same working package (needs git, which meson dist uses).
 #
+# With ISOLATED=1 the install is plain `pip install ./bindings/python`, as
+# most users type it: pip builds in an isolated environment with the newest
+# meson-python, meson and ninja from the package index (a newer meson than
+# the distribution's, which refuses what an older one let pass), and the
+# sdist is installed the same way.  Skipped when the index is unreachable.
+#
 # Usage: test_pip.sh SOURCE_ROOT
 # Environment: PYTHON (default /usr/bin/python3; it needs meson-python and
 # venv), MESON (the meson meson-python runs; its directory goes first on
-# PATH), KEEP=1 keeps the temporary directory.
+# PATH), ISOLATED=1 (above), KEEP=1 keeps the temporary directory.
 # Exit 77 (skip) when meson-python, venv, NumPy, ninja or a C compiler is
 # missing.
 set -euo pipefail
@@ -90,12 +96,34 @@ link=$tmp/src/bindings/python/subprojects/libckpt
 path="$(dirname "$meson"):/usr/local/bin:/usr/bin:/bin"
 clean=(env -i "PATH=$path" "HOME=$tmp/home")
 
-step "venv and pip install --no-build-isolation ./bindings/python"
+# What pip is given besides the package: offline with the distribution's
+# meson-python, or (ISOLATED=1) nothing, as a user types it.  The user's
+# configuration of pip (index, certificates, proxy: the PIP_* and proxy
+# variables and ~/.config/pip) is all that is taken from this environment
+# then.
+if [[ ${ISOLATED:-0} == 1 ]]; then
+    pip_opts=()
+    while IFS= read -r var; do
+        clean+=("$var")
+    done < <(env | grep -E '^(PIP_|https?_proxy=|no_proxy=|HTTPS?_PROXY=|NO_PROXY=|SSL_CERT_)' || true)
+    if [[ -f ${HOME:-/nonexistent}/.config/pip/pip.conf ]]; then
+        mkdir -p "$tmp/home/.config/pip"
+        cp "$HOME/.config/pip/pip.conf" "$tmp/home/.config/pip/"
+    fi
+    step "the package index (pip download meson-python)"
+    timeout 120 "${clean[@]}" "$python" -m pip download -q --no-deps -d "$tmp/probe" \
+        meson-python meson >/dev/null 2>&1 || skip "the package index is unreachable"
+    ls "$tmp/probe"
+else
+    pip_opts=(--no-build-isolation --no-index --no-deps)
+fi
+
+step "venv and pip install ${pip_opts[*]} ./bindings/python"
 "${clean[@]}" "$python" -m venv --system-site-packages "$tmp/venv" ||
     skip "$python -m venv failed (Debian: python3-venv)"
 vpy=$tmp/venv/bin/python
-if ! (cd "$tmp/src" && "${clean[@]}" "$vpy" -m pip install --no-build-isolation \
-    --no-index --no-deps ./bindings/python) >"$tmp/pip.log" 2>&1; then
+if ! (cd "$tmp/src" && "${clean[@]}" "$vpy" -m pip install "${pip_opts[@]}" \
+    ./bindings/python) >"$tmp/pip.log" 2>&1; then
     tail -n 60 "$tmp/pip.log"
     echo "FAIL: pip install ./bindings/python"
     exit 1
@@ -189,7 +217,7 @@ if [[ -n $sdist ]]; then
     step "pip install the sdist into a second venv"
     "${clean[@]}" "$python" -m venv --system-site-packages "$tmp/venv2"
     if (cd "$tmp/elsewhere" && "${clean[@]}" "$tmp/venv2/bin/python" -m pip install \
-        --no-build-isolation --no-index --no-deps "$sdist") >"$tmp/pip2.log" 2>&1; then
+        "${pip_opts[@]}" "$sdist") >"$tmp/pip2.log" 2>&1; then
         rm -rf "$tmp/elsewhere/store"
         (cd "$tmp/elsewhere" && "${clean[@]}" "$tmp/venv2/bin/python" "$tmp/use.py" \
             "$modules" "$tmp/elsewhere") || fail "import libckpt installed from the sdist"

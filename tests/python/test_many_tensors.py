@@ -163,6 +163,25 @@ def test_a_tree_naming_a_tensor_twice_still_loads(store, monkeypatch):
     assert got["again"] is not got["a"]
 
 
+def test_a_compact_node_naming_a_tensor_the_step_lacks_names_it(store,
+                                                                 monkeypatch):
+    """A whole-state read makes a compact node's tensors in one pass; a
+    key the step has no tensor for (a tree not written by this binding)
+    still fails as a read of that tensor does, naming it."""
+    real = nested.wrap
+
+    def extra(tree, metadata, version=1):
+        tree["dict"][0][1]["tensors"].append("ghost")
+        return real(tree, metadata, version)
+    monkeypatch.setattr(nested, "wrap", extra)
+    store.save(1, {"m": {"a": torch.arange(3), "b": torch.ones(2)}}).wait()
+    monkeypatch.undo()
+    with pytest.raises(libckpt.NotFoundError, match="'m.ghost'"):
+        store.load(1)
+    with store.open(1) as ck:  # the rest of the node reads
+        assert ck.state("m", "a").tolist() == [0, 1, 2]
+
+
 def test_replace_with_many_plain_values_replaces_exactly_those():
     state = {"optim": {"state": {i: {"step": 0, "m": i} for i in range(2000)}},
              "keep": {"x": 1}}

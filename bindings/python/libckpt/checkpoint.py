@@ -175,9 +175,7 @@ class Checkpoint:
             self._names = [ctypes.string_at(p).decode("utf-8")
                            for p in rec["name"].tolist()]
             self._codes = dict(zip(self._names, rec["dtype"].tolist()))
-            self._shapes = list(map(tuple, map(list.__getitem__,
-                                               rec["shape"].tolist(),
-                                               map(slice, rec["ndim"].tolist()))))
+            self._shapes = _shape_tuples(rec["shape"], rec["ndim"])
             self._sizes = rec["bytes"].tolist()
             self._stored = rec["stored_bytes"].tolist()
             self._chunks = rec["chunks"].tolist()
@@ -317,16 +315,54 @@ class Checkpoint:
             outs.append(out)
             kinds.append(pt)
             return out
-        state = self._rebuild(leaf)
+
+        def many(prefix: str, keys: List[str], origin: str) -> Any:
+            """leaf for a whole compact node (a state_dict, an optimizer's
+            state of one parameter): one pass per column instead of a
+            Python call per tensor; None (leaf then makes them, and says
+            what is wrong) for a name the step lacks, or a dtype _Makers
+            leaves to _allocate."""
+            here = [prefix + k for k in keys] if prefix else list(keys)
+            try:
+                rows = list(map(at.__getitem__, here))
+            except KeyError:
+                return None
+            codes_here = list(map(codes.__getitem__, here))
+            first = codes_here[0] if codes_here else None
+            if codes_here.count(first) == len(codes_here):  # one dtype
+                pt = (framework == "pt" or framework == "auto"
+                      and origin == "pt" and first in pt_codes)
+                new = make.get(first, pt) if codes_here else None
+                if new is None:
+                    return None
+                made = list(map(new, map(shapes.__getitem__, rows)))
+                kinds.extend([pt] * len(made))
+            else:
+                pts = {c: (framework == "pt" or framework == "auto"
+                           and origin == "pt" and c in pt_codes)
+                       for c in set(codes_here)}
+                news = {c: make.get(c, pt) for c, pt in pts.items()}
+                if None in news.values():
+                    return None
+                made = [news[c](shapes[r]) for c, r in zip(codes_here, rows)]
+                kinds.extend(map(pts.__getitem__, codes_here))
+            names.extend(here)
+            outs.extend(made)
+            return made
+        state = self._rebuild(leaf, many)
         if len(set(names)) != len(names):
             with self._h.use() as ck:  # ckpt_checkpoint_restore refuses
                 return self._rebuild(self._reader(ck))
-        rows = [at[name] for name in names]
-        ptrs = [o.data_ptr() if pt else o.ctypes.data
-                for o, pt in zip(outs, kinds)]
+        rows = list(map(at.__getitem__, names))
+        if outs and all(kinds):  # torch tensors only
+            ptrs = list(map(_data_ptr_of(outs), outs))
+        else:
+            ptrs = [o.data_ptr() if pt else o.ctypes.data
+                    for o, pt in zip(outs, kinds)]
         arr, keep = _tensors._c_array_columns(
-            names, ptrs, [sizes[i] for i in rows], [codes[n] for n in names],
-            [shapes[i] for i in rows],
+            names, ptrs, list(map(sizes.__getitem__, rows)),
+            list(map(codes.__getitem__, names)),
+            list(map(shapes.__getitem__, rows)),
             np.full(len(names), ffi.CKPT_MEM_HOST, np.int32), outs)
         with self._h.use() as ck:
             C.ckpt_checkpoint_restore(ck, arr, len(names), None)
@@ -358,10 +394,14 @@ class Checkpoint:
             return read_tensor(ck, info, codes[name], kind, device)
         return leaf
 
-    def _rebuild(self, leaf: Any) -> Any:
+    def _rebuild(self, leaf: Any, many: Any = None) -> Any:
         if self._tree is not None:
-            return nested.unflatten(self._tree, leaf)
-        return {n: leaf(n, "np", (n,)) for n in self._infos}
+            return nested.unflatten(self._tree, leaf, many=many)
+        names = self._names
+        made = many("", names, "np") if many is not None else None
+        if made is None:
+            return {n: leaf(n, "np", (n,)) for n in names}
+        return dict(zip(names, made))
 
 
 class _Lazy:
@@ -424,6 +464,32 @@ def _auto_kind(saved_from: str, code: int, torch_ok: bool) -> str:
     if _tensors.torch_dtype(code, sys.modules["torch"]) is None:
         return "np"
     return "pt"
+
+
+def _shape_tuples(dims: Any, ndims: Any) -> List[Tuple[int, ...]]:
+    """Each row's first ndim dims as a tuple (dims: n x CKPT_MAX_DIMS
+    int64, ndims: n ints), made per distinct ndim: converting only the
+    dims in use, not all 16 of every row, takes a fifth of the time."""
+    n = len(ndims)
+    out: List[Any] = [()] * n
+    kinds = np.unique(ndims).tolist()
+    if len(kinds) == 1:  # one ndim for all (a flat list of weights)
+        nd = kinds[0]
+        return list(map(tuple, dims[:, :nd].tolist())) if nd else out
+    for nd in kinds:
+        rows = np.flatnonzero(ndims == nd)
+        made = (list(map(tuple, dims[rows, :nd].tolist())) if nd
+                else [()] * len(rows))
+        if len(rows) == n:
+            return made
+        for i, shape in zip(rows.tolist(), made):
+            out[i] = shape
+    return out
+
+
+def _data_ptr_of(outs: List[Any]) -> Any:
+    """The unbound data_ptr of torch tensors (outs is not empty)."""
+    return type(outs[0]).data_ptr
 
 
 class _Makers:

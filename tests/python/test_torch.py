@@ -28,7 +28,9 @@ def sample(dtype, shape, seed=0):
 
 def as_torch(a, dtype):
     """A loaded NumPy array as a torch tensor of `dtype`."""
-    if a.dtype == np.uint16:  # bfloat16 bits; torch has no uint16 arrays
+    # bfloat16 as its bits (no ml_dtypes) or as ml_dtypes.bfloat16, which
+    # torch.from_numpy does not take; older torch has no uint16 either
+    if a.dtype == np.uint16 or a.dtype.name == "bfloat16":
         a = a.view(np.int16)
     t = torch.from_numpy(a)
     return t.view(dtype) if t.dtype != dtype else t

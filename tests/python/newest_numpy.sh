@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The binding's tests with the newest NumPy (2.x), ml_dtypes and h5py from
+# the package index, in a fresh virtual environment without the system's
+# packages: what a user who runs `pip install numpy` gets, against
+# Debian's NumPy 1.x in the `python` test.  torch is not installed here
+# (gigabytes): its tests skip.
+#
+# Usage: newest_numpy.sh TESTS_DIR
+# Environment: PYTHON (default /usr/bin/python3, with venv), LIBCKPT_LIBRARY
+# and PYTHONPATH as for the `python` test; the PIP_* and proxy variables
+# reach pip.  Exit 77 (skip) when the index is unreachable or venv missing.
+set -euo pipefail
+
+tests=$(cd "${1:?usage: newest_numpy.sh TESTS_DIR}" && pwd)
+python=${PYTHON:-/usr/bin/python3}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/ckpt-numpy.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 143' TERM INT
+
+"$python" -m venv "$tmp/venv" >/dev/null 2>&1 || {
+    echo "SKIP: $python -m venv failed (Debian: python3-venv)"
+    exit 77
+}
+if ! timeout 300 "$tmp/venv/bin/python" -m pip install -q numpy pytest ml_dtypes h5py \
+    >"$tmp/pip.log" 2>&1; then
+    tail -n 5 "$tmp/pip.log"
+    echo "SKIP: numpy could not be installed from the package index"
+    exit 77
+fi
+"$tmp/venv/bin/python" -c 'import numpy, ml_dtypes, h5py
+print("numpy", numpy.__version__, "ml_dtypes", ml_dtypes.__version__, "h5py", h5py.__version__)'
+cd "$tmp"
+exec "$tmp/venv/bin/python" -m pytest -q -rs -p no:cacheprovider "$tests"

@@ -17,7 +17,10 @@
 #     not meson's _install.py;
 #   - a nested state saves and loads back (NumPy, ints of any size, None,
 #     int keys) and verifies;
-#   - `pip uninstall` removes the package and the library with it;
+#   - the package's `ckpt` command (the library linked in, no HDF5) is in
+#     the venv's bin directory and reads that state (`ckpt latest`,
+#     `ckpt verify`);
+#   - `pip uninstall` removes the package, the library and the command;
 #   - the sdist meson-python makes (PEP 517 build_sdist) carries the C
 #     library's sources, and `pip install` of that file alone gives the
 #     same working package (needs git, which meson dist uses).
@@ -146,6 +149,7 @@ if command -v git >/dev/null 2>&1; then
         tar -tzf "$sdist" >"$tmp/sdist.list"
         for f in subprojects/libckpt/meson.build subprojects/libckpt/include/ckpt.h \
             subprojects/libckpt/lib/libckpt.map subprojects/libckpt/lib/store.c \
+            subprojects/libckpt/tools/meson.build subprojects/libckpt/tools/ckpt/main.c \
             libckpt/__init__.py; do
             grep -q "^libckpt-[0-9.]*/$f\$" "$tmp/sdist.list" || fail "sdist lacks $f"
         done
@@ -212,6 +216,33 @@ echo "source modules: $modules"
 (cd "$tmp/elsewhere" && "${clean[@]}" "$vpy" "$tmp/use.py" "$modules" "$tmp") ||
     fail "import libckpt after pip install"
 
+# The `ckpt` command comes with the package, in the environment's bin
+# directory (on PATH once it is activated), for job scripts.
+check_cli() { # venv, store: `ckpt latest` names step 7, verify passes
+    local bin=$1/bin out
+    [[ -x $bin/ckpt ]] || {
+        fail "no ckpt command in $bin"
+        return
+    }
+    out=$(cd "$tmp/elsewhere" && env -i "PATH=$bin:$path" "HOME=$tmp/home" ckpt --version 2>&1) ||
+        fail "ckpt --version: $out"
+    echo "$out"
+    out=$(cd "$tmp/elsewhere" && env -i "PATH=$bin:$path" "HOME=$tmp/home" \
+        ckpt latest "$2" --full --step 2>&1) || fail "ckpt latest: $out"
+    [[ $out == 7 ]] || fail "ckpt latest --step printed '$out', not 7"
+    (cd "$tmp/elsewhere" && env -i "PATH=$bin:$path" "HOME=$tmp/home" ckpt verify "$2") ||
+        fail "ckpt verify $2"
+    out=$(env -i "PATH=$bin:$path" ckpt export "$2" "$tmp/x.h5" 2>&1) &&
+        fail "ckpt export of the package's ckpt succeeded, without HDF5"
+    grep -q "Python package has no HDF5" <<<"$out" || fail "ckpt export said: $out"
+    # the library is linked in: no libckpt is looked up
+    if ldd "$bin/ckpt" 2>/dev/null | grep -q libckpt; then
+        fail "the package's ckpt loads a libckpt: $(ldd "$bin/ckpt" | grep libckpt)"
+    fi
+}
+step "the ckpt command of the package"
+check_cli "$tmp/venv" "$tmp/store"
+
 # ------------------------------------------------------ from the sdist
 if [[ -n $sdist ]]; then
     step "pip install the sdist into a second venv"
@@ -221,6 +252,7 @@ if [[ -n $sdist ]]; then
         rm -rf "$tmp/elsewhere/store"
         (cd "$tmp/elsewhere" && "${clean[@]}" "$tmp/venv2/bin/python" "$tmp/use.py" \
             "$modules" "$tmp/elsewhere") || fail "import libckpt installed from the sdist"
+        check_cli "$tmp/venv2" "$tmp/elsewhere/store"
     else
         tail -n 40 "$tmp/pip2.log"
         fail "pip install $sdist"
@@ -231,7 +263,7 @@ fi
 step "pip uninstall"
 "${clean[@]}" "$vpy" -m pip uninstall -y libckpt >"$tmp/uninstall.log" 2>&1 ||
     fail "pip uninstall: $(cat "$tmp/uninstall.log")"
-left=$(find "$tmp/venv" -name 'libckpt*' -print)
+left=$(find "$tmp/venv" \( -name 'libckpt*' -o -name ckpt \) -print)
 [[ -z $left ]] || fail "pip uninstall left: $left"
 
 echo

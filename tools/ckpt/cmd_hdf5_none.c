@@ -4,8 +4,14 @@
 
 #include "cli.h"
 
+#ifdef CKPT_CLI_WHEEL /* the Python package's copy (tools/meson.build) */
+static const char *const why =
+    "the ckpt of the Python package has no HDF5 support: use the ckpt of a meson "
+    "install (README, \"Build and install\")";
+#else
 static const char *const why =
     "this ckpt was built without HDF5 support (install libhdf5-dev and rebuild)";
+#endif
 
 const cli_cmd cli_cmd_export = {"export", "Write a checkpoint step as an HDF5 file (needs HDF5)",
                                 NULL, 1, cmd_export};

@@ -19,14 +19,8 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/ckpt-meson.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 trap 'exit 143' TERM INT
 
-"$python" -m venv "$tmp/venv" >/dev/null 2>&1 || {
-    echo "SKIP: $python -m venv failed (Debian: python3-venv)"
-    exit 77
-}
-if ! timeout 300 "$tmp/venv/bin/python" -m pip install -q meson >"$tmp/pip.log" 2>&1; then
-    tail -n 5 "$tmp/pip.log"
-    echo "SKIP: meson could not be installed from the package index"
-    exit 77
-fi
+# shellcheck source=SCRIPTDIR/index_venv.sh
+. "$here/index_venv.sh"
+index_venv "$python" "$tmp" meson
 echo "meson $("$tmp/venv/bin/meson" --version) from the package index"
 MESON=$tmp/venv/bin/meson bash "$here/test_install.sh" "$src"

@@ -17,16 +17,9 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/ckpt-numpy.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 trap 'exit 143' TERM INT
 
-"$python" -m venv "$tmp/venv" >/dev/null 2>&1 || {
-    echo "SKIP: $python -m venv failed (Debian: python3-venv)"
-    exit 77
-}
-if ! timeout 300 "$tmp/venv/bin/python" -m pip install -q numpy pytest ml_dtypes h5py \
-    >"$tmp/pip.log" 2>&1; then
-    tail -n 5 "$tmp/pip.log"
-    echo "SKIP: numpy could not be installed from the package index"
-    exit 77
-fi
+# shellcheck source=SCRIPTDIR/../install/index_venv.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../install/index_venv.sh"
+index_venv "$python" "$tmp" numpy pytest ml_dtypes h5py
 "$tmp/venv/bin/python" -c 'import numpy, ml_dtypes, h5py
 print("numpy", numpy.__version__, "ml_dtypes", ml_dtypes.__version__, "h5py", h5py.__version__)'
 cd "$tmp"

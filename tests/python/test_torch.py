@@ -249,3 +249,37 @@ def test_cuda_array_interface_objects(store):
 
     store.save(1, {"x": Exposed()}).wait()
     assert np.array_equal(store.load(framework="np")[1]["x"], np.arange(100, dtype=np.int32))
+
+
+class _Wrapper(torch.Tensor):
+    """A wrapper subclass, as DTensor and fake tensors are: it describes a
+    tensor (shape, dtype, device) whose data lives elsewhere."""
+
+    @staticmethod
+    def __new__(cls, inner):
+        return torch.Tensor._make_wrapper_subclass(
+            cls, inner.shape, dtype=inner.dtype, device=inner.device)
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        def unwrap(x):
+            return x.inner if isinstance(x, _Wrapper) else x
+        return func(*[unwrap(a) for a in args], **(kwargs or {}))
+
+
+def test_a_tensor_without_storage_of_its_own_is_refused_by_name(store):
+    """Such a tensor's data pointer is NULL: save and restore name it and
+    say what to save instead, and nothing is written."""
+    w = _Wrapper(torch.arange(6.0))
+    assert w.data_ptr() == 0 and w.numel() == 6
+    for state in ({"w": w}, {"m": {"a": torch.ones(2), "w": w}}):
+        with pytest.raises(TypeError, match=r"'(m\.)?w' .*_Wrapper\) has no "
+                           r"storage of its own.*to_local\(\)"):
+            store.save(1, state)
+    assert store.steps() == []
+    store.save(1, {"w": torch.zeros(6)}).wait()
+    with pytest.raises(TypeError, match="has no storage of its own"):
+        store.restore({"w": w})

@@ -162,7 +162,17 @@ def _from_torch(name, t, torch, writable):
     else:
         raise TypeError("tensor %r: device %s is not supported (cpu and "
                         "cuda are)" % (name, t.device))
-    return Tensor(name, t.data_ptr(), t.numel() * t.element_size(), dtype,
+    ptr = t.data_ptr()
+    if ptr == 0 and t.numel():
+        # A wrapper subclass (DTensor, a fake or functional tensor) stands
+        # for data held elsewhere: there is nothing at its address to copy.
+        raise TypeError(
+            "tensor %r (%s.%s) has no storage of its own; save the tensor "
+            "it stands for: a DTensor's local shard on each rank "
+            "(t.to_local(), with libckpt.dist for several ranks) or the "
+            "whole tensor (t.full_tensor())"
+            % (name, type(t).__module__, type(t).__qualname__))
+    return Tensor(name, ptr, t.numel() * t.element_size(), dtype,
                   tuple(t.shape), memory, stream, t, device)
 
 

@@ -216,6 +216,10 @@ CKPT_API ckpt_dtype ckpt_dtype_from_name(const char *name);
  * memory is CKPT_EINVAL.  CKPT_MEM_AUTO asks the runtime only when one is
  * already in the process or named by $CKPT_CUDART_LIBRARY; otherwise it
  * means CKPT_MEM_HOST.  A tensor of 0 bytes is always host memory.
+ * After a sticky CUDA error (a fault in any kernel of the process, a lost
+ * device) every CUDA call fails until the process exits, asking too:
+ * tensors declared CKPT_MEM_HOST still save and restore then, those
+ * declared CKPT_MEM_AUTO fail with CKPT_EDEVICE saying so.
  */
 typedef enum ckpt_memory {
     CKPT_MEM_HOST = 0,   /* ordinary (or pinned) host memory              */

@@ -185,8 +185,16 @@ int device_classify(device *dev, const void *ptr, ckpt_memory declared,
             *actual = CKPT_MEM_HOST;
             return CKPT_OK;
         }
-        if ((rc = dcuda_pointer_type(api, ptr, &type, &ordinal)) != CKPT_OK)
-            return rc;
+        if ((rc = dcuda_pointer_type(api, ptr, &type, &ordinal)) != CKPT_OK) {
+            /* A sticky error (a fault in any kernel of the process, a lost
+             * device) fails every CUDA call until the process exits: say
+             * how the job's last save of host memory still goes through. */
+            char why[2048];
+            snprintf(why, sizeof why, "%s", ckpt_error_last());
+            return ckpt_seterr(rc, "%s; CKPT_MEM_AUTO asks CUDA where a buffer lives, and "
+                               "after a sticky CUDA error every call fails: declare host "
+                               "buffers CKPT_MEM_HOST to save them without asking", why);
+        }
         if (type != CU_MEM_DEVICE && type != CU_MEM_MANAGED) {
             *actual = CKPT_MEM_HOST;
             return CKPT_OK;

@@ -510,3 +510,49 @@ Test(cuda_save, the_applications_pending_error_is_left_alone)
         root = ct_mkdtemp();
     }
 }
+
+/* After a sticky CUDA error (an illegal address in the application's own
+ * kernel, a lost device) every CUDA call fails until the process exits.
+ * A job's last save of what it holds in host memory still works when the
+ * tensors are declared host memory, on the store that saved device
+ * tensors before; declared CKPT_MEM_AUTO, where CUDA must be asked, the
+ * refusal says what to do. */
+Test(cuda_save, host_tensors_save_after_a_sticky_error)
+{
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0, 0);
+    void *d = dmalloc();
+    pattern_fill(d, N, 1);
+    ckpt_tensor td = dtensor("w", d, CKPT_MEM_DEVICE);
+    cr_assert_eq(ckpt_save_sync(st, 1, &td, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+
+    /* the application's next call reports its kernel's fault, for good */
+    M.fault("cudaStreamSynchronize", 1, CU_ILLEGAL_ADDRESS, MOCK_FAULT_STICKY);
+    cr_assert_eq(M.StreamSynchronize(NULL), CU_ILLEGAL_ADDRESS);
+    cr_assert_eq(M.DeviceSynchronize(), CU_ILLEGAL_ADDRESS, "the error is not sticky");
+
+    char *h = malloc(N);
+    pattern_fill(h, N, 2);
+    ckpt_tensor th = dtensor("host", h, CKPT_MEM_HOST);
+    cr_assert_eq(ckpt_save_sync(st, 2, &th, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    expect_saved(st, 2, "host", 2);
+
+    th.memory = CKPT_MEM_AUTO;
+    int rc = ckpt_save_sync(st, 3, &th, 1, NULL);
+    cr_assert_eq(rc, CKPT_EDEVICE, "got %d: %s", rc, ckpt_error_last());
+    cr_expect(strstr(ckpt_error_last(), "cudaErrorIllegalAddress") &&
+              strstr(ckpt_error_last(), "'host'") &&
+              strstr(ckpt_error_last(), "CKPT_MEM_HOST"), "%s", ckpt_error_last());
+    cr_expect_eq(nsteps(st), 2);
+
+    /* and host memory restores, as a look at the last state would */
+    memset(h, 0, N);
+    th.memory = CKPT_MEM_HOST;
+    cr_assert_eq(ckpt_restore(st, 2, &th, 1, NULL, NULL), CKPT_OK, "%s", ckpt_error_last());
+    cr_expect_eq(pattern_check(h, N, 2), -1);
+
+    M.reset();
+    ckpt_store_free(st);
+    M.Free(d);
+    free(h);
+    expect_no_leaks(&M);
+}

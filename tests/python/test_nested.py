@@ -397,6 +397,10 @@ def test_a_state_nested_beyond_the_recursion_limit_is_refused(store):
         store.save(1, {"a": deep(5000, 1), "t": np.ones(2)})
     with pytest.raises(libckpt.InvalidArgumentError, match="metadata nests deeper"):
         store.save(1, {"t": np.ones(2)}, metadata=deep(5000, 1))
+    # deeper than the library reads, if not deeper than Python walks
+    with pytest.raises(libckpt.InvalidArgumentError,
+                       match="metadata nests deeper than a checkpoint holds"):
+        store.save(1, {"t": np.ones(2)}, metadata=deep(nested.JSON_MAX_DEPTH, 1))
     assert store.latest() is None
     shallow = {"a": deep(50, 1), "t": np.ones(2)}
     store.save(1, shallow).wait()
@@ -410,7 +414,11 @@ def test_a_checkpoint_structure_too_deep_to_walk_is_corrupt(store, monkeypatch):
     The binding's own walks of a decoded structure give up the same way."""
     import libckpt.store as store_module
     real = json.dumps
-    node = "[" * 1500 + "1" + "]" * 1500  # beyond Python's JSON decoder
+    # A valid structure 2,000 JSON levels deep: within what the library
+    # reads (2048), beyond what Python walks.  Before 3.13 Python's JSON
+    # decoder gives up on it (the metadata); from 3.13 it decodes it, and
+    # the walk of the structure gives up.
+    node = '{"list":[' * 1000 + "1" + "]}" * 1000
 
     def crafted(obj, **kw):  # the save's metadata text, made by hand
         if isinstance(obj, dict) and obj.get("format") == nested.FORMAT:
@@ -420,9 +428,10 @@ def test_a_checkpoint_structure_too_deep_to_walk_is_corrupt(store, monkeypatch):
     monkeypatch.setattr(store_module.json, "dumps", crafted)
     store.save(1, {"t": np.ones(2)}).wait()
     monkeypatch.undo()
-    with pytest.raises(libckpt.CorruptError, match="metadata nests deeper"):
+    deeper = r"(metadata|structure) nests deeper"
+    with pytest.raises(libckpt.CorruptError, match=deeper):
         store.load(1)
-    with pytest.raises(libckpt.CorruptError, match="metadata nests deeper"):
+    with pytest.raises(libckpt.CorruptError, match=deeper):
         store.restore({"t": np.zeros(2)}, step=1)
     with store._checkpoint(1) as ck:
         out = np.zeros(2)
@@ -542,3 +551,15 @@ def test_rows_colliding_by_name_are_refused_by_the_general_route():
                        match=r"state\['x'\]\['a.b'\] and state\['x'\]\['a'\]\['b'\] "
                        r"both flatten to the tensor name 'x.a.b'"):
         nested.flatten({"x": state})
+
+
+def test_json_depth_is_counted_without_recursion():
+    """Containers of every kind count one level each; 100,000 levels take
+    no recursion (the check runs before json.dumps)."""
+    assert not nested.json_deeper_than(1, 0)
+    assert not nested.json_deeper_than(deep(10, 1), 10)
+    assert nested.json_deeper_than(deep(10, 1), 9)
+    mixed = {"a": [1, (2, {"b": [3]})], "c": {}}  # dict, list, tuple, dict, list
+    assert not nested.json_deeper_than(mixed, 5)
+    assert nested.json_deeper_than(mixed, 4)
+    assert nested.json_deeper_than(deep(100000, None), nested.JSON_MAX_DEPTH)

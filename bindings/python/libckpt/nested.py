@@ -128,6 +128,32 @@ def _guard_depth(what: str, error: type) -> Callable[[Callable], Callable]:
     return wrap
 
 
+# The deepest JSON the C library reads (jansson's parser limit): deeper
+# metadata is refused when saved, whatever Python's own encoder manages.
+JSON_MAX_DEPTH = 2048
+
+
+def json_deeper_than(value: Any, limit: int) -> bool:
+    """Whether `value` (dicts, lists and tuples of plain values) nests more
+    than `limit` containers deep, found without recursion (Python 3.13's
+    JSON encoder no longer stops at the recursion limit, so json.dumps
+    alone cannot be relied on to refuse such a value)."""
+    stack = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict):
+            items = v.values()
+        elif isinstance(v, (list, tuple)):
+            items = v
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((x, depth + 1) for x in items
+                     if isinstance(x, (dict, list, tuple)))
+    return False
+
+
 def load_metadata(text: bytes) -> Any:
     """A checkpoint's metadata text decoded (json.loads), a document
     nested deeper than Python's JSON decoder goes being CorruptError."""

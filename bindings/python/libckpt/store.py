@@ -309,6 +309,13 @@ class Store:
         the snapshot copy is done.
         """
         step = _step_number(step, "Store.save")
+        # The metadata goes one level inside the text the library parses.
+        if isinstance(metadata, (dict, list, tuple)) and nested.json_deeper_than(
+                metadata, nested.JSON_MAX_DEPTH - 1):
+            raise InvalidArgumentError(
+                "metadata nests deeper than a checkpoint holds (its JSON "
+                "may nest %d levels, the metadata going one inside)"
+                % nested.JSON_MAX_DEPTH)
         self._reap(block=False)
         with _no_gc():
             flat = nested.flatten(state)

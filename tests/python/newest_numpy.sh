@@ -1,18 +1,42 @@
 #!/usr/bin/env bash
 # The binding's tests with the newest NumPy (2.x), ml_dtypes and h5py from
 # the package index, in a fresh virtual environment without the system's
-# packages: what a user who runs `pip install numpy` gets, against
-# Debian's NumPy 1.x in the `python` test.  torch is not installed here
-# (gigabytes): its tests skip.
+# packages, on the newest CPython the machine has: what a user who runs
+# `pip install numpy` gets, against Debian's Python and NumPy 1.x in the
+# `python` test.  torch is not installed here (gigabytes): its tests skip.
 #
 # Usage: newest_numpy.sh TESTS_DIR
 # Environment: PYTHON (default /usr/bin/python3, with venv), LIBCKPT_LIBRARY
 # and PYTHONPATH as for the `python` test; the PIP_* and proxy variables
-# reach pip.  Exit 77 (skip) when the index is unreachable or venv missing.
+# reach pip.  A newer CPython 3 than PYTHON, on PATH (python3.N) or among
+# pyenv's versions, is used instead.  Exit 77 (skip) when the index is
+# unreachable or venv missing.
 set -euo pipefail
 
 tests=$(cd "${1:?usage: newest_numpy.sh TESTS_DIR}" && pwd)
 python=${PYTHON:-/usr/bin/python3}
+
+# The newest interpreter that runs and has venv: Python 3.13's JSON
+# encoder, for one, behaves unlike 3.11's.
+minor() { "$1" -c 'import sys, venv, ensurepip; print(sys.version_info[1])' 2>/dev/null; }
+best=$(minor "$python" || echo 0)
+candidates=()
+for n in $(seq 20 -1 8); do
+    command -v "python3.$n" >/dev/null 2>&1 && candidates+=("$(command -v "python3.$n")")
+done
+if command -v pyenv >/dev/null 2>&1; then
+    for bin in "$(pyenv root)"/versions/3.*/bin/python3; do
+        [[ -x $bin ]] && candidates+=("$bin")
+    done
+fi
+for cand in "${candidates[@]}"; do
+    m=$(minor "$cand") || continue
+    if ((m > best)); then
+        best=$m
+        python=$cand
+    fi
+done
+echo "python: $("$python" -c 'import sys; print(sys.version.split()[0])') ($python)"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ckpt-numpy.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 trap 'exit 143' TERM INT

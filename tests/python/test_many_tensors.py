@@ -209,6 +209,11 @@ def general_fields(pairs):
     return c_fields(arr, len(described))
 
 
+def columns(pairs):
+    """prepare()'s two arguments: the names, then the tensors."""
+    return [name for name, _ in pairs], [obj for _, obj in pairs]
+
+
 def test_the_whole_state_route_describes_as_describe_does():
     """prepare() asks all tensors of an all-torch state at once; each
     field equals describe()'s: dtypes of every width, 0-d, empty and
@@ -224,8 +229,8 @@ def test_the_whole_state_route_describes_as_describe_does():
             pairs.append(("layer%d.p%d" % (i, j), t))
     pairs.append(("w\u00e9ight.\u4e2d", torch.nn.Parameter(torch.ones(7))))
     assert _tensors._all_plain_torch(
-        pairs, _tensors._fast_torch(torch), torch.Tensor) is not None
-    arr, keep, stream, device = _tensors.prepare(pairs)
+        *columns(pairs), _tensors._fast_torch(torch), torch.Tensor) is not None
+    arr, keep, stream, device = _tensors.prepare(*columns(pairs))
     assert stream is None and device is False
     assert c_fields(arr, len(pairs)) == general_fields(pairs)
     assert all(any(k is t for k in keep) for _, t in pairs)
@@ -244,13 +249,13 @@ def test_one_odd_value_sends_the_state_the_general_way(odd):
              "numpy": np.arange(3.0), "int name": torch.ones(2)}[odd]
     pairs.insert(20, (7 if odd == "int name" else "odd", value))
     fast = _tensors._fast_torch(torch)
-    assert _tensors._all_plain_torch(pairs, fast, torch.Tensor) is None
+    assert _tensors._all_plain_torch(*columns(pairs), fast, torch.Tensor) is None
     if odd == "numpy":
-        arr, _, _, _ = _tensors.prepare(pairs)
+        arr, _, _, _ = _tensors.prepare(*columns(pairs))
         assert c_fields(arr, len(pairs)) == general_fields(pairs)
         return
     with pytest.raises((libckpt.InvalidArgumentError, TypeError)) as got:
-        _tensors.prepare(pairs)
+        _tensors.prepare(*columns(pairs))
     with pytest.raises(type(got.value)) as want:
         general_fields(pairs)
     assert str(got.value) == str(want.value)

@@ -553,6 +553,25 @@ def test_rows_colliding_by_name_are_refused_by_the_general_route():
         nested.flatten({"x": state})
 
 
+def test_collisions_name_both_paths_in_either_order():
+    """The path of the tensor that took a name first is named whether it
+    came alone or from a dict of tensors, before or after the other."""
+    torch = pytest.importorskip("torch")
+    t = torch.ones(1)
+    for state, first, second in [
+            ({"p": [t], "x": {"a.b": t, "c": t}, "x.a": {"b": t}},
+             "state['x']['a.b']", "state['x.a']['b']"),
+            ({"x": {"c": t, "a": {"b": t, "z": t}}, "r": [t], "x.a": {"b": t}},
+             "state['x']['a']['b']", "state['x.a']['b']"),
+            ({"a": {"x": t, "b": t}, "a.b": t, "c": 1},
+             "state['a']['b']", "state['a.b']"),
+            ({"a.b": t, "a": {"b": t, "x": t}, "c": 1},
+             "state['a.b']", "state['a']['b']")]:
+        with pytest.raises(libckpt.InvalidArgumentError) as got:
+            nested.flatten(state)
+        assert "%s and %s both flatten" % (first, second) in str(got.value)
+
+
 def test_json_depth_is_counted_without_recursion():
     """Containers of every kind count one level each; 100,000 levels take
     no recursion (the check runs before json.dumps)."""

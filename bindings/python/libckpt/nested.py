@@ -54,6 +54,7 @@ refused with an error naming both paths, never overwritten.
 from __future__ import annotations
 
 import base64
+import bisect
 import collections
 import contextlib
 import functools
@@ -364,14 +365,26 @@ def _decode_numpy(node: dict) -> Any:
 # ---------------------------------------------------------------- encode
 
 class Flat:
-    """A state taken apart: the JSON tree, the tensor leaves as (name,
-    object, path) in order, and the plain leaves as {path: value}."""
+    """A state taken apart: the JSON tree, the tensor leaves in order (their
+    names and objects as two columns, `names` and `objs`; `tensors` gives
+    them as (name, object, path)), and the plain leaves as {path: value}.
+
+    The tensors' paths are made only when asked for (an error naming one,
+    or `tensors`): a state_dict of 10,000 tensors would otherwise spend
+    more on building paths and triples than on the rest of flattening."""
 
     def __init__(self) -> None:
         self.tree: Any = None
-        self.tensors: List[Tuple[str, Any, Path]] = []
+        self.names: List[str] = []
+        self.objs: List[Any] = []
+        # Runs of tensors: the first one's number, and (path, prefix): a
+        # compact node's tensors are at path + (key,), the key being the
+        # name without its first `prefix` characters; a lone tensor's is
+        # `path` (prefix -1)
+        self._firsts: List[int] = []
+        self._blocks: List[Tuple[Path, int]] = []
         self.plain: Dict[Path, Any] = {}
-        self._names: Dict[str, Path] = {}
+        self._names: Dict[str, int] = {}  # tensor name -> its number
         self._active: set = set()
         self._torch: Any = None  # torch.Tensor, when torch is loaded
         # {torch.Tensor, torch.nn.Parameter} then: the exact types that are
@@ -380,6 +393,34 @@ class Flat:
         self._size: Any = None  # torch.Size, when torch is loaded: a leaf
         self.version = 1  # the tree's format version (2: compact nodes)
         self._row_keys: set = set()  # see _encode_items
+
+    def _add_one(self, name: str, obj: Any, path: Path) -> None:
+        self._firsts.append(len(self.names))
+        self._blocks.append((path, -1))
+        self.names.append(name)
+        self.objs.append(obj)
+
+    def _add_block(self, names: List[str], objs: List[Any], path: Path,
+                   prefix: int) -> None:
+        """Tensors `names` (each `prefix` characters then its key under
+        `path`), none of them taken before."""
+        first = len(self.names)
+        self._firsts.append(first)
+        self._blocks.append((path, prefix))
+        self._names.update(zip(names, range(first, first + len(names))))
+        self.names.extend(names)
+        self.objs.extend(objs)
+
+    def path_of(self, i: int) -> Path:
+        """The path of tensor number `i`."""
+        path, prefix = self._blocks[bisect.bisect_right(self._firsts, i) - 1]
+        return path if prefix < 0 else path + (self.names[i][prefix:],)
+
+    @property
+    def tensors(self) -> List[Tuple[str, Any, Path]]:
+        """The tensor leaves as (name, object, path), in order."""
+        return [(n, o, self.path_of(i))
+                for i, (n, o) in enumerate(zip(self.names, self.objs))]
 
 
 @_guard_depth("the state", InvalidArgumentError)
@@ -426,13 +467,13 @@ def _encode(obj: Any, path: Path, flat: Flat, name: str) -> Any:
                     flat.version = _NUMPY
                 flat.plain[path] = obj
                 return value
-        other = flat._names.setdefault(name, path)
-        if other is not path:
+        other = flat._names.setdefault(name, len(flat.names))
+        if other != len(flat.names):
             raise InvalidArgumentError(
                 "%s and %s both flatten to the tensor name %r; rename one "
                 "(a '.' in a key flattens like nesting)"
-                % (path_str(other), path_str(path), name))
-        flat.tensors.append((name, obj, path))
+                % (path_str(flat.path_of(other)), path_str(path), name))
+        flat._add_one(name, obj, path)
         return {"tensor": name, "from": "pt" if pt else "np"}
     if kind not in _PLAIN_CONTAINERS and (
             kind is flat._size or not isinstance(obj, (Mapping, list, tuple))):
@@ -470,7 +511,7 @@ def _encode(obj: Any, path: Path, flat: Flat, name: str) -> Any:
                 side._size = flat._size
                 node["_metadata"] = _encode(extra, path + ("_metadata",),
                                             side, dotted(path + ("_metadata",)))
-                if side.tensors:
+                if side.names:
                     raise TypeError("%s: OrderedDict._metadata may not hold "
                                     "tensors" % path_str(path))
                 flat.version = max(flat.version, side.version)
@@ -556,9 +597,7 @@ def _encode_row(row: dict, keys: List[str], path: Path, flat: Flat,
         names = list(map(prefix.__add__, keys))
         if not flat._names.keys().isdisjoint(names):
             return None  # the general route names both paths
-        paths = [path + (k,) for k in keys]
-        flat._names.update(zip(names, paths))
-        flat.tensors.extend(zip(names, values, paths))
+        flat._add_block(names, values, path, len(prefix))
         if flat.version < _COMPACT:
             flat.version = _COMPACT
         return {"tensors": keys, "from": "pt"}
@@ -620,22 +659,22 @@ def _encode_tensor_dict(obj: Any, path: Path, flat: Flat,
         side._size = flat._size
         node["_metadata"] = _encode(extra, path + ("_metadata",), side,
                                     dotted(path + ("_metadata",)))
-        if side.tensors:
+        if side.names:
             raise TypeError("%s: OrderedDict._metadata may not hold "
                             "tensors" % path_str(path))
         flat.version = max(flat.version, side.version)
     names = list(map(prefix.__add__, keys)) if prefix else keys
-    paths = [path + (k,) for k in keys]
     if not flat._names.keys().isdisjoint(names):
-        for name, p in zip(names, paths):  # the first name taken before
+        for name, k in zip(names, keys):  # the first name taken before
             other = flat._names.get(name)
             if other is not None:
                 raise InvalidArgumentError(
                     "%s and %s both flatten to the tensor name %r; rename "
                     "one (a '.' in a key flattens like nesting)"
-                    % (path_str(other), path_str(p), name))
-    flat._names.update(zip(names, paths))  # the keys are unique: so are these
-    flat.tensors.extend(zip(names, values, paths))
+                    % (path_str(flat.path_of(other)), path_str(path + (k,)),
+                       name))
+    # the keys are unique: so are these
+    flat._add_block(names, values, path, len(prefix))
     node["otensors" if odict else "tensors"] = keys
     node["from"] = origin
     if flat.version < _COMPACT:

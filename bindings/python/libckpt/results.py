@@ -65,10 +65,10 @@ def restore_result(ck: Any, state: Any, flat: nested.Flat,
     most of the cost of a restore of 10,000 tiny tensors otherwise)."""
     meta = nested.load_metadata(C.ckpt_checkpoint_metadata(ck))
     tree, _ = nested.unwrap(meta)
-    if strict and C.ckpt_checkpoint_tensor_count(ck) == len(flat.tensors):
+    if strict and C.ckpt_checkpoint_tensor_count(ck) == len(flat.names):
         missing, unexpected = [], []
     else:
-        mine = [name for name, _, _ in flat.tensors]
+        mine = flat.names
         names = tensor_names(ck)
         have, want = set(names), set(mine)
         missing = [n for n in mine if n not in have]

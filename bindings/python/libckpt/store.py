@@ -319,9 +319,8 @@ class Store:
         self._reap(block=False)
         with _no_gc():
             flat = nested.flatten(state)
-            arr, keep, stream, device = _tensors.prepare(
-                [(name, obj) for name, obj, _ in flat.tensors])
-            n = len(flat.tensors)
+            arr, keep, stream, device = _tensors.prepare(flat.names, flat.objs)
+            n = len(flat.names)
             # Compact: the library parses it (and keeps its own compact form).
             try:
                 text = json.dumps(nested.wrap(flat.tree, metadata,
@@ -501,9 +500,9 @@ class Store:
     def _restore(self, state: Any, step: Optional[int], strict: bool
                  ) -> RestoreResult:
         flat = nested.flatten(state)
-        arr, keep, stream, _ = _tensors.prepare(
-            [(name, obj) for name, obj, _ in flat.tensors], writable=True)
-        n = len(flat.tensors)
+        arr, keep, stream, _ = _tensors.prepare(flat.names, flat.objs,
+                                                writable=True)
+        n = len(flat.names)
         opts = ffi.ckpt_restore_options()
         C.ckpt_restore_options_init(_byref(opts),
                                     ffi.CKPT_RESTORE_OPTIONS_VERSION)

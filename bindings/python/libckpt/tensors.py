@@ -501,8 +501,9 @@ def _c_array_columns(names, ptrs, nbytes, dtypes, shapes, memory, owners,
     return arr, [arr, blob, dims] + owners
 
 
-def prepare(pairs, writable=False):
-    """describe_many, one_stream and c_array in one pass: (ckpt_tensor[],
+def prepare(names, objs, writable=False):
+    """describe_many, one_stream and c_array in one pass over the tensors
+    `objs` named `names` (two lists of one length): (ckpt_tensor[],
     objects to keep alive, the CUDA stream, whether any tensor is on a
     device).  The common case, a dense, contiguous torch CPU tensor of a
     supported dtype, goes straight into columns without a Tensor object
@@ -512,12 +513,14 @@ def prepare(pairs, writable=False):
     torch = sys.modules.get("torch")
     fast = _fast_torch(torch)
     if fast is None:
-        described = [describe(name, obj, writable) for name, obj in pairs]
+        described = [describe(name, obj, writable)
+                     for name, obj in zip(names, objs)]
         return (c_array(described) + (one_stream(described),
                 any(t.memory == ffi.CKPT_MEM_DEVICE for t in described)))
-    whole = _all_plain_torch(pairs, fast, torch.Tensor)
+    whole = _all_plain_torch(names, objs, fast, torch.Tensor)
     if whole is not None:
         return whole
+    pairs = zip(names, objs)  # `names` is the column built below from here
     classes, kinds, strided = fast
     names, ptrs, nbytes, dtypes, shapes, owners = [], [], [], [], [], []
     others = []  # (index, Tensor) of those described the general way
@@ -559,17 +562,16 @@ _IS_CPU = operator.attrgetter("is_cpu")
 _SHAPE = operator.attrgetter("shape")
 
 
-def _all_plain_torch(pairs, fast, tensor):
+def _all_plain_torch(names, objs, fast, tensor):
     """prepare() for the usual state, every value a dense, contiguous torch
     CPU tensor of a supported dtype under a str name: each property asked
     of all tensors at once (map over the unbound methods runs no Python
     code per tensor, about half the cost of prepare's loop), and what
     depends on the dtype worked out once per distinct dtype.  None when
     any pair is otherwise; prepare's loop then sorts them one by one."""
-    if not pairs:
+    if not names:
         return None
     classes, kinds, strided = fast
-    names, objs = zip(*pairs)
     if not set(map(type, objs)) <= classes or set(map(type, names)) != {str}:
         return None
     joined = "\0".join(names)

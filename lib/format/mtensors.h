@@ -1,13 +1,14 @@
 /* mtensors: the manifest's tensors array as text.
  *
- * The writer prints the array by hand, byte for byte as jansson's
- * JSON_INDENT(2) would inside the root object.  A reader that finds exactly
- * that layout scans it back by hand, because jansson takes most of a
- * restart's restore of thousands of tiny tensors to parse it (a value
- * allocated per field); anything else is left to jansson.  The scan accepts
- * a strict subset of what jansson accepts (ASCII names without escapes,
- * canonical integers, every checked field valid), so it never accepts a
- * text that the jansson route refuses or reads differently. */
+ * The writer prints the array by hand, one tensor per line without spaces
+ * (the rest of the manifest is jansson's JSON_INDENT(2)).  A reader that
+ * finds exactly that layout, or the field-per-line layout of JSON_INDENT(2)
+ * that earlier versions wrote, scans it back by hand, because jansson takes
+ * most of a restart's restore of thousands of tiny tensors to parse it (a
+ * value allocated per field); anything else is left to jansson.  The scan
+ * accepts a strict subset of what jansson accepts (ASCII names without
+ * escapes, canonical integers, every checked field valid), so it never
+ * accepts a text that the jansson route refuses or reads differently. */
 #ifndef CKPT_MTENSORS_H
 #define CKPT_MTENSORS_H
 

@@ -1,8 +1,9 @@
 /* manifest (lib/format/manifest.c): the tensors array is written by hand,
  * not through jansson (speed); its text must be exactly what jansson prints
- * for the same document, and decode back to the same tensors, whatever
- * the names hold (quotes, backslashes, control characters, non-ASCII).
- * The caller's metadata is the one member printed on a single line. */
+ * for the same document, one tensor per line as jansson prints it
+ * compact, and decode back to the same tensors, whatever the names hold
+ * (quotes, backslashes, control characters, non-ASCII).  The caller's
+ * metadata is printed on a single line too. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "ckpt.h"
 #include "jsontext.h"
 #include "manifest.h"
+#include "util.h"
 
 static const char *NAMES[] = {"w", "a\"b", "back\\slash", "nl\nx", "ctl\x01\x1f", "sl/ash",
                               "del\x7f", "\xc3\xa9\xe6\xbc\xa2/x", "model.fc1.weight"};
@@ -44,6 +46,37 @@ static void fill(manifest *m, size_t n)
     m->metadata = json_pack("{s:[i]}", "tensors", 1); /* a decoy "tensors" key */
 }
 
+/* `text` with its first `marker` replaced by `with` (both freed). */
+static char *splice(char *text, const char *marker, char *with)
+{
+    char *at = strstr(text, marker);
+    cr_assert_not_null(at, "no %s", marker);
+    size_t a = (size_t)(at - text), m = strlen(marker);
+    char *out = malloc(strlen(text) - m + strlen(with) + 1);
+    sprintf(out, "%.*s%s%s", (int)a, text, with, at + m);
+    free(text);
+    free(with);
+    return out;
+}
+
+/* "\n  \"tensors\": [\n    {...},\n    {...}\n  ]", each element as jansson
+ * prints it compact. */
+static char *lines_of(const json_t *array)
+{
+    size_t n = json_array_size(array), cap = 64, len = 0;
+    char *out = malloc(cap);
+    len = (size_t)sprintf(out, "\n  \"tensors\": [");
+    for (size_t i = 0; i < n; i++) {
+        char *e = jsontext_dumps(json_array_get(array, i), JSON_COMPACT | JSON_PRESERVE_ORDER);
+        cr_assert(e && !strchr(e, '\n'));
+        out = realloc(out, cap += strlen(e) + 16);
+        len += (size_t)sprintf(out + len, "%s\n    %s", i ? "," : "", e);
+        free(e);
+    }
+    sprintf(out + len, n ? "\n  ]" : "]");
+    return out;
+}
+
 /* Encode, then compare with jansson's own printing of the parsed text. */
 static void check(size_t n)
 {
@@ -55,18 +88,17 @@ static void check(size_t n)
     json_t *root = json_loadb(text, len, 0, NULL);
     cr_assert_not_null(root);
     json_object_del(root, "checksum");
-    /* jansson's indented printing, but for the metadata: compact. */
+    /* jansson's indented printing, but for the metadata and each tensor:
+     * compact. */
     char *meta = jsontext_dumps(json_object_get(root, "metadata"),
                                 JSON_ENCODE_ANY | JSON_COMPACT | JSON_PRESERVE_ORDER);
     cr_assert(meta && !strchr(meta, '\n'));
     json_object_set_new(root, "metadata", json_null());
-    char *indented = jsontext_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-    char *at = strstr(indented, "\n  \"metadata\": null");
-    cr_assert_not_null(at);
-    at += strlen("\n  \"metadata\": ");
-    char *ref = malloc(strlen(indented) + strlen(meta) + 1);
-    sprintf(ref, "%.*s%s%s", (int)(at - indented), indented, meta, at + strlen("null"));
-    free(indented);
+    char *tensors = lines_of(json_object_get(root, "tensors"));
+    json_object_set_new(root, "tensors", json_array());
+    char *ref = jsontext_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    ref = splice(ref, "\n  \"metadata\": null", util_printf("\n  \"metadata\": %s", meta));
+    ref = splice(ref, "\n  \"tensors\": []", tensors);
     free(meta);
     size_t rlen = strlen(ref);
     cr_assert(rlen > 2 && len > rlen);

@@ -1,5 +1,7 @@
 /* mtensors (lib/format/mtensors.c): a manifest's tensors array in the
- * writer's layout is scanned by hand instead of by jansson.  The decode
+ * writer's layout (a tensor per line), or in the layout of checkpoints
+ * written before (a field per line), is scanned by hand instead of by
+ * jansson.  The decode
  * must give exactly what jansson alone gives (manifest_decode_reference):
  * the same manifest, or the same status and message, for the writer's
  * texts, for hand-made hostile ones, and for many thousands of random
@@ -119,6 +121,22 @@ static char *encode(const manifest *m, size_t *len)
     return text;
 }
 
+/* The same manifest in the layout checkpoints were written in before:
+ * all of it as jansson's JSON_INDENT(2), a field per line. */
+static char *legacy(const char *text, size_t len, size_t *out_len)
+{
+    json_t *root = json_loadb(text, len, 0, NULL);
+    cr_assert_not_null(root);
+    json_object_del(root, "checksum");
+    char *body = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    size_t blen = body ? strlen(body) : 0;
+    cr_assert(blen > 2 && strcmp(body + blen - 2, "\n}") == 0);
+    char *out = reseal(body, blen - 2, out_len); /* the seal closes the root */
+    free(body);
+    json_decref(root);
+    return out;
+}
+
 Test(mtensors, writer_text_is_scanned_and_agrees)
 {
     for (size_t n = 1; n <= 9; n += 4) {
@@ -126,19 +144,29 @@ Test(mtensors, writer_text_is_scanned_and_agrees)
         fill(&m, n);
         size_t len, open, close, got;
         char *text = encode(&m, &len);
-        manifest_tensor *t;
-        cr_assert_eq(mtensors_scan(text, len, &open, &close, &t, &got), 1,
-                     "the writer's own layout is not scanned");
-        cr_assert_eq(got, n);
-        cr_assert(text[open] == '[' && text[close] == ']');
-        for (size_t i = 0; i < n; i++)
-            cr_assert_str_eq(t[i].name, m.tensors[i].name);
-        manifest back;
-        cr_assert_eq(manifest_decode(text, len, "t", &back), CKPT_OK, "%s", ckpt_error_last());
-        same_manifest(&back, &m);
-        cr_assert_eq(agree(text, len), CKPT_OK);
-        mtensors_free(t, got);
-        manifest_clear(&back);
+        cr_assert(strstr(text, "\n    {\"name\":\"layer.0.w\",\"dtype\":"),
+                  "not a tensor per line:\n%s", text);
+        for (int old = 0; old < 2; old++) {
+            size_t olen;
+            char *o = old ? legacy(text, len, &olen) : NULL;
+            const char *x = old ? o : text;
+            size_t xlen = old ? olen : len;
+            manifest_tensor *t;
+            cr_assert_eq(mtensors_scan(x, xlen, &open, &close, &t, &got), 1,
+                         "the %s layout is not scanned", old ? "old" : "writer's");
+            cr_assert_eq(got, n);
+            cr_assert(x[open] == '[' && x[close] == ']');
+            for (size_t i = 0; i < n; i++)
+                cr_assert_str_eq(t[i].name, m.tensors[i].name);
+            manifest back;
+            cr_assert_eq(manifest_decode(x, xlen, "t", &back), CKPT_OK, "%s",
+                         ckpt_error_last());
+            same_manifest(&back, &m);
+            cr_assert_eq(agree(x, xlen), CKPT_OK);
+            mtensors_free(t, got);
+            manifest_clear(&back);
+            free(o);
+        }
         manifest_clear(&m);
         free(text);
     }
@@ -157,6 +185,11 @@ Test(mtensors, other_names_go_to_jansson)
         char *text = encode(&m, &len);
         manifest_tensor *t;
         cr_assert_eq(mtensors_scan(text, len, &open, &close, &t, &got), 0, "name %zu", k);
+        size_t olen;
+        char *o = legacy(text, len, &olen);
+        cr_assert_eq(mtensors_scan(o, olen, &open, &close, &t, &got), 0, "old, name %zu", k);
+        agree(o, olen);
+        free(o);
         manifest back;
         cr_assert_eq(manifest_decode(text, len, "t", &back), CKPT_OK, "%s", ckpt_error_last());
         same_manifest(&back, &m);
@@ -187,6 +220,20 @@ static char *edit(const char *text, size_t len, const char *from, const char *to
     return out;
 }
 
+/* `s` without the space after each ':' and ',' (the writer's spacing of
+ * a tensor's fields). */
+static char *compact(const char *s)
+{
+    char *out = strdup(s), *w = out;
+    for (const char *r = s; *r; r++) {
+        *w++ = *r;
+        if ((*r == ':' || *r == ',') && r[1] == ' ')
+            r++;
+    }
+    *w = '\0';
+    return out;
+}
+
 Test(mtensors, hostile_edits_agree_with_jansson)
 {
     manifest m;
@@ -214,7 +261,7 @@ Test(mtensors, hostile_edits_agree_with_jansson)
         {"\"name\": \"layer.2.w\"", "\"name\": \"l\\u0061yer\"", NULL, CKPT_OK},
         {"\"name\": \"layer.2.w\"", "\"name\": \"x\", \"name\": \"y\"", NULL, CKPT_ECORRUPT},
         {"\"stored_bytes\"", "\"stored\"", NULL, CKPT_ECORRUPT},
-        {"\n    }", "\n    } ", NULL, CKPT_OK},                          /* other spacing */
+        {"\"chunks\"", " \"chunks\"", NULL, CKPT_OK},                    /* other spacing */
         {"\n  ],\n  \"shards\"", "\n  ],\n  \"tensors\": [],\n  \"shards\"", NULL,
          CKPT_ECORRUPT},                                                  /* key twice */
         /* a "tensors" key one level down first: the root's is the empty one */
@@ -226,13 +273,27 @@ Test(mtensors, hostile_edits_agree_with_jansson)
         {"\"format\": \"libckpt\"", "\"format\": \"libckpt\", \"x\": \"\\n  \\\"tensors\\\": [\"",
          NULL, CKPT_OK},
     };
-    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
-        size_t elen;
-        char *e = edit(text, len, cases[k].from, cases[k].to, cases[k].after, &elen);
+    size_t olen;
+    char *old = legacy(text, len, &olen);
+    for (size_t k = 0; k < 2 * (sizeof cases / sizeof *cases); k++) {
+        size_t c = k / 2, elen;
+        char *e;
+        if (k % 2) { /* the old layout: the cases as written */
+            e = edit(old, olen, cases[c].from, cases[c].to, cases[c].after, &elen);
+        } else { /* the writer's: in its spacing where a tensor's field is meant */
+            char *from = compact(cases[c].from), *to = compact(cases[c].to);
+            int inside = strstr(text, from) != NULL;
+            e = edit(text, len, inside ? from : cases[c].from, inside ? to : cases[c].to,
+                     cases[c].after, &elen);
+            free(from);
+            free(to);
+        }
         int rc = agree(e, elen);
-        cr_assert_eq(rc, cases[k].ok, "case %zu: status %d (%s)", k, rc, ckpt_error_last());
+        cr_assert_eq(rc, cases[c].ok, "case %zu (%s layout): status %d (%s)", c,
+                     k % 2 ? "old" : "writer's", rc, ckpt_error_last());
         free(e);
     }
+    free(old);
     manifest_clear(&m);
     free(text);
 }
@@ -278,19 +339,16 @@ static uint64_t next(void)
     return rng;
 }
 
-/* Random edits, mostly inside the tensors array: both routes agree on
- * every one, and enough of them stay valid to exercise acceptance. */
-Test(mtensors, random_edits_agree_with_jansson, .timeout = 240)
+/* Random edits of `text`, mostly inside its tensors array: both routes
+ * agree on every one, and enough of them stay valid to exercise
+ * acceptance. */
+static void random_edits(const char *text, size_t len, const char *which)
 {
-    manifest m;
-    fill(&m, 6);
-    size_t len;
-    char *text = encode(&m, &len);
     size_t blen = body_len(len);
     const char *arr = strstr(text, "\n  \"tensors\": [");
     size_t a0 = (size_t)(arr - text), a1 = (size_t)(strstr(arr, "\n  ]") - text) + 4;
     static const char alphabet[] = "0123456789\"\\,:[]{} \n.-eaz\x7f\x80\xc3\x01";
-    size_t ok = 0, scanned = 0, runs = 20000;
+    size_t ok = 0, scanned = 0, runs = 10000;
     char *body = malloc(blen + 8);
     for (size_t r = 0; r < runs; r++) {
         memcpy(body, text, blen);
@@ -327,9 +385,24 @@ Test(mtensors, random_edits_agree_with_jansson, .timeout = 240)
         free(e);
     }
     /* Edits of a digit keep the layout: some must be scanned and accepted. */
-    cr_assert(scanned > runs / 50, "only %zu of %zu edited texts were scanned", scanned, runs);
-    cr_assert(ok > runs / 100, "only %zu of %zu edited texts were valid", ok, runs);
+    cr_assert(scanned > runs / 50, "%s layout: only %zu of %zu edited texts were scanned",
+              which, scanned, runs);
+    cr_assert(ok > runs / 100, "%s layout: only %zu of %zu edited texts were valid", which,
+              ok, runs);
     free(body);
+}
+
+/* In the writer's layout and in the old one. */
+Test(mtensors, random_edits_agree_with_jansson, .timeout = 240)
+{
+    manifest m;
+    fill(&m, 6);
+    size_t len, olen;
+    char *text = encode(&m, &len);
+    char *old = legacy(text, len, &olen);
+    random_edits(text, len, "writer's");
+    random_edits(old, olen, "old");
+    free(old);
     manifest_clear(&m);
     free(text);
 }

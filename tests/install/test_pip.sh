@@ -20,10 +20,14 @@
 #   - the package's `ckpt` command (the library linked in, no HDF5) is in
 #     the venv's bin directory and reads that state (`ckpt latest`,
 #     `ckpt verify`);
+#   - the wheel is tagged py3-none-<platform> (ctypes, no extension
+#     module: one wheel serves every CPython 3 on the platform);
 #   - `pip uninstall` removes the package, the library and the command;
 #   - the sdist meson-python makes (PEP 517 build_sdist) carries the C
-#     library's sources, and `pip install` of that file alone gives the
-#     same working package (needs git, which meson dist uses).
+#     library's sources, and `pip wheel` of that file alone gives a wheel
+#     that installs into a venv of another CPython (with ISOLATED=1, the
+#     newest the machine has; NumPy then comes from the index) as the same
+#     working package (needs git, which meson dist uses).
 #
 # With ISOLATED=1 the install is plain `pip install ./bindings/python`, as
 # most users type it: pip builds in an isolated environment with the newest
@@ -133,6 +137,11 @@ if ! (cd "$tmp/src" && "${clean[@]}" "$vpy" -m pip install "${pip_opts[@]}" \
 fi
 grep -E 'Successfully|wheel for libckpt' "$tmp/pip.log" || true
 echo "built and installed in $((SECONDS - t0))s"
+# A ctypes binding without extension modules: any CPython 3 can use the
+# wheel (cp311-cp311 would tie it to the Python that built it).
+tag=$(sed -n 's/^Tag: //p' "$tmp"/venv/lib/python3*/site-packages/libckpt-*.dist-info/WHEEL)
+echo "wheel tag: $tag"
+[[ $tag == py3-none-linux_* ]] || fail "the wheel is tagged '$tag', not py3-none-linux_*"
 
 # The sdist, from the copy made a git repository (meson dist archives HEAD).
 sdist=
@@ -244,18 +253,38 @@ step "the ckpt command of the package"
 check_cli "$tmp/venv" "$tmp/store"
 
 # ------------------------------------------------------ from the sdist
+# Its wheel, on another CPython where the index can supply NumPy for it.
 if [[ -n $sdist ]]; then
-    step "pip install the sdist into a second venv"
-    "${clean[@]}" "$python" -m venv --system-site-packages "$tmp/venv2"
+    py2=$python
+    venv2_opts=(--system-site-packages)
+    if [[ ${ISOLATED:-0} == 1 ]]; then
+        # shellcheck source=SCRIPTDIR/index_venv.sh
+        . "$(dirname "${BASH_SOURCE[0]}")/index_venv.sh"
+        py2=$(newest_python "$python")
+        [[ $py2 != "$python" ]] && venv2_opts=()
+    fi
+    step "pip wheel the sdist; install it into a venv of $py2"
+    if ! (cd "$tmp/elsewhere" && "${clean[@]}" "$vpy" -m pip wheel "${pip_opts[@]}"         --no-deps -w "$tmp/wheels" "$sdist") >"$tmp/pip2.log" 2>&1; then
+        tail -n 40 "$tmp/pip2.log"
+        fail "pip wheel $sdist"
+    fi
+    whl=$(find "$tmp/wheels" -name 'libckpt-*.whl')
+    echo "$whl"
+    [[ $(basename "$whl") == libckpt-*-py3-none-linux_*.whl ]] ||
+        fail "the sdist's wheel is $(basename "$whl"), not py3-none-linux_*"
+    "${clean[@]}" "$py2" -m venv "${venv2_opts[@]}" "$tmp/venv2"
+    extra=()
+    [[ ${#venv2_opts[@]} == 0 ]] && extra=(numpy)
     if (cd "$tmp/elsewhere" && "${clean[@]}" "$tmp/venv2/bin/python" -m pip install \
-        "${pip_opts[@]}" "$sdist") >"$tmp/pip2.log" 2>&1; then
+        "${pip_opts[@]}" "$whl" "${extra[@]}") >>"$tmp/pip2.log" 2>&1; then
         rm -rf "$tmp/elsewhere/store"
+        "$tmp/venv2/bin/python" --version
         (cd "$tmp/elsewhere" && "${clean[@]}" "$tmp/venv2/bin/python" "$tmp/use.py" \
-            "$modules" "$tmp/elsewhere") || fail "import libckpt installed from the sdist"
+            "$modules" "$tmp/elsewhere") || fail "import libckpt installed from the sdist's wheel"
         check_cli "$tmp/venv2" "$tmp/elsewhere/store"
     else
         tail -n 40 "$tmp/pip2.log"
-        fail "pip install $sdist"
+        fail "pip install $whl into a venv of $py2"
     fi
 fi
 

@@ -16,33 +16,16 @@ set -euo pipefail
 tests=$(cd "${1:?usage: newest_numpy.sh TESTS_DIR}" && pwd)
 python=${PYTHON:-/usr/bin/python3}
 
+# shellcheck source=SCRIPTDIR/../install/index_venv.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../install/index_venv.sh"
 # The newest interpreter that runs and has venv: Python 3.13's JSON
 # encoder, for one, behaves unlike 3.11's.
-minor() { "$1" -c 'import sys, venv, ensurepip; print(sys.version_info[1])' 2>/dev/null; }
-best=$(minor "$python" || echo 0)
-candidates=()
-for n in $(seq 20 -1 8); do
-    command -v "python3.$n" >/dev/null 2>&1 && candidates+=("$(command -v "python3.$n")")
-done
-if command -v pyenv >/dev/null 2>&1; then
-    for bin in "$(pyenv root)"/versions/3.*/bin/python3; do
-        [[ -x $bin ]] && candidates+=("$bin")
-    done
-fi
-for cand in "${candidates[@]}"; do
-    m=$(minor "$cand") || continue
-    if ((m > best)); then
-        best=$m
-        python=$cand
-    fi
-done
+python=$(newest_python "$python")
 echo "python: $("$python" -c 'import sys; print(sys.version.split()[0])') ($python)"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/ckpt-numpy.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 trap 'exit 143' TERM INT
 
-# shellcheck source=SCRIPTDIR/../install/index_venv.sh
-. "$(dirname "${BASH_SOURCE[0]}")/../install/index_venv.sh"
 index_venv "$python" "$tmp" numpy pytest ml_dtypes h5py
 "$tmp/venv/bin/python" -c 'import numpy, ml_dtypes, h5py
 print("numpy", numpy.__version__, "ml_dtypes", ml_dtypes.__version__, "h5py", h5py.__version__)'

@@ -100,14 +100,17 @@ static int write_part(ckpt_save *s, part_report *rep)
     return rc;
 }
 
-/* Append part `p` of rank `r` to the global manifest `g` (moving its
- * strings). */
-static void merge_part(manifest *g, manifest *p, uint32_t r)
+/* Append part `p` of rank `r` to the global manifest `g`: the names are
+ * copied into g's block of names at *at (a part's may be one block of its
+ * own, not to be taken apart), the shard's file name is moved. */
+static void merge_part(manifest *g, manifest *p, uint32_t r, char **at)
 {
     for (size_t i = 0; i < p->ntensors; i++) {
+        size_t n = strlen(p->tensors[i].name) + 1;
         g->tensors[g->ntensors] = p->tensors[i];
+        g->tensors[g->ntensors].name = memcpy(*at, p->tensors[i].name, n);
         g->tensors[g->ntensors++].shard = r;
-        p->tensors[i].name = NULL;
+        *at += n;
     }
     g->shards[r] = p->shards[0];
     p->shards[0].file = NULL;
@@ -127,7 +130,7 @@ static int gather_parts(ckpt_save *s, const part_report *reps, manifest *g)
     if (!parts)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
     int rc = CKPT_OK;
-    size_t ntensors = 0;
+    size_t ntensors = 0, name_bytes = 0;
     for (int r = 0; r < world && !rc; r++) {
         char name[DIST_PART_NAME_SIZE], shard[SHARD_NAME_SIZE];
         dist_part_name((uint32_t)r, name);
@@ -153,6 +156,8 @@ static int gather_parts(ckpt_save *s, const part_report *reps, manifest *g)
                              "%llu: every rank must use the same", r,
                              (unsigned long long)parts[r].chunk_bytes,
                              (unsigned long long)s->m.chunk_bytes);
+        for (size_t i = 0; !rc && i < parts[r].ntensors; i++)
+            name_bytes += strlen(parts[r].tensors[i].name) + 1;
         if (!rc)
             ntensors += parts[r].ntensors;
         free(text);
@@ -169,13 +174,15 @@ static int gather_parts(ckpt_save *s, const part_report *reps, manifest *g)
         g->metadata = json_incref(s->m.metadata); /* rank 0's */
         g->tensors = calloc(ntensors ? ntensors : 1, sizeof *g->tensors);
         g->shards = calloc((size_t)world, sizeof *g->shards);
-        if (!g->tensors || !g->shards)
+        g->names = malloc(name_bytes ? name_bytes : 1);
+        if (!g->tensors || !g->shards || !g->names)
             rc = ckpt_seterr(CKPT_ENOMEM, "out of memory merging %d parts", world);
         else
             g->nshards = (size_t)world;
     }
+    char *at = g->names;
     for (int r = 0; r < world && !rc; r++)
-        merge_part(g, &parts[r], (uint32_t)r);
+        merge_part(g, &parts[r], (uint32_t)r, &at);
     for (int r = 0; r < world; r++)
         manifest_clear(&parts[r]);
     free(parts);

@@ -33,36 +33,6 @@ void manifest_clear(manifest *m)
     memset(m, 0, sizeof *m);
 }
 
-int manifest_copy_bare(manifest *dst, const manifest *src)
-{
-    *dst = *src;
-    dst->tensors = calloc(src->ntensors ? src->ntensors : 1, sizeof *dst->tensors);
-    dst->shards = calloc(src->nshards ? src->nshards : 1, sizeof *dst->shards);
-    dst->ntensors = dst->nshards = 0;
-    dst->env = dst->metadata = NULL;
-    int bad = !dst->tensors || !dst->shards;
-    for (size_t i = 0; i < src->nshards && !bad; i++, dst->nshards++) {
-        dst->shards[i] = src->shards[i];
-        bad = !(dst->shards[i].file = util_strdup(src->shards[i].file));
-    }
-    size_t total = 0;
-    for (size_t i = 0; i < src->ntensors; i++)
-        total += strlen(src->tensors[i].name) + 1;
-    dst->names = bad ? NULL : malloc(total ? total : 1);
-    bad = bad || !dst->names;
-    for (size_t i = 0, at = 0; i < src->ntensors && !bad; i++, dst->ntensors++) {
-        size_t n = strlen(src->tensors[i].name) + 1;
-        dst->tensors[i] = src->tensors[i];
-        dst->tensors[i].name = memcpy(dst->names + at, src->tensors[i].name, n);
-        at += n;
-    }
-    if (bad) {
-        manifest_clear(dst);
-        return ckpt_seterr(CKPT_ENOMEM, "out of memory copying a manifest");
-    }
-    return CKPT_OK;
-}
-
 char *manifest_json_text(const json_t *v)
 {
     if (!v)
@@ -311,6 +281,7 @@ static int decode_root(json_t *root, const char *where, manifest *m, manifest_te
     if (pre) {
         m->tensors = pre; /* m frees them, from here on */
         m->ntensors = npre;
+        m->names = npre ? pre[0].name : NULL; /* mtensors_scan's block */
     }
     if (!json_is_object(root) || !json_is_string(fmt) ||
         strcmp(json_string_value(fmt), MANIFEST_FORMAT) != 0)

@@ -44,7 +44,7 @@ typedef struct manifest {
     manifest_tensor *tensors;
     size_t ntensors;
     char *names;            /* NULL, or one block holding every tensor's
-                               name (manifest_copy's): freed at once */
+                               name: freed at once, not name by name */
     manifest_shard *shards;
     size_t nshards;
     json_t *env;            /* object, owned */
@@ -69,15 +69,6 @@ int manifest_decode_keep(const char *text, size_t len, const char *where, manife
  * tensors (mtensors.h): the reference that route is tested against. */
 int manifest_decode_reference(const char *text, size_t len, const char *where, manifest *m);
 void manifest_clear(manifest *m);
-
-/* A copy of `src` into `dst` without env and metadata (NULL in the copy:
- * a reader wants their texts, which mcache keeps, and a deep copy of a
- * 10,000-name metadata tree costs as much as the rest).  The two share
- * nothing; the names are in one block, dst->names, so a copy of thousands
- * of tensors is one allocation for them, not one each.  A tensor's name in
- * the copy is not to be freed or moved on its own.  On failure
- * (CKPT_ENOMEM) *dst is left empty. */
-int manifest_copy_bare(manifest *dst, const manifest *src);
 
 /* JSON text of a value, malloc'd ("null" for NULL). */
 char *manifest_json_text(const json_t *v);

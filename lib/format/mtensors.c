@@ -192,8 +192,37 @@ static size_t plain_string(cursor *c, char *buf, size_t max)
     return n;
 }
 
-/* One element, checked as decode_tensor checks it (but for its shard). */
-static int scan_one(cursor *c, const layout *L, manifest_tensor *t)
+/* Every name of a scan in one block (10,000 allocations of a few bytes
+ * cost a restart's restore more than its manifest's checks), and where
+ * each starts: t->name is set once the block stops moving. */
+typedef struct name_block {
+    char *block;
+    size_t used, cap;
+    size_t *at; /* per tensor */
+} name_block;
+
+/* Append `name` (and its NUL) as the next tensor's; 0 when out of memory. */
+static int names_add(name_block *nm, const char *name)
+{
+    size_t n = strlen(name) + 1;
+    if (nm->used + n > nm->cap) {
+        size_t cap = nm->cap ? 2 * nm->cap : 4096;
+        while (cap < nm->used + n)
+            cap *= 2;
+        char *g = realloc(nm->block, cap);
+        if (!g)
+            return 0;
+        nm->block = g;
+        nm->cap = cap;
+    }
+    memcpy(nm->block + nm->used, name, n);
+    nm->used += n;
+    return 1;
+}
+
+/* One element, checked as decode_tensor checks it (but for its shard); its
+ * name goes into `names`. */
+static int scan_one(cursor *c, const layout *L, manifest_tensor *t, name_block *names)
 {
     char name[CKPT_NAME_MAX + 1], dtype[16];
     uint64_t v, numel = 1, bytes;
@@ -232,11 +261,7 @@ static int scan_one(cursor *c, const layout *L, manifest_tensor *t)
         !PUT(c, L->elem_end))
         return 0;
     t->shard = (uint32_t)v;
-    size_t nlen = strlen(name);
-    if (!(t->name = malloc(nlen + 1)))
-        return -1;
-    memcpy(t->name, name, nlen + 1);
-    return 1;
+    return names_add(names, name) ? 1 : -1;
 }
 
 /* The nesting depth at the end of `s` (n bytes), or -1 inside a string.
@@ -265,8 +290,8 @@ static long depth_at(const char *s, size_t n)
 
 void mtensors_free(manifest_tensor *t, size_t n)
 {
-    for (size_t i = 0; t && i < n; i++)
-        free(t[i].name);
+    if (t && n > 0)
+        free(t[0].name); /* the block of all names */
     free(t);
 }
 
@@ -282,6 +307,7 @@ int mtensors_scan(const char *text, size_t len, size_t *open, size_t *close,
     cursor c = {at + sizeof ROOT_KEY - 1, text + len};
     size_t cap = 0, cnt = 0;
     manifest_tensor *t = NULL;
+    name_block nm = {0};
     /* The first element tells the layout: an old checkpoint's, or ours. */
     const layout *L = lit(&(cursor){c.p, c.end}, INDENT.elem_head.s, INDENT.elem_head.n)
                           ? &INDENT : &LINE;
@@ -290,21 +316,30 @@ int mtensors_scan(const char *text, size_t len, size_t *open, size_t *close,
         if (cnt == cap) {
             cap = cap ? 2 * cap : 256;
             manifest_tensor *g = realloc(t, cap * sizeof *t);
-            if (!g) {
+            size_t *a = g ? realloc(nm.at, cap * sizeof *nm.at) : NULL;
+            if (g)
+                t = g;
+            if (!a) {
                 rc = -1;
                 break;
             }
-            t = g;
+            nm.at = a;
         }
         memset(&t[cnt], 0, sizeof t[cnt]);
-        rc = scan_one(&c, L, &t[cnt]);
+        nm.at[cnt] = nm.used;
+        rc = scan_one(&c, L, &t[cnt], &nm);
         if (rc == 1)
             cnt++;
     } while (rc == 1 && LIT(&c, ","));
     if (rc == 1 && !LIT(&c, ARRAY_END))
         rc = 0;
+    for (size_t i = 0; rc == 1 && i < cnt; i++)
+        t[i].name = nm.block + nm.at[i]; /* the first is the block itself */
+    free(nm.at);
+    if (rc != 1 || cnt == 0)
+        free(nm.block);
     if (rc != 1) {
-        mtensors_free(t, cnt);
+        free(t);
         return rc;
     }
     *open = (size_t)(at - text) + sizeof ROOT_KEY - 2;

@@ -22,8 +22,9 @@ char *mtensors_text(const manifest_tensor *t, size_t n);
 
 /* Find the root's "tensors" array in the manifest text `text` (len bytes)
  * and read it if it is in the writer's layout.  Returns 1 with *open and
- * *close the offsets of its '[' and ']', *out a calloc'd array of *n
- * tensors (names malloc'd; free with mtensors_free) whose fields passed
+ * *close the offsets of its '[' and ']', *out a malloc'd array of *n
+ * tensors (their names in one malloc'd block that starts at the first
+ * name; free both with mtensors_free) whose fields passed
  * every check of one tensor except that its shard exists (the caller knows
  * the shards); 0 when the text is not in that layout or a field fails a
  * check (the caller parses the whole text with jansson, which reports it);

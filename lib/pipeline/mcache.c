@@ -1,19 +1,105 @@
-/* mcache: decoded manifests keyed by their bytes (mcache.h). */
+/* mcache: decoded manifests keyed by their bytes, shared by reference
+ * (mcache.h). */
 #include "mcache.h"
 
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "error.h"
 #include "util.h"
 
+/* ---------------------------------------------------------------- mdecoded */
+
+int mdecoded_make(mdecoded **out, manifest *m, char *meta_text, char *env_text)
+{
+    *out = NULL;
+    mdecoded *d = calloc(1, sizeof *d);
+    if (d && !meta_text)
+        meta_text = manifest_json_text(m->metadata);
+    if (d && !env_text)
+        env_text = manifest_json_text(m->env);
+    json_decref(m->env);
+    json_decref(m->metadata);
+    m->env = m->metadata = NULL;
+    if (!d || !meta_text || !env_text) {
+        free(d);
+        free(meta_text);
+        free(env_text);
+        manifest_clear(m);
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory keeping a decoded manifest");
+    }
+    d->m = *m;
+    memset(m, 0, sizeof *m);
+    d->meta_text = meta_text;
+    d->env_text = env_text;
+    atomic_init(&d->refs, 1);
+    pthread_mutex_init(&d->lock, NULL);
+    *out = d;
+    return CKPT_OK;
+}
+
+mdecoded *mdecoded_ref(mdecoded *d)
+{
+    atomic_fetch_add_explicit(&d->refs, 1, memory_order_relaxed);
+    return d;
+}
+
+void mdecoded_release(mdecoded *d)
+{
+    /* acq_rel: every holder's reads happen before the free */
+    if (!d || atomic_fetch_sub_explicit(&d->refs, 1, memory_order_acq_rel) != 1)
+        return;
+    manifest_clear(&d->m);
+    free(d->meta_text);
+    free(d->env_text);
+    free(d->by_name);
+    pthread_mutex_destroy(&d->lock);
+    free(d);
+}
+
+static int cmp_tensor_name(const void *a, const void *b)
+{
+    return strcmp((*(const manifest_tensor *const *)a)->name,
+                  (*(const manifest_tensor *const *)b)->name);
+}
+
+long mdecoded_find(mdecoded *d, const char *name)
+{
+    size_t nt = d->m.ntensors;
+    pthread_mutex_lock(&d->lock);
+    if (!d->by_name && (d->by_name = malloc((nt ? nt : 1) * sizeof *d->by_name))) {
+        for (size_t i = 0; i < nt; i++)
+            d->by_name[i] = &d->m.tensors[i];
+        qsort(d->by_name, nt, sizeof *d->by_name, cmp_tensor_name); /* unique names */
+    }
+    const manifest_tensor **by_name = d->by_name; /* set once, never changed */
+    pthread_mutex_unlock(&d->lock);
+    if (!by_name) { /* no memory for it: slowly */
+        for (size_t i = 0; i < nt; i++)
+            if (strcmp(d->m.tensors[i].name, name) == 0)
+                return (long)i;
+        return -1;
+    }
+    size_t lo = 0, hi = nt;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(by_name[mid]->name, name);
+        if (c == 0)
+            return (long)(by_name[mid] - d->m.tensors);
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return -1;
+}
+
+/* ------------------------------------------------------------------ mcache */
+
 typedef struct mcache_entry {
     char *text; /* NULL: free slot */
     size_t len;
-    manifest m;       /* env and metadata NULL: */
-    char *meta_text;  /* their texts */
-    char *env_text;
+    mdecoded *d;             /* the cache's reference */
     unsigned long long used; /* the clock at the last put or hit */
 } mcache_entry;
 
@@ -43,9 +129,7 @@ int mcache_create(mcache **out, size_t entries)
 static void entry_clear(mcache_entry *e)
 {
     free(e->text);
-    free(e->meta_text);
-    free(e->env_text);
-    manifest_clear(&e->m);
+    mdecoded_release(e->d);
     memset(e, 0, sizeof *e);
 }
 
@@ -68,33 +152,19 @@ static mcache_entry *find(mcache *c, const char *text, size_t len)
     return NULL;
 }
 
-int mcache_get(mcache *c, const char *text, size_t len, manifest *m, char **meta_text,
-               char **env_text)
+mdecoded *mcache_get(mcache *c, const char *text, size_t len)
 {
-    memset(m, 0, sizeof *m);
-    *meta_text = *env_text = NULL;
     if (!c || len > MCACHE_MAX_BYTES)
-        return 0;
+        return NULL;
     pthread_mutex_lock(&c->lock);
     mcache_entry *e = find(c, text, len);
-    int hit = 0;
+    mdecoded *d = NULL;
     if (e) {
-        ckpt_error_state keep; /* a failed copy is a miss, not an error */
-        ckpt_error_capture(&keep, CKPT_OK);
-        hit = manifest_copy_bare(m, &e->m) == CKPT_OK &&
-              (*meta_text = util_strdup(e->meta_text)) &&
-              (*env_text = util_strdup(e->env_text));
-        ckpt_error_restore(&keep);
-        if (hit) {
-            e->used = ++c->clock;
-        } else {
-            manifest_clear(m);
-            free(*meta_text);
-            *meta_text = NULL;
-        }
+        d = mdecoded_ref(e->d);
+        e->used = ++c->clock;
     }
     pthread_mutex_unlock(&c->lock);
-    return hit;
+    return d;
 }
 
 /* The entry to give up: the lowest step, the least recently used of its
@@ -104,22 +174,28 @@ static mcache_entry *victim(mcache *c)
     mcache_entry *v = NULL;
     for (size_t i = 0; i < c->n; i++) {
         mcache_entry *e = &c->e[i];
-        if (e->text && (!v || e->m.step < v->m.step ||
-                        (e->m.step == v->m.step && e->used < v->used)))
+        if (e->text && (!v || e->d->m.step < v->d->m.step ||
+                        (e->d->m.step == v->d->m.step && e->used < v->used)))
             v = e;
     }
     return v;
 }
 
-/* Keep `fresh` (its text, len and decoding set), or free it when the cache
- * holds those bytes already. */
-static void insert(mcache *c, mcache_entry *fresh)
+void mcache_put_owned(mcache *c, char *text, size_t len, mdecoded *d)
 {
+    if (!c || !text || !d || len > MCACHE_MAX_BYTES) {
+        free(text);
+        return;
+    }
+    /* Entries released here are freed after the lock (a decoding of 10,000
+     * tensors takes a while to free). */
+    mcache_entry gone[2] = {{0}};
+    size_t ngone = 0;
     pthread_mutex_lock(&c->lock);
-    mcache_entry *slot = find(c, fresh->text, fresh->len);
+    mcache_entry *slot = find(c, text, len);
     if (slot) { /* already there (another thread, or a step opened twice) */
         slot->used = ++c->clock;
-        entry_clear(fresh);
+        free(text);
     } else {
         /* Make room: a free slot, and the bytes (len fits the budget). */
         for (;;) {
@@ -127,54 +203,31 @@ static void insert(mcache *c, mcache_entry *fresh)
             for (size_t i = 0; i < c->n && !slot; i++)
                 if (!c->e[i].text)
                     slot = &c->e[i];
-            if (slot && c->bytes + fresh->len <= MCACHE_MAX_BYTES)
+            if (slot && c->bytes + len <= MCACHE_MAX_BYTES)
                 break;
             mcache_entry *v = victim(c); /* not NULL: something is held */
             c->bytes -= v->len;
-            entry_clear(v);
+            if (ngone < 2)
+                gone[ngone++] = *v;
+            else
+                entry_clear(v);
+            memset(v, 0, sizeof *v);
         }
-        fresh->used = ++c->clock;
-        *slot = *fresh;
-        c->bytes += fresh->len;
+        *slot = (mcache_entry){text, len, mdecoded_ref(d), ++c->clock};
+        c->bytes += len;
     }
     pthread_mutex_unlock(&c->lock);
+    for (size_t i = 0; i < ngone; i++)
+        entry_clear(&gone[i]);
 }
 
-void mcache_put(mcache *c, const char *text, size_t len, const manifest *m,
-                const char *meta_text, const char *env_text)
+void mcache_put(mcache *c, const char *text, size_t len, mdecoded *d)
 {
     if (!c || len > MCACHE_MAX_BYTES)
         return;
-    ckpt_error_state keep; /* best effort: the caller's error stays */
-    ckpt_error_capture(&keep, CKPT_OK);
-    mcache_entry fresh = {0};
-    fresh.meta_text = meta_text ? util_strdup(meta_text) : manifest_json_text(m->metadata);
-    fresh.env_text = env_text ? util_strdup(env_text) : manifest_json_text(m->env);
-    if (!fresh.meta_text || !fresh.env_text || !(fresh.text = malloc(len ? len : 1)) ||
-        manifest_copy_bare(&fresh.m, m)) {
-        free(fresh.text);
-        free(fresh.meta_text);
-        free(fresh.env_text);
-        ckpt_error_restore(&keep);
-        return;
-    }
-    memcpy(fresh.text, text, len);
-    fresh.len = len;
-    insert(c, &fresh);
-    ckpt_error_restore(&keep);
-}
-
-void mcache_put_owned(mcache *c, char *text, size_t len, manifest *m, char *meta_text,
-                      char *env_text)
-{
-    mcache_entry fresh = {text, len, *m, meta_text, env_text, 0};
-    memset(m, 0, sizeof *m);
-    json_decref(fresh.m.env); /* entries keep the texts only */
-    json_decref(fresh.m.metadata);
-    fresh.m.env = fresh.m.metadata = NULL;
-    if (!c || !text || !meta_text || !env_text || len > MCACHE_MAX_BYTES) {
-        entry_clear(&fresh);
-        return;
-    }
-    insert(c, &fresh);
+    char *copy = malloc(len ? len : 1);
+    if (!copy)
+        return; /* best effort */
+    memcpy(copy, text, len);
+    mcache_put_owned(c, copy, len, d);
 }

@@ -133,8 +133,13 @@ static int verify_temp(ckpt_save *s, const char *text, size_t len, manifest *bac
     /* Retention after the next saves and a restore open this step: its
      * decoding goes into mcache (when the check below closes the step). */
     if (st->opts.verify_after_save == CKPT_VERIFY_NONE) {
-        mcache_put(st->mcache, text, len, back, NULL, NULL);
-        manifest_clear(back);
+        ckpt_error_state keep; /* best effort: no memory, no cache */
+        ckpt_error_capture(&keep, CKPT_OK);
+        mdecoded *d;
+        if (mdecoded_make(&d, back, NULL, NULL) == CKPT_OK)
+            mcache_put(st->mcache, text, len, d);
+        mdecoded_release(d);
+        ckpt_error_restore(&keep);
         return CKPT_OK;
     }
     ckpt_checkpoint *ck;

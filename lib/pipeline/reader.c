@@ -22,26 +22,15 @@ void reader_close(ckpt_checkpoint *ck)
     free(ck->ix);
     free(ck->fds);
     free(ck->first);
-    free(ck->by_name);
-    pthread_mutex_destroy(&ck->find_lock);
-    if (ck->cache_on_close) { /* a later open of these bytes copies them */
-        mcache_put_owned(ck->store->mcache, ck->text, ck->text_len, &ck->m, ck->meta_text,
-                         ck->env_text);
-        ck->text = ck->meta_text = ck->env_text = NULL;
+    if (ck->cache_on_close) { /* a later open of these bytes shares them */
+        mcache_put_owned(ck->store->mcache, ck->text, ck->text_len, ck->decoded);
+        ck->text = NULL;
     }
-    manifest_clear(&ck->m);
+    mdecoded_release(ck->decoded); /* ck->m is its: nothing else to free */
     free(ck->text);
-    free(ck->meta_text);
-    free(ck->env_text);
     free(ck->dir);
     free(ck->label);
     free(ck);
-}
-
-static int cmp_tensor_name(const void *a, const void *b)
-{
-    return strcmp((*(const manifest_tensor *const *)a)->name,
-                  (*(const manifest_tensor *const *)b)->name);
 }
 
 static int open_shards(ckpt_checkpoint *ck)
@@ -178,7 +167,6 @@ static int open_manifest(ckpt_store *s, const char *dir, const char *manifest_na
         return ckpt_seterr(CKPT_ENOMEM, "out of memory opening step %lld", (long long)step);
     }
     ck->store = s;
-    pthread_mutex_init(&ck->find_lock, NULL);
     char *mpath = util_join(dir, manifest_name);
     char *where = util_printf("%s/%s", ck->label, manifest_name);
     size_t len = 0;
@@ -201,27 +189,40 @@ static int open_manifest(ckpt_store *s, const char *dir, const char *manifest_na
         rc = ckpt_seterr_errno(-rc, "cannot read %s", mpath ? mpath : "manifest");
     int cached = 0;
     ck->text_len = len;
+    manifest m = {0}; /* decoded here, then kept in ck->decoded */
     if (!rc && decoded && len == known_len && memcmp(ck->text, known, len) == 0) {
-        ck->m = *decoded; /* the same bytes decode the same */
+        m = *decoded; /* the same bytes decode the same */
         memset(decoded, 0, sizeof *decoded);
-    } else if (!rc && !(cached = mcache_get(s->mcache, ck->text, len, &ck->m,
-                                            &ck->meta_text, &ck->env_text))) {
+    } else if (!rc && (ck->decoded = mcache_get(s->mcache, ck->text, len))) {
+        cached = 1;
+    } else if (!rc) {
         json_t *tree;
-        rc = manifest_decode_keep(ck->text, len, where, &ck->m, &tree);
+        rc = manifest_decode_keep(ck->text, len, where, &m, &tree);
         free_later(s, tree);
+    }
+    if (!rc && !cached) {
+        /* Only the texts are given out: the trees go (on a worker). */
+        char *meta = manifest_json_text(m.metadata), *env = manifest_json_text(m.env);
+        free_later(s, m.metadata);
+        free_later(s, m.env);
+        m.metadata = m.env = NULL;
+        if (!meta || !env) {
+            free(meta);
+            free(env);
+            rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
+        } else {
+            rc = mdecoded_make(&ck->decoded, &m, meta, env);
+        }
+    }
+    manifest_clear(&m); /* empty unless decoding failed */
+    if (!rc) {
+        ck->m = ck->decoded->m;
+        ck->meta_text = ck->decoded->meta_text;
+        ck->env_text = ck->decoded->env_text;
     }
     if (!rc && ck->m.step != step)
         rc = ckpt_seterr(CKPT_ECORRUPT, "%s: manifest is for step %lld", where,
                          (long long)ck->m.step);
-    if (!rc && !cached) {
-        /* Only the texts are given out: the trees go (on a worker). */
-        if (!(ck->meta_text = manifest_json_text(ck->m.metadata)) ||
-            !(ck->env_text = manifest_json_text(ck->m.env)))
-            rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
-        free_later(s, ck->m.metadata);
-        free_later(s, ck->m.env);
-        ck->m.metadata = ck->m.env = NULL;
-    }
     if (!rc)
         rc = open_shards(ck);
     ck->cache_on_close = !rc && !cached;
@@ -354,32 +355,7 @@ int reader_open_select(ckpt_store *s, int64_t step, ckpt_verify_level level,
 
 long reader_find(ckpt_checkpoint *ck, const char *name)
 {
-    size_t nt = ck->m.ntensors;
-    pthread_mutex_lock(&ck->find_lock);
-    if (!ck->by_name && (ck->by_name = malloc((nt ? nt : 1) * sizeof *ck->by_name))) {
-        for (size_t i = 0; i < nt; i++)
-            ck->by_name[i] = &ck->m.tensors[i];
-        qsort(ck->by_name, nt, sizeof *ck->by_name, cmp_tensor_name); /* unique names */
-    }
-    pthread_mutex_unlock(&ck->find_lock);
-    if (!ck->by_name) { /* no memory for it: slowly */
-        for (size_t i = 0; i < nt; i++)
-            if (strcmp(ck->m.tensors[i].name, name) == 0)
-                return (long)i;
-        return -1;
-    }
-    size_t lo = 0, hi = nt;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int c = strcmp(ck->by_name[mid]->name, name);
-        if (c == 0)
-            return (long)(ck->by_name[mid] - ck->m.tensors);
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return -1;
+    return mdecoded_find(ck->decoded, name);
 }
 
 /* ------------------------------------------------------------- chunk jobs */

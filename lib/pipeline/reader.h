@@ -6,10 +6,9 @@
 #ifndef CKPT_READER_H
 #define CKPT_READER_H
 
-#include <pthread.h>
-
 #include "context.h"
 #include "manifest.h"
+#include "mcache.h"
 #include "report.h"
 #include "shardfile.h"
 
@@ -17,19 +16,18 @@ struct ckpt_checkpoint {
     ckpt_store *store;  /* borrowed */
     char *dir;          /* absolute or as given */
     char *label;        /* "step-NNNNNNNNNNNN" for messages */
-    manifest m;
+    mdecoded *decoded;  /* the manifest decoded, shared (mcache.h); NULL
+                         * until opened */
+    manifest m;         /* once opened, a copy of decoded->m: its arrays and
+                         * strings are decoded's, read-only */
     char *text;         /* manifest as stored */
     size_t text_len;
-    char *meta_text, *env_text;
-    int cache_on_close; /* decoded, not from mcache: hand text, m and the
-                         * texts to it when closed (mcache_put_owned) */
+    const char *meta_text, *env_text; /* decoded's */
+    int cache_on_close; /* decoded here, not from mcache: hand text and
+                         * decoding to it when closed (mcache_put_owned) */
     shard_index *ix;    /* per shard */
     int *fds;           /* per shard */
     uint64_t *first;    /* per tensor: its first entry in its shard's index */
-    pthread_mutex_t find_lock;       /* protects by_name */
-    const manifest_tensor **by_name; /* the tensors sorted by name, made by the
-                                      * first reader_find (a restore in the
-                                      * save's order needs none) */
 };
 
 /* Open the checkpoint in `dir`, which must be step `step`.  Problems are

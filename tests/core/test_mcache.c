@@ -1,8 +1,10 @@
 /* The store's cache of decoded manifests (lib/pipeline/mcache.h): a hit
- * needs the exact bytes and gives an independent copy; when full, the
+ * needs the exact bytes and shares one decoding, which outlives the cache
+ * while held; names are found from many threads; when full, the
  * lowest step goes first; the byte budget holds.  And a store reading a
  * step whose manifest was replaced on disk decodes the new bytes. */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,59 +29,116 @@ static void make(manifest *m, int64_t step, char *text, size_t cap)
     snprintf(text, cap, "manifest of step %lld", (long long)step);
 }
 
-Test(mcache, hit_needs_the_same_bytes_and_copies)
+/* A decoding of `m` (taken), NULL texts printed from it. */
+static mdecoded *made(manifest *m)
+{
+    mdecoded *d;
+    cr_assert_eq(mdecoded_make(&d, m, NULL, NULL), CKPT_OK);
+    cr_assert(!m->tensors && !m->env, "taken");
+    return d;
+}
+
+Test(mcache, hit_needs_the_same_bytes_and_shares)
 {
     mcache *c;
     cr_assert_eq(mcache_create(&c, 4), CKPT_OK);
-    manifest m, got;
-    char text[64], *meta, *env;
+    manifest m;
+    char text[64];
     make(&m, 7, text, sizeof text);
     m.metadata = json_pack("{s:[s,s]}", "tensors", "a", "b");
-    cr_assert_eq(mcache_get(c, text, strlen(text), &got, &meta, &env), 0);
-    cr_assert(!meta && !env);
-    mcache_put(c, text, strlen(text), &m, NULL, NULL); /* texts printed from m */
-    manifest_clear(&m); /* the cache holds its own copy */
-    cr_assert_eq(mcache_get(c, text, strlen(text), &got, &meta, &env), 1);
-    cr_assert_eq(got.step, 7);
-    cr_assert_str_eq(got.tensors[0].name, "w");
-    cr_assert(!got.env && !got.metadata, "the trees stay out of copies");
-    cr_assert_str_eq(env, "{\"step\":7}");
-    cr_assert_str_eq(meta, "{\"tensors\":[\"a\",\"b\"]}");
-    got.tensors[0].name[0] = 'x'; /* copies: the cached entry is untouched */
-    meta[0] = env[0] = '!';
-    manifest_clear(&got);
-    free(meta);
-    free(env);
-    cr_assert_eq(mcache_get(c, text, strlen(text), &got, &meta, &env), 1);
-    cr_assert_str_eq(got.tensors[0].name, "w");
-    cr_assert_str_eq(env, "{\"step\":7}");
-    cr_assert_str_eq(meta, "{\"tensors\":[\"a\",\"b\"]}");
-    manifest_clear(&got);
-    free(meta);
-    free(env);
+    cr_assert_null(mcache_get(c, text, strlen(text)));
+    mdecoded *d = made(&m);
+    cr_assert(!d->m.env && !d->m.metadata, "the trees go, their texts stay");
+    cr_assert_str_eq(d->env_text, "{\"step\":7}");
+    cr_assert_str_eq(d->meta_text, "{\"tensors\":[\"a\",\"b\"]}");
+    mcache_put(c, text, strlen(text), d);
+    mdecoded_release(d); /* the cache holds its own reference */
+    mdecoded *got = mcache_get(c, text, strlen(text));
+    cr_assert_not_null(got);
+    cr_assert_eq(got->m.step, 7);
+    cr_assert_str_eq(got->m.tensors[0].name, "w");
+    mdecoded *again = mcache_get(c, text, strlen(text));
+    cr_assert_eq(again, got, "one decoding, shared");
+    mdecoded_release(again);
     text[0] ^= 1; /* one byte differs: a miss */
-    cr_assert_eq(mcache_get(c, text, strlen(text), &got, &meta, &env), 0);
-    cr_assert_eq(mcache_get(c, text, strlen(text) - 1, &got, &meta, &env), 0);
+    cr_assert_null(mcache_get(c, text, strlen(text)));
+    text[0] ^= 1;
+    cr_assert_null(mcache_get(c, text, strlen(text) - 1));
+    mcache_free(c); /* a holder outlives the cache */
+    cr_assert_str_eq(got->m.tensors[0].name, "w");
+    cr_assert_eq(mdecoded_find(got, "w"), 0);
+    cr_assert_eq(mdecoded_find(got, "x"), -1);
+    mdecoded_release(got);
+    cr_assert_eq(mcache_create(&c, 4), CKPT_OK);
     make(&m, 9, text, sizeof text); /* texts given: kept as given */
-    mcache_put(c, text, strlen(text), &m, "[1]", "{}");
-    manifest_clear(&m);
-    cr_assert_eq(mcache_get(c, text, strlen(text), &got, &meta, &env), 1);
-    cr_assert_str_eq(meta, "[1]");
-    cr_assert_str_eq(env, "{}");
-    manifest_clear(&got);
-    free(meta);
-    free(env);
+    char *meta = strdup("[1]"), *env = strdup("{}");
+    cr_assert_eq(mdecoded_make(&d, &m, meta, env), CKPT_OK);
+    mcache_put_owned(c, strdup(text), strlen(text), d);
+    mdecoded_release(d);
+    got = mcache_get(c, text, strlen(text));
+    cr_assert_not_null(got);
+    cr_assert_str_eq(got->meta_text, "[1]");
+    cr_assert_str_eq(got->env_text, "{}");
+    mdecoded_release(got);
     mcache_free(c);
 }
 
-/* mcache_get when only the manifest matters. */
-static int get(mcache *c, const char *text, size_t len, manifest *m)
+/* Many names, looked up from several threads at once: the index is made
+ * once, and every name is found where it is. */
+#define FIND_N 5000
+static void *find_all(void *arg)
 {
-    char *meta, *env;
-    int hit = mcache_get(c, text, len, m, &meta, &env);
-    free(meta);
-    free(env);
-    return hit;
+    mdecoded *d = arg;
+    char name[32];
+    for (int i = FIND_N; i-- > 0;) {
+        snprintf(name, sizeof name, "t%d", i);
+        if (mdecoded_find(d, name) != i)
+            return d; /* not NULL: a failure */
+    }
+    return mdecoded_find(d, "t") == -1 && mdecoded_find(d, "") == -1 ? NULL : d;
+}
+
+Test(mcache, find_from_threads)
+{
+    manifest m = {0};
+    m.tensors = calloc(FIND_N, sizeof *m.tensors);
+    cr_assert(m.tensors);
+    for (int i = 0; i < FIND_N; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "t%d", i);
+        m.tensors[i].name = strdup(name);
+    }
+    m.ntensors = FIND_N;
+    mdecoded *d = made(&m);
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(pthread_create(&th[i], NULL, find_all, mdecoded_ref(d)), 0);
+    for (int i = 0; i < 4; i++) {
+        void *bad;
+        pthread_join(th[i], &bad);
+        cr_assert_null(bad, "thread %d", i);
+        mdecoded_release(d);
+    }
+    mdecoded_release(d);
+}
+
+/* Whether the cache holds `text`. */
+static int get(mcache *c, const char *text, size_t len)
+{
+    mdecoded *d = mcache_get(c, text, len);
+    mdecoded_release(d);
+    return d != NULL;
+}
+
+/* Put a fresh decoding of step `step` under `text` (len bytes). */
+static void put(mcache *c, int64_t step, const char *text, size_t len)
+{
+    manifest m;
+    char unused[64];
+    make(&m, step, unused, sizeof unused);
+    mdecoded *d = made(&m);
+    mcache_put(c, text, len, d);
+    mdecoded_release(d);
 }
 
 Test(mcache, full_drops_the_lowest_step)
@@ -87,25 +146,19 @@ Test(mcache, full_drops_the_lowest_step)
     mcache *c;
     cr_assert_eq(mcache_create(&c, 3), CKPT_OK);
     char text[6][64];
-    manifest m, got;
     int64_t steps[] = {5, 3, 9, 4}; /* 3 goes when 4 comes, then 4 when 1 comes */
     for (int i = 0; i < 4; i++) {
-        make(&m, steps[i], text[i], sizeof text[i]);
-        mcache_put(c, text[i], strlen(text[i]), &m, NULL, NULL);
-        manifest_clear(&m);
+        snprintf(text[i], sizeof text[i], "manifest of step %lld", (long long)steps[i]);
+        put(c, steps[i], text[i], strlen(text[i]));
     }
     int want[] = {1, 0, 1, 1};
-    for (int i = 0; i < 4; i++) {
-        cr_assert_eq(get(c, text[i], strlen(text[i]), &got), want[i], "step %lld",
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(get(c, text[i], strlen(text[i])), want[i], "step %lld",
                      (long long)steps[i]);
-        manifest_clear(&got);
-    }
-    make(&m, 1, text[4], sizeof text[4]);
-    mcache_put(c, text[4], strlen(text[4]), &m, NULL, NULL);
-    manifest_clear(&m);
-    cr_assert_eq(get(c, text[3], strlen(text[3]), &got), 0, "step 4 stayed");
-    cr_assert_eq(get(c, text[4], strlen(text[4]), &got), 1);
-    manifest_clear(&got);
+    snprintf(text[4], sizeof text[4], "manifest of step 1");
+    put(c, 1, text[4], strlen(text[4]));
+    cr_assert_eq(get(c, text[3], strlen(text[3])), 0, "step 4 stayed");
+    cr_assert_eq(get(c, text[4], strlen(text[4])), 1);
     mcache_free(c);
 }
 
@@ -118,18 +171,12 @@ Test(mcache, byte_budget)
     cr_assert(a && b && huge);
     a[0] = 'a';
     b[0] = 'b';
-    manifest m, got;
-    char unused[64];
-    make(&m, 2, unused, sizeof unused);
-    mcache_put(c, a, big, &m, NULL, NULL);
-    m.step = 3;
-    mcache_put(c, b, big, &m, NULL, NULL);
-    mcache_put(c, huge, MCACHE_MAX_BYTES + 1, &m, NULL, NULL); /* over the budget alone: not kept */
-    manifest_clear(&m);
-    cr_assert_eq(get(c, a, big, &got), 0, "both held: over the budget");
-    cr_assert_eq(get(c, b, big, &got), 1);
-    manifest_clear(&got);
-    cr_assert_eq(get(c, huge, MCACHE_MAX_BYTES + 1, &got), 0);
+    put(c, 2, a, big);
+    put(c, 3, b, big);
+    put(c, 3, huge, MCACHE_MAX_BYTES + 1); /* over the budget alone: not kept */
+    cr_assert_eq(get(c, a, big), 0, "both held: over the budget");
+    cr_assert_eq(get(c, b, big), 1);
+    cr_assert_eq(get(c, huge, MCACHE_MAX_BYTES + 1), 0);
     free(a);
     free(b);
     free(huge);

@@ -5,13 +5,18 @@
  * and their ratio, so a binding's figures (bench_persist.py) can be split
  * into library cost and binding cost.
  *
- * Usage: bench_tiny DIR [N] [bytes per tensor] [reps] [apart]
+ * Usage: bench_tiny DIR [N] [bytes per tensor] [reps] [apart] [random]
  *   defaults: 10000 tensors of 4096 bytes, best of 3 reps.
  *
  * The tiny tensors are views of the one tensor's buffer, back to back (a
  * flat parameter buffer), unless "apart" is given: then each has an
  * allocation of its own, as the tensors of a PyTorch state dict do, and
  * is filled with the same bytes.
+ *
+ * The data are small floats with full mantissas (their exponent bytes
+ * compress), unless "random" is given: then bytes no codec shrinks, so
+ * every chunk is stored raw and a restore decodes nothing (what is left is
+ * the per-tensor cost alone).
  *
  * "restore" runs on the store that saved (which has the manifest decoded
  * already); "cold rest." on a read-only store opened for it, as a job
@@ -97,14 +102,15 @@ fail:
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_tiny DIR [N] [bytes per tensor] [reps]\n");
+        fprintf(stderr, "usage: bench_tiny DIR [N] [bytes per tensor] [reps] [apart] [random]\n");
         return 2;
     }
     size_t n = argc > 2 ? strtoull(argv[2], NULL, 10) : 10000;
     size_t each = argc > 3 ? strtoull(argv[3], NULL, 10) : 4096;
     int reps = argc > 4 ? atoi(argv[4]) : 3;
     int apart = argc > 5 && strcmp(argv[5], "apart") == 0;
-    if (n == 0 || each < 4 || reps < 1 || (argc > 5 && !apart))
+    int random_bytes = argc > 6 && strcmp(argv[6], "random") == 0;
+    if (n == 0 || each < 4 || reps < 1 || (argc > 5 && !apart) || (argc > 6 && !random_bytes))
         return 2;
     float *data = malloc(n * each);
     ckpt_tensor *t = calloc(n, sizeof *t);
@@ -115,7 +121,12 @@ int main(int argc, char **argv)
     uint64_t seed = 1;
     for (size_t i = 0; i < n * each / 4; i++) { /* small values, full mantissas */
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        data[i] = (float)((int32_t)(seed >> 32)) * 1e-11f;
+        if (random_bytes) {
+            uint32_t bits = (uint32_t)(seed >> 32);
+            memcpy(&data[i], &bits, sizeof bits);
+        } else {
+            data[i] = (float)((int32_t)(seed >> 32)) * 1e-11f;
+        }
     }
     for (size_t i = 0; i < n; i++) {
         snprintf(names + i * 24, 24, "t%zu", i);
@@ -138,8 +149,9 @@ int main(int argc, char **argv)
         return 1;
     }
     const char *what[4] = {"stall", "persist", "restore", "cold rest."};
-    printf("%zu x %zu B%s vs 1 x %zu B (best of %d)\n", n, each,
-           apart ? " (each allocated apart)" : "", n * each, reps);
+    printf("%zu x %zu B%s%s vs 1 x %zu B (best of %d)\n", n, each,
+           apart ? " (each allocated apart)" : "", random_bytes ? " (random bytes)" : "", n * each,
+           reps);
     for (int i = 0; i < 4; i++)
         printf("%-10s one %8.4f s  tiny %8.4f s  ratio %6.2fx\n", what[i], a[i], b[i],
                b[i] / a[i]);

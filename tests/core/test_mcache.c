@@ -204,3 +204,48 @@ Test(mcache, replaced_manifest_is_decoded_again)
     tc_state_free(&s1);
     tc_state_free(&s2);
 }
+
+/* Checkpoints opened on a cached decoding keep it while later saves push
+ * it out of the cache: their names, metadata and data stay readable, and a
+ * lookup by name still works (the decoding is shared, not copied, since
+ * an open no longer takes a copy of its own). */
+Test(mcache, an_open_checkpoint_outlives_its_cache_entry)
+{
+    tc_state s1, other;
+    tc_state_standard(&s1, 1);
+    tc_state_standard(&other, 2);
+    ckpt_store *st = tc_open(tc_root);
+    cr_assert_eq(tc_save(st, 1, &s1, "{\"epoch\":1}"), CKPT_OK);
+    ckpt_checkpoint *a, *b;
+    cr_assert_eq(ckpt_checkpoint_open(&a, st, 1, CKPT_VERIFY_QUICK), CKPT_OK);
+    cr_assert_eq(ckpt_checkpoint_open(&b, st, 1, CKPT_VERIFY_QUICK), CKPT_OK);
+    ckpt_tensor_info ia, ib;
+    cr_assert_eq(ckpt_checkpoint_tensor(a, 0, &ia), CKPT_OK);
+    cr_assert_eq(ckpt_checkpoint_tensor(b, 0, &ib), CKPT_OK);
+    cr_assert_eq(ia.name, ib.name, "two opens of one manifest share its decoding");
+    ckpt_checkpoint_free(b);
+    for (int64_t step = 2; step <= 80; step++) /* far more than the cache holds */
+        tc_save_ok(st, step, &other);
+    cr_assert_str_eq(ckpt_checkpoint_metadata(a), "{\"epoch\":1}");
+    cr_assert_eq(ckpt_checkpoint_tensor_count(a), s1.count);
+    for (size_t i = 0; i < s1.count; i++) {
+        ckpt_tensor_info info;
+        size_t at;
+        cr_assert_eq(ckpt_checkpoint_tensor(a, i, &info), CKPT_OK);
+        cr_assert_str_eq(info.name, s1.t[i].name);
+        cr_assert_eq(ckpt_checkpoint_find(a, s1.t[i].name, &at), CKPT_OK);
+        cr_assert_eq(at, i);
+        void *buf = malloc(info.bytes ? info.bytes : 1);
+        cr_assert(buf);
+        cr_assert_eq(ckpt_checkpoint_read(a, info.name, buf, info.bytes), CKPT_OK,
+                     "%s", ckpt_error_last());
+        cr_assert(info.bytes == 0 || memcmp(buf, s1.t[i].data, info.bytes) == 0,
+                  "tensor %s", info.name);
+        free(buf);
+    }
+    ckpt_checkpoint_free(a);
+    tc_restore_check(st, 1, &s1); /* decoded again from the file */
+    ckpt_store_free(st);
+    tc_state_free(&s1);
+    tc_state_free(&other);
+}

@@ -451,6 +451,25 @@ void dcuda_quiesce(dcuda *cu)
     cu->direct = 0;
 }
 
+/* Destroy the save side's events, streams and scratch (those that exist),
+ * in the current device's context; 1 when a call failed (the caller clears
+ * that error: see dcuda_quiesce).  The pointers are left to the caller. */
+static int destroy_save_side(dcuda *cu)
+{
+    int failed = 0;
+    if (cu->start)
+        failed |= cu->api->EventDestroy(cu->start) != CU_SUCCESS;
+    if (cu->drained)
+        failed |= cu->api->EventDestroy(cu->drained) != CU_SUCCESS;
+    if (cu->copy)
+        failed |= cu->api->StreamDestroy(cu->copy) != CU_SUCCESS;
+    if (cu->drain)
+        failed |= cu->api->StreamDestroy(cu->drain) != CU_SUCCESS;
+    if (cu->scratch)
+        failed |= cu->api->Free(cu->scratch) != CU_SUCCESS;
+    return failed;
+}
+
 void dcuda_free(dcuda *cu)
 {
     if (!cu)
@@ -466,16 +485,7 @@ void dcuda_free(dcuda *cu)
     for (int d = 0; d < CU_MAX_DEVICES; d++)
         for (size_t i = 0; i < cu->pools[d].n; i++)
             failed |= cu->api->EventDestroy(cu->pools[d].ev[i]) != CU_SUCCESS;
-    if (cu->start)
-        failed |= cu->api->EventDestroy(cu->start) != CU_SUCCESS;
-    if (cu->drained)
-        failed |= cu->api->EventDestroy(cu->drained) != CU_SUCCESS;
-    if (cu->copy)
-        failed |= cu->api->StreamDestroy(cu->copy) != CU_SUCCESS;
-    if (cu->drain)
-        failed |= cu->api->StreamDestroy(cu->drain) != CU_SUCCESS;
-    if (cu->scratch)
-        failed |= cu->api->Free(cu->scratch) != CU_SUCCESS;
+    failed |= destroy_save_side(cu);
     if (failed)
         cu->api->GetLastError();
     if (guarded)
@@ -530,17 +540,7 @@ static int rehome(dcuda *cu, int ordinal)
     cu->snap = NULL;
     int prev, failed = 0;
     if (guard_enter(cu, &prev) == CKPT_OK) {
-        if (cu->start)
-            failed |= cu->api->EventDestroy(cu->start) != CU_SUCCESS;
-        if (cu->drained)
-            failed |= cu->api->EventDestroy(cu->drained) != CU_SUCCESS;
-        if (cu->copy)
-            failed |= cu->api->StreamDestroy(cu->copy) != CU_SUCCESS;
-        if (cu->drain)
-            failed |= cu->api->StreamDestroy(cu->drain) != CU_SUCCESS;
-        if (cu->scratch)
-            failed |= cu->api->Free(cu->scratch) != CU_SUCCESS;
-        if (failed)
+        if ((failed = destroy_save_side(cu)))
             cu->api->GetLastError();
         guard_leave(cu, prev);
     }

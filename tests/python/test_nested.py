@@ -278,6 +278,30 @@ def test_restore_fills_nested_tensors_and_returns_plain_values(store):
     assert r.missing_keys == [] and r.unexpected_keys == []
 
 
+def test_restore_gives_the_checkpoints_values_type_and_bits_included(store):
+    """A plain value is replaced unless the state's is the checkpoint's own,
+    type and bits included: 1 is not 1.0, True is not 1, -0.0 is not 0.0,
+    NaN never equals; containers holding only equal values stay the
+    caller's objects."""
+    saved = {"w": np.arange(3.0), "a": 1.0, "b": 0.0, "c": True, "n": None,
+             "s": "x", "nan": float("nan"), "params": [0, 1, 2],
+             "group": {"lr": 0.1, "betas": (0.9, 0.999)}}
+    store.save(1, saved).wait()
+    params = [0, 1, 2]
+    group = {"lr": 0.1, "betas": (0.9, 0.999)}
+    mine = {"w": np.zeros(3), "a": 1, "b": -0.0, "c": 1, "n": None, "s": "x",
+            "nan": float("nan"), "params": params, "group": group}
+    r = store.restore(mine)
+    got = r.state
+    assert type(got["a"]) is float and got["a"] == 1.0
+    assert math.copysign(1.0, got["b"]) == 1.0
+    assert got["c"] is True
+    assert got["n"] is None and got["s"] == "x" and math.isnan(got["nan"])
+    assert got["params"] is params and got["group"] is group  # all equal
+    assert mine["a"] == 1 and type(mine["a"]) is int  # the caller's stays
+    assert got["w"].tolist() == [0.0, 1.0, 2.0]
+
+
 def test_restore_strict_and_the_keys_each_side_lacks(store):
     store.save(1, {"w": np.ones(2), "extra": np.ones(1), "n": 1}).wait()
     state = {"w": np.zeros(2), "absent": np.zeros(3), "m": 5}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any, List
 
@@ -9,6 +10,21 @@ from . import ffi, nested
 from .checkpoint import tensor_names
 
 C = ffi.lib
+
+_EXACT = frozenset((int, str, bytes, bool, type(None)))
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether a and b are one plain value: same type and value, a float
+    bit for bit but for NaN payloads (1 and 1.0, True and 1, 0.0 and -0.0
+    are not; NaN never is).  Anything else is never the same."""
+    kind = type(a)
+    if kind is not type(b):
+        return False
+    if kind in _EXACT:
+        return a == b
+    return kind is float and a == b and \
+        math.copysign(1.0, a) == math.copysign(1.0, b)
 
 
 class LoadResult(tuple):
@@ -76,7 +92,12 @@ def restore_result(ck: Any, state: Any, flat: nested.Flat,
     plain = nested.plain_leaves(tree) if tree is not None else {}
     missing += [nested.dotted(p) for p in flat.plain if p not in plain]
     unexpected += [nested.dotted(p) for p in plain if p not in flat.plain]
-    values = {p: plain[p] for p in flat.plain if p in plain}
+    own = flat.plain
+    # A value equal to the state's own, bit for bit, is left in place: a
+    # restore into a live state (an optimizer's 3,000 parameter numbers)
+    # then copies no container for it.
+    values = {p: v for p, v in plain.items()
+              if p in own and not _same(v, own[p])}
     return RestoreResult(int(C.ckpt_checkpoint_step(ck)),
                          state=nested.replace(state, values),
                          missing_keys=missing, unexpected_keys=unexpected,

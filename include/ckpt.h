@@ -993,7 +993,9 @@ CKPT_API int ckpt_checkpoint_find(const ckpt_checkpoint *ckpt, const char *name,
                                   size_t *index);
 
 /* The strings below are owned by the checkpoint (NULL for NULL). */
-/** The caller's metadata as compact JSON text ("null" when none was given). */
+/** The caller's metadata as compact JSON text ("null" when none was given):
+ *  as the caller wrote it less the whitespace between tokens, or, for text
+ *  the quick check is not sure of, as jansson prints it (docs/FORMAT.md). */
 CKPT_API const char *ckpt_checkpoint_metadata(const ckpt_checkpoint *ckpt);
 /** The environment record as compact JSON text. */
 CKPT_API const char *ckpt_checkpoint_env(const ckpt_checkpoint *ckpt);

@@ -171,11 +171,11 @@ static int gather_parts(ckpt_save *s, const part_report *reps, manifest *g)
         g->level = s->m.level;
         g->world_size = (uint32_t)world;
         g->env = json_incref(s->m.env);
-        g->metadata = json_incref(s->m.metadata); /* rank 0's */
+        g->metadata = s->m.metadata ? util_strdup(s->m.metadata) : NULL; /* rank 0's */
         g->tensors = calloc(ntensors ? ntensors : 1, sizeof *g->tensors);
         g->shards = calloc((size_t)world, sizeof *g->shards);
         g->names = malloc(name_bytes ? name_bytes : 1);
-        if (!g->tensors || !g->shards || !g->names)
+        if (!g->tensors || !g->shards || !g->names || (s->m.metadata && !g->metadata))
             rc = ckpt_seterr(CKPT_ENOMEM, "out of memory merging %d parts", world);
         else
             g->nshards = (size_t)world;

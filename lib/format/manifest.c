@@ -8,6 +8,7 @@
 
 #include "codec.h"
 #include "error.h"
+#include "jsonscan.h"
 #include "jsontext.h"
 #include "mtensors.h"
 #include "nameset.h"
@@ -18,6 +19,8 @@
  * result is plain JSON, and an editor's or a torn write's change shows. */
 #define SUFFIX_HEAD ",\n  \"checksum\": \""
 #define SUFFIX_TAIL "\"\n}\n"
+/* The root's metadata member as the writer lays it out, up to its value. */
+#define META_LINE "\n  \"metadata\": "
 
 void manifest_clear(manifest *m)
 {
@@ -29,7 +32,7 @@ void manifest_clear(manifest *m)
     free(m->tensors);
     free(m->shards);
     json_decref(m->env);
-    json_decref(m->metadata);
+    free(m->metadata);
     memset(m, 0, sizeof *m);
 }
 
@@ -128,10 +131,8 @@ int manifest_encode(const manifest *m, char **text, size_t *len)
     /* The caller's metadata on one line: a Python state's structure is
      * tens of thousands of small nodes, which indented would make the
      * manifest several times larger and slower to write, read and parse. */
-    if (body && m->metadata && !json_is_null(m->metadata))
-        body = splice_member(body, "\n  \"metadata\": null", 4,
-                             jsontext_dumps(m->metadata, JSON_ENCODE_ANY | JSON_COMPACT |
-                                                             JSON_PRESERVE_ORDER));
+    if (body && m->metadata && strcmp(m->metadata, "null") != 0)
+        body = splice_member(body, META_LINE "null", 4, util_strdup(m->metadata));
     /* The tensors array is printed by hand (mtensors.h says why). */
     if (body && m->ntensors)
         body = splice_member(body, "\n  \"tensors\": []", 2,
@@ -274,10 +275,13 @@ static int unique_tensor_names(const manifest *m, const char *where)
 /* The root object into *m.  `pre` (npre tensors, or NULL): the tensors
  * mtensors_scan read, whose place in the root holds an empty array; m takes
  * them over, on failure too. */
+/* `pre` (npre tensors) and `meta` (the metadata's text): what the quick
+ * route read by hand, or NULL; m takes both, whatever the outcome. */
 static int decode_root(json_t *root, const char *where, manifest *m, manifest_tensor *pre,
-                       size_t npre)
+                       size_t npre, char *meta_text)
 {
     json_t *fmt = json_object_get(root, "format"), *ver = json_object_get(root, "format_version");
+    m->metadata = meta_text;
     if (pre) {
         m->tensors = pre; /* m frees them, from here on */
         m->ntensors = npre;
@@ -367,7 +371,8 @@ static int decode_root(json_t *root, const char *where, manifest *m, manifest_te
         m->world_size = (uint32_t)json_integer_value(world);
     }
     m->env = json_incref(env);
-    m->metadata = json_incref(meta);
+    if (!m->metadata && !(m->metadata = manifest_json_text(meta)))
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory reading %s", where);
     return CKPT_OK;
 }
 
@@ -402,23 +407,65 @@ int manifest_decode(const char *text, size_t len, const char *where, manifest *m
     return rc;
 }
 
-/* The text with its bytes (open, close) left out (the tensors array made
- * empty), parsed as the whole is. */
-static json_t *load_without(const char *text, size_t len, size_t open, size_t close,
-                            json_error_t *err)
+/* A stretch of the text the quick route read by hand, replaced by `with`
+ * for jansson. */
+typedef struct cut {
+    size_t from, to;
+    const char *with;
+} cut;
+
+/* The text with its n cuts (in order, apart) replaced, parsed as the
+ * whole is. */
+static json_t *load_cut(const char *text, size_t len, const cut *c, size_t n,
+                        json_error_t *err)
 {
-    size_t rlen = open + 1 + (len - close);
-    char *rest = malloc(rlen);
+    size_t rlen = len;
+    for (size_t i = 0; i < n; i++)
+        rlen = rlen - (c[i].to - c[i].from) + strlen(c[i].with);
+    char *rest = malloc(rlen ? rlen : 1), *o = rest;
     if (!rest) {
         snprintf(err->text, sizeof err->text, "out of memory");
         err->line = -1;
         return NULL;
     }
-    memcpy(rest, text, open + 1);
-    memcpy(rest + open + 1, text + close, len - close);
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        memcpy(o, text + at, c[i].from - at);
+        o += c[i].from - at;
+        memcpy(o, c[i].with, strlen(c[i].with));
+        o += strlen(c[i].with);
+        at = c[i].to;
+    }
+    memcpy(o, text + at, len - at);
     json_t *root = json_loadb(rest, rlen, JSON_REJECT_DUPLICATES, err);
     free(rest);
     return root;
+}
+
+/* Find the root's metadata member in the writer's layout and scan its
+ * value (jsonscan.h).  Returns 1 with [*from, *to) the value's bytes and
+ * *out its compact text (malloc'd); 0 when not found or unsure (jansson
+ * reads it); -1 when out of memory. */
+static int meta_scan(const char *text, size_t len, size_t *from, size_t *to, char **out)
+{
+    const char *at = memmem(text, len, META_LINE, sizeof META_LINE - 1);
+    /* The key must be the root object's own: one level down. */
+    if (!at || jsonscan_depth_at(text, (size_t)(at - text)) != 1)
+        return 0;
+    size_t start = (size_t)(at - text) + sizeof META_LINE - 1, end, n;
+    char *buf = malloc(len - start + 1);
+    if (!buf)
+        return -1;
+    int rc = jsonscan_value(text + start, len - start, MANIFEST_META_MAX_DEPTH, buf, &n, &end);
+    if (rc != 1) {
+        free(buf);
+        return rc;
+    }
+    buf[n] = '\0';
+    *from = start;
+    *to = start + end;
+    *out = buf;
+    return 1;
 }
 
 static int decode(const char *text, size_t len, const char *where, manifest *m,
@@ -431,30 +478,51 @@ static int decode(const char *text, size_t len, const char *where, manifest *m,
         return rc;
     json_t *root = NULL;
     json_error_t err;
-    /* The quick route: the tensors scanned by hand, the rest by jansson.
-     * On any failure the whole text goes the jansson route, which reports
-     * it in its own words. */
-    size_t open, close, npre;
-    manifest_tensor *pre;
-    rc = quick ? mtensors_scan(text, len, &open, &close, &pre, &npre) : 0;
-    if (rc < 0)
+    /* The quick route: the tensors and the metadata scanned by hand, the
+     * rest by jansson.  On any failure the whole text goes the jansson
+     * route, which reports it in its own words. */
+    size_t open = 0, close = 0, npre = 0, mfrom = 0, mto = 0;
+    manifest_tensor *pre = NULL;
+    char *meta = NULL;
+    int ts = quick ? mtensors_scan(text, len, &open, &close, &pre, &npre) : 0;
+    int ms = quick && ts >= 0 ? meta_scan(text, len, &mfrom, &mto, &meta) : 0;
+    if (ts < 0 || ms < 0) {
+        mtensors_free(pre, npre);
         return ckpt_seterr(CKPT_ENOMEM, "out of memory reading %s", where);
-    if (rc == 1) {
+    }
+    cut cuts[2];
+    size_t ncut = 0;
+    if (ms == 1)
+        cuts[ncut++] = (cut){mfrom, mto, "null"};
+    if (ts == 1)
+        cuts[ncut++] = (cut){open + 1, close, ""};
+    if (ncut == 2 && cuts[0].from > cuts[1].from) { /* not the writer's order */
+        cut c = cuts[0];
+        cuts[0] = cuts[1];
+        cuts[1] = c;
+    }
+    if (ncut == 2 && cuts[0].to > cuts[1].from)
+        ncut = 0; /* one inside the other: not the writer's layout */
+    if (ncut) {
         ckpt_error_state before;
         ckpt_error_capture(&before, CKPT_OK);
-        root = load_without(text, len, open, close, &err);
-        if (root && decode_root(root, where, m, pre, npre) == CKPT_OK)
+        root = load_cut(text, len, cuts, ncut, &err);
+        if (root && decode_root(root, where, m, pre, npre, meta) == CKPT_OK)
             goto decoded;
-        if (!root)
-            mtensors_free(pre, npre);
+        if (root) { /* decode_root gave them to m */
+            pre = NULL;
+            meta = NULL;
+        }
         json_decref(root);
         manifest_clear(m);
         ckpt_error_restore(&before);
     }
+    mtensors_free(pre, npre);
+    free(meta);
     root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
     if (!root)
         return BAD("%s: manifest is not valid JSON (line %d: %s)", where, err.line, err.text);
-    rc = decode_root(root, where, m, NULL, 0);
+    rc = decode_root(root, where, m, NULL, 0, NULL);
     if (rc) {
         json_decref(root);
         manifest_clear(m);

@@ -48,11 +48,18 @@ typedef struct manifest {
     manifest_shard *shards;
     size_t nshards;
     json_t *env;            /* object, owned */
-    json_t *metadata;       /* any JSON value, owned */
+    char *metadata;         /* the caller's JSON value as compact text,
+                               owned; NULL: null.  Kept as text: a Python
+                               state's structure is tens of thousands of
+                               values, slow to parse and print (jsonscan.h) */
     uint32_t world_size;    /* ranks that wrote the step, one shard each
                                (shard i is rank i's); 0 or 1: one process,
                                and the member is not written */
 } manifest;
+
+/* The deepest metadata the quick route reads (jsonscan_value's count): the
+ * manifest's root is one level more for jansson. */
+#define MANIFEST_META_MAX_DEPTH (JSON_PARSER_MAX_DEPTH - 1)
 
 /* Serialise with the trailing checksum member.  *text is malloc'd. */
 int manifest_encode(const manifest *m, char **text, size_t *len);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "jsonscan.h"
 #include "util.h"
 
 /* ------------------------------------------------------------- printing */
@@ -264,30 +265,6 @@ static int scan_one(cursor *c, const layout *L, manifest_tensor *t, name_block *
     return names_add(names, name) ? 1 : -1;
 }
 
-/* The nesting depth at the end of `s` (n bytes), or -1 inside a string.
- * Exact for a text jansson accepts, which the caller then makes sure of. */
-static long depth_at(const char *s, size_t n)
-{
-    long depth = 0;
-    int in_string = 0;
-    for (size_t i = 0; i < n; i++) {
-        char ch = s[i];
-        if (in_string) {
-            if (ch == '\\')
-                i++;
-            else if (ch == '"')
-                in_string = 0;
-        } else if (ch == '"') {
-            in_string = 1;
-        } else if (ch == '{' || ch == '[') {
-            depth++;
-        } else if (ch == '}' || ch == ']') {
-            depth--;
-        }
-    }
-    return in_string ? -1 : depth;
-}
-
 void mtensors_free(manifest_tensor *t, size_t n)
 {
     if (t && n > 0)
@@ -302,7 +279,7 @@ int mtensors_scan(const char *text, size_t len, size_t *open, size_t *close,
     *n = 0;
     const char *at = memmem(text, len, ROOT_KEY, sizeof ROOT_KEY - 1);
     /* The key must be the root object's own: one level down. */
-    if (!at || depth_at(text, (size_t)(at - text)) != 1)
+    if (!at || jsonscan_depth_at(text, (size_t)(at - text)) != 1)
         return 0;
     cursor c = {at + sizeof ROOT_KEY - 1, text + len};
     size_t cap = 0, cnt = 0;

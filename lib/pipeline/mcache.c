@@ -15,12 +15,14 @@ int mdecoded_make(mdecoded **out, manifest *m, char *meta_text, char *env_text)
     *out = NULL;
     mdecoded *d = calloc(1, sizeof *d);
     if (d && !meta_text)
-        meta_text = manifest_json_text(m->metadata);
+        meta_text = m->metadata ? m->metadata : util_strdup("null");
+    else
+        free(m->metadata);
+    m->metadata = NULL;
     if (d && !env_text)
         env_text = manifest_json_text(m->env);
     json_decref(m->env);
-    json_decref(m->metadata);
-    m->env = m->metadata = NULL;
+    m->env = NULL;
     if (!d || !meta_text || !env_text) {
         free(d);
         free(meta_text);

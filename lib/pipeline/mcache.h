@@ -46,8 +46,9 @@ typedef struct mdecoded {
 } mdecoded;
 
 /* Make a decoding of `*m` with one reference (the caller's).  Takes *m (left
- * empty) and both texts (malloc'd); a NULL text is printed here from m's
- * tree (manifest_json_text), and m's env and metadata trees are freed.  On
+ * empty) and both texts (malloc'd); a NULL text is m's own (its metadata
+ * text, its env tree printed by manifest_json_text), and m's env tree and
+ * metadata text are freed or moved.  On
  * failure (CKPT_ENOMEM) everything given is freed and *out is NULL. */
 int mdecoded_make(mdecoded **out, manifest *m, char *meta_text, char *env_text);
 /* One more reference to `d` (returned). */

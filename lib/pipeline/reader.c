@@ -124,7 +124,7 @@ static int free_job(void *arg, int worker)
     return CKPT_OK;
 }
 
-/* Free a decoded manifest's JSON tree (or its metadata) on a worker: a
+/* Free a decoded manifest's JSON tree (or its env) on a worker: a
  * restore of 10,000 tensors need not wait the 10 ms or so that takes. */
 static void free_later(ckpt_store *s, json_t *tree)
 {
@@ -202,17 +202,13 @@ static int open_manifest(ckpt_store *s, const char *dir, const char *manifest_na
     }
     if (!rc && !cached) {
         /* Only the texts are given out: the trees go (on a worker). */
-        char *meta = manifest_json_text(m.metadata), *env = manifest_json_text(m.env);
-        free_later(s, m.metadata);
+        char *env = manifest_json_text(m.env);
         free_later(s, m.env);
-        m.metadata = m.env = NULL;
-        if (!meta || !env) {
-            free(meta);
-            free(env);
+        m.env = NULL;
+        if (!env)
             rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
-        } else {
-            rc = mdecoded_make(&ck->decoded, &m, meta, env);
-        }
+        else
+            rc = mdecoded_make(&ck->decoded, &m, NULL, env);
     }
     manifest_clear(&m); /* empty unless decoding failed */
     if (!rc) {

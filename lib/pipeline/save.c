@@ -16,6 +16,8 @@
 #include "env.h"
 #include "error.h"
 #include "eventlog.h"
+#include "jsonscan.h"
+#include "jsontext.h"
 #include "layout.h"
 #include "save.h"
 #include "retention.h"
@@ -602,15 +604,16 @@ static int defer_device(ckpt_save *s, const ckpt_tensor *t, size_t count, ckpt_m
     return CKPT_OK;
 }
 
-/* The caller's metadata, parsed on a worker while the caller copies the
- * snapshot: a state saved from Python names every tensor in it, and
- * jansson takes a few milliseconds over 10,000 names, which the caller
- * would otherwise wait for as well. */
+/* The caller's metadata, checked on a worker while the caller copies the
+ * snapshot, and kept as compact text for the manifest.  jsonscan (no tree)
+ * is sure of almost every text, a Python state's structure included; the
+ * rest jansson parses and prints (duplicate keys: the last one stays). */
 typedef struct meta_parse {
     const char *text; /* the caller's, valid while begin runs; NULL: none */
     int queued;
     pool_group group;
-    json_t *value;
+    char *out;        /* the compact text; NULL: not JSON, or no memory */
+    int nomem;
     json_error_t err;
 } meta_parse;
 
@@ -618,8 +621,18 @@ static int meta_parse_run(void *arg, int worker)
 {
     (void)worker;
     meta_parse *p = arg;
-    p->value = json_loads(p->text, JSON_DECODE_ANY, &p->err);
-    return CKPT_OK; /* judged by meta_parse_end, on the caller's thread */
+    int rc = jsonscan_whole(p->text, strlen(p->text), MANIFEST_META_MAX_DEPTH, &p->out);
+    if (rc != 0) {
+        p->nomem = rc < 0;
+        return CKPT_OK; /* judged by meta_parse_end, on the caller's thread */
+    }
+    json_t *v = json_loads(p->text, JSON_DECODE_ANY, &p->err);
+    if (v) {
+        p->out = jsontext_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_PRESERVE_ORDER);
+        p->nomem = !p->out;
+        json_decref(v);
+    }
+    return CKPT_OK;
 }
 
 static void meta_parse_start(ckpt_store *st, meta_parse *p, const ckpt_save_options *opts)
@@ -634,9 +647,9 @@ static void meta_parse_start(ckpt_store *st, meta_parse *p, const ckpt_save_opti
         meta_parse_run(p, 0);
 }
 
-/* Wait for the parse; the value goes into the manifest when `rc` (the rest
+/* Wait for the check; the text goes into the manifest when `rc` (the rest
  * of begin) is CKPT_OK.  Returns `rc`, or CKPT_EINVAL for text that is not
- * JSON. */
+ * JSON, CKPT_ENOMEM. */
 static int meta_parse_end(meta_parse *p, manifest *m, int rc)
 {
     if (!p->text)
@@ -644,13 +657,15 @@ static int meta_parse_end(meta_parse *p, manifest *m, int rc)
     if (p->queued)
         pool_group_wait(&p->group);
     pool_group_destroy(&p->group);
-    if (!rc && !p->value)
+    if (!rc && p->nomem)
+        rc = ckpt_seterr(CKPT_ENOMEM, "out of memory reading the metadata");
+    else if (!rc && !p->out)
         rc = ckpt_seterr(CKPT_EINVAL, "metadata is not valid JSON (line %d, column %d: "
                          "%s)", p->err.line, p->err.column, p->err.text);
     if (rc)
-        json_decref(p->value);
+        free(p->out);
     else
-        m->metadata = p->value;
+        m->metadata = p->out;
     return rc;
 }
 

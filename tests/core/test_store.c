@@ -740,6 +740,75 @@ Test(store, metadata_reals_exact_and_short)
     ckpt_store_free(st);
 }
 
+/* The metadata text of step `step` of the store at tc_root. */
+static char *metadata_of(int64_t step)
+{
+    ckpt_store *st = tc_open_ro(tc_root);
+    ckpt_checkpoint *ck = NULL;
+    cr_assert_eq(ckpt_checkpoint_open(&ck, st, step, CKPT_VERIFY_QUICK), CKPT_OK, "%s",
+                 ckpt_error_last());
+    char *text = strdup(ckpt_checkpoint_metadata(ck));
+    ckpt_checkpoint_free(ck);
+    ckpt_store_free(st);
+    return text;
+}
+
+/* Metadata is kept as the caller wrote it, less the whitespace between
+ * tokens (escapes, number forms and key order as given); text that only
+ * jansson reads (a key given twice, a real too large for the quick check)
+ * comes back as the same value, printed by jansson. */
+Test(store, metadata_kept_as_written)
+{
+    check_metadata("{ \"a\" :\n\t[1e5, -0, 2.50, \"\\u00e9\\/\"],\r\n \"z\": {}, \"b\": true }", 9);
+    char *text = metadata_of(9);
+    cr_assert_str_eq(text, "{\"a\":[1e5,-0,2.50,\"\\u00e9\\/\"],\"z\":{},\"b\":true}");
+    free(text);
+
+    check_metadata("{\"k\": 1, \"k\": 2}", 10); /* json_equal: {"k": 2} */
+    text = metadata_of(10);
+    cr_assert_str_eq(text, "{\"k\":2}");
+    free(text);
+
+    check_metadata("[1.7976931348623157e308, 1e-400]", 11);
+    text = metadata_of(11);
+    cr_assert_str_eq(text, "[1.7976931348623157e308,0.0]");
+    free(text);
+}
+
+/* Metadata as deep as a manifest holds saves and reads back; one level
+ * more is refused, by begin or wait, never committed unreadable. */
+Test(store, metadata_depth_limit)
+{
+    const size_t most = JSON_PARSER_MAX_DEPTH - 1; /* the manifest's root is one */
+    for (size_t levels = most; levels <= most + 1; levels++) {
+        char *meta = malloc(2 * levels + 2);
+        memset(meta, '[', levels - 1);
+        meta[levels - 1] = '1';
+        memset(meta + levels, ']', levels - 1);
+        meta[2 * levels - 1] = '\0';
+        tc_state s;
+        tc_state_standard(&s, 12);
+        ckpt_store *st = tc_open(tc_root);
+        int64_t step = 12 + (int64_t)(levels - most);
+        int rc = tc_save(st, step, &s, meta);
+        if (levels == most) {
+            cr_assert_eq(rc, CKPT_OK, "%zu levels: %s", levels, ckpt_error_last());
+            char *back = metadata_of(step);
+            cr_assert_str_eq(back, meta);
+            free(back);
+        } else {
+            cr_assert_eq(rc, CKPT_EINVAL, "%zu levels: %d", levels, rc);
+            cr_assert(strstr(ckpt_error_last(), "depth"), "%s", ckpt_error_last());
+            int64_t latest = -1;
+            cr_assert_eq(ckpt_store_latest(st, CKPT_VERIFY_QUICK, &latest), CKPT_OK);
+            cr_assert_eq(latest, step - 1, "nothing committed");
+        }
+        ckpt_store_free(st);
+        tc_state_free(&s);
+        free(meta);
+    }
+}
+
 Test(store, metadata_none_is_null) { check_metadata(NULL, 4); }
 Test(store, metadata_scalar) { check_metadata("42", 5); }
 Test(store, metadata_string) { check_metadata("\"run \\\"alpha\\\"\\n\"", 6); }

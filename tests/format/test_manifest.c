@@ -43,7 +43,7 @@ static void fill(manifest *m, size_t n)
     m->shards[0].file = strdup("rank-00000.shard");
     m->shards[0].size = 123;
     m->env = json_pack("{s:s}", "host", "h");
-    m->metadata = json_pack("{s:[i]}", "tensors", 1); /* a decoy "tensors" key */
+    m->metadata = strdup("{\"tensors\":[1]}"); /* a decoy "tensors" key */
 }
 
 /* `text` with its first `marker` replaced by `with` (both freed). */

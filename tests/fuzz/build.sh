@@ -30,7 +30,7 @@ for src in "$root"/lib/*.c "$root"/lib/*/*.c; do
         -c "$src" -o "$o"
     objs="$objs $o"
 done
-for h in fuzz_manifest fuzz_checkpoint; do
+for h in fuzz_manifest fuzz_checkpoint fuzz_jsonscan; do
     # shellcheck disable=SC2086
     $CC $cflags "$here/$h.c" $objs $libs -o "$out/$h"
     echo "built $out/$h"

@@ -11,7 +11,8 @@
  * Oracles: the sanitizers; a round trip: whatever manifest_decode
  * accepts must encode (manifest_encode) and decode again to the same
  * values; and the two routes: manifest_decode (the tensors scanned by
- * hand when they are in the writer's layout, lib/format/mtensors.c) must
+ * hand when they are in the writer's layout, lib/format/mtensors.c, and
+ * the metadata by lib/common/jsonscan.c) must
  * give what jansson alone gives (manifest_decode_reference), the same
  * status and message, or the same values. */
 #include <stdint.h>
@@ -40,6 +41,13 @@ static void same_or_die(const manifest *a, const manifest *b, const char *what)
              !memcmp(x->shape, y->shape, sizeof x->shape) && x->bytes == y->bytes &&
              x->shard == y->shard && x->chunks == y->chunks &&
              x->stored_bytes == y->stored_bytes;
+    }
+    if (ok) { /* the metadata: the same value, however printed */
+        json_t *x = json_loads(a->metadata ? a->metadata : "null", JSON_DECODE_ANY, NULL);
+        json_t *y = json_loads(b->metadata ? b->metadata : "null", JSON_DECODE_ANY, NULL);
+        ok = x && y && json_equal(x, y) && json_equal(a->env, b->env);
+        json_decref(x);
+        json_decref(y);
     }
     for (size_t i = 0; ok && i < a->nshards; i++) {
         const manifest_shard *x = &a->shards[i], *y = &b->shards[i];

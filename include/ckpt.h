@@ -703,7 +703,8 @@ CKPT_API int ckpt_save_options_init(ckpt_save_options *opts, unsigned int versio
  * Returns CKPT_OK; CKPT_EINVAL (NULL `out` or `store`, a negative step, a
  * step below the newest committed one without CKPT_OPEN_REWIND, a
  * tensor breaking a rule of ckpt_tensor, a name given twice, metadata that
- * is not JSON, a device pointer the runtime calls host memory, device
+ * is not JSON or holds what a checkpoint cannot (an integer beyond 64 bits,
+ * a real beyond a double, U+0000), a device pointer the runtime calls host memory, device
  * tensors on several CUDA devices, a capturing cuda_stream);
  * CKPT_EACCES (a read-only store, or permission denied); CKPT_EVERSION
  * (unknown `opts->version`); CKPT_ENODEVICE (device tensors and no CUDA

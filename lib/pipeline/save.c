@@ -647,6 +647,23 @@ static void meta_parse_start(ckpt_store *st, meta_parse *p, const ckpt_save_opti
         meta_parse_run(p, 0);
 }
 
+/* Why jansson refused the metadata, in words: valid JSON can hold what a
+ * checkpoint cannot. */
+static const char *meta_refusal(enum json_error_code code)
+{
+    switch (code) {
+    case json_error_numeric_overflow:
+        return "holds a number a checkpoint cannot store (integers must fit in 64 bits, "
+               "reals in a double)";
+    case json_error_null_character:
+        return "holds a string with U+0000, which a checkpoint cannot store";
+    case json_error_stack_overflow:
+        return "nests deeper than a checkpoint holds";
+    default:
+        return "is not valid JSON";
+    }
+}
+
 /* Wait for the check; the text goes into the manifest when `rc` (the rest
  * of begin) is CKPT_OK.  Returns `rc`, or CKPT_EINVAL for text that is not
  * JSON, CKPT_ENOMEM. */
@@ -660,8 +677,9 @@ static int meta_parse_end(meta_parse *p, manifest *m, int rc)
     if (!rc && p->nomem)
         rc = ckpt_seterr(CKPT_ENOMEM, "out of memory reading the metadata");
     else if (!rc && !p->out)
-        rc = ckpt_seterr(CKPT_EINVAL, "metadata is not valid JSON (line %d, column %d: "
-                         "%s)", p->err.line, p->err.column, p->err.text);
+        rc = ckpt_seterr(CKPT_EINVAL, "metadata %s (line %d, column %d: %s)",
+                         meta_refusal(json_error_code(&p->err)), p->err.line,
+                         p->err.column, p->err.text);
     if (rc)
         free(p->out);
     else

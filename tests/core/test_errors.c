@@ -274,6 +274,16 @@ Test(errors, invalid_save_arguments, .init = setup_saved, .fini = teardown_saved
                                         "string or '}' expected"),
               "message: %s", ckpt_error_last());
     assert_save_einval(&ok, 1, 2, "{} {}", "two metadata JSON values");
+    /* valid JSON that a checkpoint cannot hold says so */
+    assert_save_einval(&ok, 1, 2, "{\"seed\": 123456789012345678901234}", "huge integer");
+    cr_assert(strstr(ckpt_error_last(), "metadata holds a number a checkpoint cannot store "
+                                        "(integers must fit in 64 bits"),
+              "message: %s", ckpt_error_last());
+    assert_save_einval(&ok, 1, 2, "[1e999]", "real overflow");
+    cr_assert(strstr(ckpt_error_last(), "number a checkpoint cannot store"), "message: %s",
+              ckpt_error_last());
+    assert_save_einval(&ok, 1, 2, "\"a\\u0000b\"", "U+0000 in a string");
+    cr_assert(strstr(ckpt_error_last(), "U+0000"), "message: %s", ckpt_error_last());
 
     /* the name is in the message */
     t[0] = ok; t[0].name = "layer.17.weight"; t[0].bytes = 20;

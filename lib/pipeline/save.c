@@ -614,8 +614,30 @@ typedef struct meta_parse {
     pool_group group;
     char *out;        /* the compact text; NULL: not JSON, or no memory */
     int nomem;
+    int too_deep;     /* JSON that jansson reads but a manifest cannot hold */
     json_error_t err;
 } meta_parse;
+
+/* How deep jansson counts `v` (a scalar is 1, [1] is 2).  Recursion is
+ * bounded: jansson builds no tree deeper than JSON_PARSER_MAX_DEPTH. */
+static size_t json_depth(const json_t *v)
+{
+    size_t most = 0;
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            size_t d = json_depth(json_array_get(v, i));
+            most = d > most ? d : most;
+        }
+    } else if (json_is_object(v)) {
+        const char *key;
+        json_t *member;
+        json_object_foreach((json_t *)v, key, member) {
+            size_t d = json_depth(member);
+            most = d > most ? d : most;
+        }
+    }
+    return most + 1;
+}
 
 static int meta_parse_run(void *arg, int worker)
 {
@@ -627,7 +649,11 @@ static int meta_parse_run(void *arg, int worker)
         return CKPT_OK; /* judged by meta_parse_end, on the caller's thread */
     }
     json_t *v = json_loads(p->text, JSON_DECODE_ANY, &p->err);
-    if (v) {
+    /* jansson reads one level more than a manifest holds under its root:
+     * refuse that here, not when the save reads its manifest back. */
+    if (v && json_depth(v) > MANIFEST_META_MAX_DEPTH)
+        p->too_deep = 1;
+    else if (v) {
         p->out = jsontext_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_PRESERVE_ORDER);
         p->nomem = !p->out;
         json_decref(v);
@@ -676,6 +702,9 @@ static int meta_parse_end(meta_parse *p, manifest *m, int rc)
     pool_group_destroy(&p->group);
     if (!rc && p->nomem)
         rc = ckpt_seterr(CKPT_ENOMEM, "out of memory reading the metadata");
+    else if (!rc && p->too_deep)
+        rc = ckpt_seterr(CKPT_EINVAL, "metadata nests deeper than a checkpoint holds "
+                         "(maximum parsing depth %d)", MANIFEST_META_MAX_DEPTH);
     else if (!rc && !p->out)
         rc = ckpt_seterr(CKPT_EINVAL, "metadata %s (line %d, column %d: %s)",
                          meta_refusal(json_error_code(&p->err)), p->err.line,

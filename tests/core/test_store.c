@@ -790,7 +790,15 @@ Test(store, metadata_depth_limit)
         tc_state_standard(&s, 12);
         ckpt_store *st = tc_open(tc_root);
         int64_t step = 12 + (int64_t)(levels - most);
-        int rc = tc_save(st, step, &s, meta);
+        /* refused by begin itself, before anything is written */
+        ckpt_save_options so;
+        cr_assert_eq(ckpt_save_options_init(&so, CKPT_SAVE_OPTIONS_VERSION), CKPT_OK);
+        so.metadata_json = meta;
+        ckpt_save *sv = NULL;
+        int rc = ckpt_save_begin(&sv, st, step, s.t, s.count, &so);
+        if (rc == CKPT_OK)
+            rc = ckpt_save_wait(sv);
+        ckpt_save_free(sv);
         if (levels == most) {
             cr_assert_eq(rc, CKPT_OK, "%zu levels: %s", levels, ckpt_error_last());
             char *back = metadata_of(step);
@@ -798,7 +806,8 @@ Test(store, metadata_depth_limit)
             free(back);
         } else {
             cr_assert_eq(rc, CKPT_EINVAL, "%zu levels: %d", levels, rc);
-            cr_assert(strstr(ckpt_error_last(), "depth"), "%s", ckpt_error_last());
+            cr_assert_null(sv, "begin refused it");
+            cr_assert(strstr(ckpt_error_last(), "nests deeper"), "%s", ckpt_error_last());
             int64_t latest = -1;
             cr_assert_eq(ckpt_store_latest(st, CKPT_VERIFY_QUICK, &latest), CKPT_OK);
             cr_assert_eq(latest, step - 1, "nothing committed");

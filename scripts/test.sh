@@ -4,7 +4,9 @@
 #   2. the same suite (but slurm: the job scripts, not the library, are what
 #      it checks) on an AddressSanitizer + UndefinedBehaviorSanitizer
 #      build (build-asan/), any report fatal;
-#   3. the core suite under valgrind memcheck (errors and leaks fatal).
+#   3. the C test suites under valgrind memcheck (suite `memcheck`: core,
+#      common, format, cuda against the mock, integrity but the SIGKILL
+#      harness; errors and leaks fatal).
 # Exits non-zero if anything failed; the last line is a summary.
 #
 # Usage: scripts/test.sh [--no-asan] [--no-valgrind]
@@ -211,9 +213,13 @@ valgrind_tests() {
         return 1
     fi
     # The core suite's own setup (tests/core/meson.build: valgrind-check.sh)
-    # when it has one.
+    # when it has one, over every C test that runs clean under it.
     if meson test -C "$build" --list --setup corevalgrind >/dev/null 2>&1; then
-        run_tests "$build" --suite core --setup corevalgrind
+        if has_suite "$build" memcheck; then
+            run_tests "$build" --suite memcheck --setup corevalgrind
+        else
+            run_tests "$build" --suite core --setup corevalgrind
+        fi
         return
     fi
     local logs=$root/$build/valgrind-logs
@@ -241,7 +247,7 @@ valgrind_tests() {
 }
 if ((do_valgrind)) && passed_stage "setup ($build)"; then
     if command -v valgrind >/dev/null 2>&1; then
-        stage "valgrind (suite core of $build)" valgrind_tests
+        stage "valgrind (C suites of $build)" valgrind_tests
     else
         failed+=("valgrind (not installed)")
     fi

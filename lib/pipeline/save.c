@@ -651,13 +651,15 @@ static int meta_parse_run(void *arg, int worker)
     json_t *v = json_loads(p->text, JSON_DECODE_ANY, &p->err);
     /* jansson reads one level more than a manifest holds under its root:
      * refuse that here, not when the save reads its manifest back. */
-    if (v && json_depth(v) > MANIFEST_META_MAX_DEPTH)
+    if (!v)
+        return CKPT_OK;
+    if (json_depth(v) > MANIFEST_META_MAX_DEPTH) {
         p->too_deep = 1;
-    else if (v) {
+    } else {
         p->out = jsontext_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT | JSON_PRESERVE_ORDER);
         p->nomem = !p->out;
-        json_decref(v);
     }
+    json_decref(v);
     return CKPT_OK;
 }
 

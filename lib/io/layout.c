@@ -116,19 +116,25 @@ char *layout_step_path(const layout *l, int64_t step)
  * that rewriting it never needs a truncate. */
 #define LOCK_NOTE_SIZE 128
 
-static void read_holder(layout *l, const char *path, char *who, size_t size)
+/* Describe the lock's holder into `who`; returns 1 when the note names
+ * this very process (a second writable open of one root in one program,
+ * which flock refuses like any other: each open is its own lock). */
+static int read_holder(layout *l, const char *path, char *who, size_t size)
 {
     char buf[LOCK_NOTE_SIZE + 1] = "";
     snprintf(who, size, "unknown");
     int fd = fsio_open_regular(&l->fs, path);
     if (fd < 0)
-        return;
+        return 0;
     int64_t n = fsio_pread(&l->fs, fd, buf, LOCK_NOTE_SIZE, 0);
     fsio_close(&l->fs, fd);
     long pid;
-    char host[LOCK_NOTE_SIZE];
-    if (n > 0 && sscanf(buf, "%ld %127s", &pid, host) == 2)
-        snprintf(who, size, "pid %ld on %s", pid, host);
+    char host[LOCK_NOTE_SIZE], me[64] = "?";
+    if (n <= 0 || sscanf(buf, "%ld %127s", &pid, host) != 2)
+        return 0;
+    snprintf(who, size, "pid %ld on %s", pid, host);
+    gethostname(me, sizeof me - 1);
+    return pid == (long)getpid() && strcmp(host, me) == 0;
 }
 
 int layout_lock(layout *l)
@@ -144,9 +150,15 @@ int layout_lock(layout *l)
         fsio_close(&l->fs, fd);
         if (rc == -EWOULDBLOCK) {
             char who[LOCK_NOTE_SIZE + 32];
-            read_holder(l, path, who, sizeof who);
-            rc = ckpt_seterr(CKPT_EBUSY, "%s is locked by another writer (%s; lock file %s); "
-                             "open it with CKPT_OPEN_READONLY to read", l->root, who, path);
+            if (read_holder(l, path, who, sizeof who))
+                rc = ckpt_seterr(CKPT_EBUSY, "%s is already open for writing in this "
+                                 "process (%s; lock file %s): close that store first, or "
+                                 "open this one with CKPT_OPEN_READONLY to read", l->root,
+                                 who, path);
+            else
+                rc = ckpt_seterr(CKPT_EBUSY, "%s is locked by another writer (%s; lock "
+                                 "file %s); open it with CKPT_OPEN_READONLY to read",
+                                 l->root, who, path);
         } else {
             rc = ckpt_seterr_errno(-rc, "cannot lock %s", path);
         }

@@ -86,18 +86,31 @@ def test_zero_d_and_empty_tensors(store):
         assert torch.equal(out[k], ts[k])
 
 
-def test_a_tensor_with_gaps_or_overlaps_is_refused(store):
-    """Slices with gaps and expanded (stride 0) tensors are not one dense
-    buffer in any order: refused, naming the tensor, never copied."""
-    t = torch.arange(12.0).reshape(3, 4)
-    for bad in (t[:, ::2], torch.ones(3, 1).expand(3, 4)):
-        with pytest.raises(libckpt.InvalidArgumentError,
-                           match="'t' is not contiguous"):
-            store.save(1, {"t": bad})
-    store.save(1, {"t": t[:, ::2].contiguous()}).wait()
-    with pytest.raises(libckpt.InvalidArgumentError, match="contiguous"):
-        store.restore({"t": torch.zeros(3, 4)[:, ::2]})
-    assert store.load(framework="pt")[1]["t"].tolist() == t[:, ::2].tolist()
+def test_slices_with_gaps_and_expanded_views_are_saved_and_restored(store):
+    """A slice with gaps and an expanded (stride 0) view are saved as their
+    .contiguous() would be, as torch.save would take them; a restore writes
+    into a slice, leaving the gaps alone, and refuses an expanded view (one
+    element is several), naming it, before reading anything."""
+    base = torch.arange(12.0).reshape(3, 4)
+    wide = torch.tensor([[1.0], [2.0], [3.0]]).expand(3, 4)
+    state = {"gaps": base[:, ::2], "wide": wide, "step": base[::2, 1:3]}
+    store.save(1, state).wait()
+    got = store.load(framework="pt")[1]
+    for k, v in state.items():
+        assert got[k].is_contiguous() and torch.equal(got[k], v), k
+
+    holes = torch.full((3, 4), -1.0)
+    into = {"gaps": holes[:, ::2], "wide": torch.zeros(3, 4),
+            "step": torch.zeros(5, 6)[::4, 1:5:2]}
+    assert int(store.restore(into)) == 1
+    assert torch.equal(into["gaps"], base[:, ::2])
+    assert holes[:, 1::2].eq(-1).all(), "the gaps were written"
+    assert torch.equal(into["step"], base[::2, 1:3])
+    assert torch.equal(into["wide"], wide)
+
+    with pytest.raises(libckpt.InvalidArgumentError,
+                       match="'wide' has elements that share memory"):
+        store.restore({"wide": torch.zeros(3, 1).expand(3, 4)})
 
 
 def test_dense_tensors_in_another_order_go_through_a_row_major_copy(store):

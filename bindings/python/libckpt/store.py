@@ -297,7 +297,8 @@ class Store:
         "optim": opt.state_dict(), "epoch": 3}``) whose leaves are
         tensors (NumPy arrays and scalars, torch CPU and CUDA tensors,
         objects with ``__array_interface__``, ``__cuda_array_interface__``
-        or ``__dlpack__``; contiguous) or plain values (None, bool, int,
+        or ``__dlpack__``; any strided layout, read through a row-major copy
+        when it is not one) or plain values (None, bool, int,
         float, str, bytes).  Tensors are stored under their key paths
         joined with dots (``model.fc1.weight``); the structure and the
         plain values go into the checkpoint's metadata (see
@@ -476,7 +477,7 @@ class Store:
                 strict: bool = True, allow_missing: Optional[bool] = None
                 ) -> RestoreResult:
         """Restore into the tensors of ``state`` (nested as for
-        :meth:`save`; writable, contiguous), in place, matched by their
+        :meth:`save`; writable, and no two elements at one address), in place, matched by their
         flattened names, from ``step`` or, with None, the newest
         checkpoint that can be restored.  Returns the step as a
         :class:`RestoreResult`, whose ``.state`` holds the plain values

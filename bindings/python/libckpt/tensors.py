@@ -149,10 +149,9 @@ def _from_torch(name, t, torch, writable):
             "tensor %r has a lazy conjugate/negative bit; pass "
             "t.resolve_conj().resolve_neg()" % name)
     if not t.is_contiguous():
-        if _dense_permutation(t.shape, t.stride()):
-            return _relayout(name, t, torch, writable)
-        raise _not_contiguous(name, "pass t.contiguous() (a copy) to save; "
-                              "restore into a contiguous tensor")
+        if writable and not _no_overlap(t.shape, t.stride(), 1):
+            raise _overlapping(name, t.stride(), "t.clone()")
+        return _relayout(name, t, torch, writable)
     device = None
     if t.device.type == "cpu":
         memory, stream = ffi.CKPT_MEM_HOST, None
@@ -176,26 +175,39 @@ def _from_torch(name, t, torch, writable):
                   tuple(t.shape), memory, stream, t, device)
 
 
-def _dense_permutation(shape, strides):
-    """True for strides (in elements) that lay the tensor out densely in
-    some order of its dimensions: channels_last, a transpose.  Expanded
-    (stride 0, overlapping) and sliced (gaps) layouts are not."""
-    expect = 1
-    for stride, size in sorted((st, sz) for sz, st in zip(shape, strides)
+def _no_overlap(shape, strides, unit):
+    """True when no two elements of a strided layout share memory, so a
+    restore can write every one: taken dimension by dimension from the
+    smallest stride, each must step past everything the smaller ones
+    span.  `unit` is one element in the strides' unit (1 for torch's
+    element strides, the item size for NumPy's byte strides, whose signs
+    do not matter here).  Expanded tensors (stride 0) and other
+    self-overlapping views fail it; dense layouts in any order and slices
+    with gaps pass."""
+    span = unit
+    for stride, size in sorted((abs(st), sz) for sz, st in zip(shape, strides)
                                if sz > 1):
-        if stride != expect:
+        if stride < span:
             return False
-        expect *= size
+        span += stride * (size - 1)
     return True
 
 
+def _overlapping(name, strides, fix):
+    return InvalidArgumentError(
+        "tensor %r has elements that share memory (strides %s, an expanded "
+        "view): a restore cannot write into it; restore into %s and copy, "
+        "or use load()" % (name, tuple(strides), fix))
+
+
 class Relayout:
-    """A torch tensor in a dense layout other than row-major (a
-    channels_last convolution weight and its optimizer state, a transpose):
-    libckpt stores row-major bytes, so a save reads them from a row-major
-    copy (`buffer`, made with the description) and a restore writes them
-    into one, which copy_back() then copies into `target`, on the
-    tensor's current stream as any torch copy."""
+    """A tensor or array not laid out row-major (a channels_last
+    convolution weight and its optimizer state, a transpose, a slice with
+    gaps, an expanded view): libckpt stores row-major bytes, so a save
+    reads them from a row-major copy (`buffer`, made with the description)
+    and a restore writes them into one, which copy_back() then copies into
+    `target` (a torch tensor: with copy_, on its current stream as any
+    torch copy; a NumPy array: with numpy.copyto)."""
 
     __slots__ = ("target", "buffer")
 
@@ -204,6 +216,9 @@ class Relayout:
         self.buffer = buffer
 
     def copy_back(self):
+        if isinstance(self.target, np.ndarray):
+            np.copyto(self.target, self.buffer)
+            return
         # As the library writes any other tensor: behind autograd (a
         # Parameter is a leaf that requires grad, which copy_ refuses).
         with sys.modules["torch"].no_grad():
@@ -211,7 +226,7 @@ class Relayout:
 
 
 def _relayout(name, t, torch, writable):
-    """_from_torch of a dense, non-row-major tensor, through a row-major
+    """_from_torch of a tensor not laid out row-major, through a row-major
     copy that the description owns (see Relayout)."""
     # A restore's buffer starts as a copy too: a tensor that a restore with
     # strict=False finds missing from the step is copied back unchanged.
@@ -314,11 +329,14 @@ def describe(name, obj, writable=False):
             "__dlpack__ are)" % (name, type(obj).__name__))
     a = np.asarray(obj)
     dtype = _numpy_to_ckpt(name, a.dtype)
-    if not a.flags.c_contiguous:
-        raise _not_contiguous(name, "pass np.ascontiguousarray(a) (a copy) "
-                              "to save; restore into a contiguous array")
     if writable and not a.flags.writeable:
         raise InvalidArgumentError("tensor %r is read-only" % name)
+    if not a.flags.c_contiguous:  # through a row-major copy (Relayout)
+        if writable and not _no_overlap(a.shape, a.strides, a.itemsize):
+            raise _overlapping(name, a.strides, "a.copy()")
+        buffer = np.ascontiguousarray(a)
+        return describe(name, buffer, writable)._replace_owner(
+            Relayout(a, buffer))
     return Tensor(name, a.ctypes.data, a.nbytes, dtype, a.shape,
                   ffi.CKPT_MEM_HOST, None, a if a is obj else (a, obj))
 
@@ -333,7 +351,9 @@ def _from_dlpack(name, obj, writable):
         obj, "__dlpack_device__") else _DL_CPU
     if device in (_DL_CPU, _DL_CUDA_HOST):
         a = np.from_dlpack(obj)  # read-only in NumPy 1.x: refused below
-        return describe(name, a, writable)._replace_owner((a, obj))
+        d = describe(name, a, writable)
+        # A Relayout stays the owner (it holds the copy the pointer is in).
+        return d._replace_owner((a, obj)) if d.owner is a else d
     if device in (_DL_CUDA, _DL_CUDA_MANAGED):
         try:
             import torch.utils.dlpack

@@ -275,7 +275,10 @@ typedef struct ckpt_checkpoint ckpt_checkpoint; /* see "checkpoint" below */
  * refuses a root it does not own or that others may write, and every call
  * refuses (restore: skips, reporting why) a step directory or file owned
  * by anyone but the caller, the root's owner or root, or writable by
- * others: CKPT_EACCES.  A world-writable root or step is never accepted. */
+ * others: CKPT_EACCES.  A world-writable root or step is never accepted.
+ * A writer also refuses a path to its root that goes through a symbolic
+ * link owned by anyone but the caller or root (with this flag: a link in
+ * a directory every user may write, such as /tmp). */
 #define CKPT_OPEN_TRUST_GROUP 0x2u
 /* Leave the process's command line out of each manifest's environment
  * record (it is recorded by default; files are created 0640, directories
@@ -503,8 +506,9 @@ CKPT_API int ckpt_store_options_init(ckpt_store_options *opts, unsigned int vers
  * `opts->version` or coordinator version); CKPT_EPEER (another rank failed
  * to open, or a collective failed); CKPT_ENOTFOUND (a read-only root, or the parent of a
  * new root, does not exist); CKPT_EBUSY (another store handle holds the
- * writer lock); CKPT_EACCES (the root's owner or permissions, above, with
- * a message naming them and the fix; or permission denied); CKPT_ENOSPC,
+ * writer lock); CKPT_EACCES (the root's owner or permissions, or a link
+ * on the way to it, above, with a message naming them and the fix; or
+ * permission denied); CKPT_ENOSPC,
  * CKPT_EIO (creating, resolving or locking the root); CKPT_ENOMEM.
  * Thread-safe.
  */

@@ -287,6 +287,30 @@ int fsio_kind(const fsio *fs, const char *path, int follow, int *kind)
     return 0;
 }
 
+int fsio_readlink(const fsio *fs, const char *path, char **target)
+{
+    FAULT(fs, FSIO_STAT, path);
+    for (size_t size = 256;; size *= 2) { /* st_size lies on some file systems */
+        char *buf = malloc(size);
+        if (!buf)
+            return -ENOMEM;
+        ssize_t n = readlink(path, buf, size);
+        if (n < 0) {
+            int e = errno;
+            free(buf);
+            return -e;
+        }
+        if ((size_t)n < size) {
+            buf[n] = '\0';
+            *target = buf;
+            return 0;
+        }
+        free(buf);
+        if (size >= ((size_t)1 << 20))
+            return -ENAMETOOLONG;
+    }
+}
+
 int fsio_info_of(const fsio *fs, const char *path, int fd, fsio_info *info)
 {
     FAULT(fs, FSIO_STAT, path);

@@ -93,6 +93,9 @@ void fsio_list_free(char **names, size_t count);
  * FSIO_KIND_LINK, never its target. */
 enum { FSIO_KIND_NONE, FSIO_KIND_FILE, FSIO_KIND_DIR, FSIO_KIND_LINK, FSIO_KIND_OTHER };
 int fsio_kind(const fsio *fs, const char *path, int follow, int *kind);
+/* The target of the symbolic link `path`, malloc'd and NUL-terminated
+ * (FSIO_STAT). */
+int fsio_readlink(const fsio *fs, const char *path, char **target);
 /* Who owns a path or descriptor and who may write it (FSIO_STAT). */
 typedef struct fsio_info {
     int kind;          /* FSIO_KIND_* */

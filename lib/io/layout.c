@@ -15,33 +15,29 @@
 int layout_open(layout *l, const char *path, int writing, int trust_group)
 {
     l->lock_fd = -1;
+    l->root = NULL;
     /* Private to the owner (and the group's readers) unless shared with a
      * trusted group; the command line in each manifest is no one else's. */
     l->dir_mode = trust_group ? 0770 : 0750;
     l->file_mode = 0640;
-    int kind = FSIO_KIND_NONE;
-    int rc = fsio_kind(&l->fs, path, 1, &kind);
-    if (rc == -ENOENT && writing) {
-        rc = fsio_mkdir(&l->fs, path, l->dir_mode);
-        if (rc == -EEXIST)
-            rc = 0;
-        if (rc)
-            return ckpt_seterr_errno(-rc, "cannot create the checkpoint root %s", path);
-        kind = FSIO_KIND_DIR;
-    } else if (rc == -ENOENT) {
-        return ckpt_seterr(CKPT_ENOTFOUND, "checkpoint root %s does not exist", path);
-    } else if (rc) {
-        return ckpt_seterr_errno(-rc, "cannot stat the checkpoint root %s", path);
+    /* Resolved here, one component at a time, so that a writer refuses a
+     * link another user planted on the way before creating anything. */
+    int rc = trust_resolve(&l->fs, path, writing, trust_group, &l->root);
+    if (rc == CKPT_ENOTFOUND && writing) {
+        int e = fsio_mkdir(&l->fs, path, l->dir_mode);
+        if (e && e != -EEXIST)
+            return ckpt_seterr_errno(-e, "cannot create the checkpoint root %s", path);
+        rc = trust_resolve(&l->fs, path, writing, trust_group, &l->root);
     }
-    if (kind != FSIO_KIND_DIR)
-        return ckpt_seterr(CKPT_EINVAL, "%s is not a directory", path);
-    /* Absolute, so paths handed out stay valid if the caller changes
-     * directory. */
-    if (!(l->root = realpath(path, NULL)))
-        return ckpt_seterr_errno(errno, "cannot resolve the checkpoint root %s", path);
+    if (rc == CKPT_ENOTFOUND)
+        return ckpt_seterr(CKPT_ENOTFOUND, "checkpoint root %s does not exist", path);
+    if (rc)
+        return rc;
     fsio_info in;
     if ((rc = fsio_info_of(&l->fs, l->root, -1, &in)))
         return ckpt_seterr_errno(-rc, "cannot stat the checkpoint root %s", l->root);
+    if (in.kind != FSIO_KIND_DIR)
+        return ckpt_seterr(CKPT_EINVAL, "%s is not a directory", path);
     trust_init(&l->tr, &in, trust_group);
     return trust_check_root(&l->tr, l->root, &in, writing);
 }

@@ -1,6 +1,7 @@
 /* trust: ownership and permission rules for shared servers (trust.h). */
 #include "trust.h"
 
+#include <errno.h>
 #include <grp.h>
 #include <pwd.h>
 #include <stdio.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "util.h"
 
 void trust_init(trust *t, const fsio_info *root, int group)
 {
@@ -92,4 +94,98 @@ int trust_check_path(const trust *t, const fsio *fs, const char *path)
     if (rc)
         return ckpt_seterr_errno(-rc, "cannot stat %s", path);
     return trust_check_entry(t, path, &in);
+}
+
+/* Symbolic links followed at most (as the kernel's MAXSYMLINKS). */
+#define MAX_LINKS 40
+
+/* May a link that `in` describes, held by the directory `dir`, be followed
+ * on the way to a root the caller writes into? */
+static int link_ok(unsigned self, int group, const fsio *fs, const char *dir,
+                   const fsio_info *in)
+{
+    if (in->uid == self || in->uid == 0)
+        return 1;
+    if (!group)
+        return 0;
+    fsio_info d; /* a trusted group's members may link, but not in /tmp */
+    return fsio_info_of(fs, dir[0] ? dir : "/", -1, &d) == 0 && !(d.mode & 0002);
+}
+
+int trust_resolve(const fsio *fs, const char *path, int writing, int group, char **out)
+{
+    unsigned self = (unsigned)geteuid();
+    char *todo = strdup(path);                   /* components still to walk */
+    char *done = path[0] == '/' ? strdup("") : getcwd(NULL, 0); /* "" is "/" */
+    if (done && strcmp(done, "/") == 0)
+        done[0] = '\0';
+    int rc = todo && done ? CKPT_OK : ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    size_t at = 0;
+    for (int hops = 0; !rc;) {
+        while (todo[at] == '/')
+            at++;
+        if (!todo[at])
+            break;
+        const char *comp = todo + at;
+        size_t len = strcspn(comp, "/");
+        at += len;
+        if (len == 1 && comp[0] == '.')
+            continue;
+        if (len == 2 && comp[0] == '.' && comp[1] == '.') { /* done has no links */
+            char *slash = strrchr(done, '/');
+            if (slash)
+                *slash = '\0';
+            continue;
+        }
+        char *next = util_printf("%s/%.*s", done, (int)len, comp);
+        fsio_info in;
+        int e = next ? fsio_info_of(fs, next, -1, &in) : -ENOMEM;
+        if (e == -ENOENT)
+            rc = ckpt_seterr(CKPT_ENOTFOUND, "%s does not exist", next);
+        else if (e)
+            rc = ckpt_seterr_errno(-e, "cannot resolve %s", next ? next : path);
+        else if (in.kind != FSIO_KIND_LINK) {
+            free(done);
+            done = next;
+            continue;
+        } else if (++hops > MAX_LINKS)
+            rc = ckpt_seterr(CKPT_EINVAL, "cannot resolve %s: more than %d symbolic links",
+                             path, MAX_LINKS);
+        char *target = NULL;
+        if (!rc && (e = fsio_readlink(fs, next, &target)))
+            rc = ckpt_seterr_errno(-e, "cannot read the symbolic link %s", next);
+        if (!rc && writing && !link_ok(self, group, fs, done, &in)) {
+            char owner[128];
+            user_name(in.uid, owner, sizeof owner);
+            rc = ckpt_seterr(CKPT_EACCES, "the path %s goes through the symbolic link %s "
+                             "(-> %s), which belongs to %s, not to you (uid %u) or root: "
+                             "another user could send the checkpoints anywhere with it; "
+                             "give the directory it points to, if that is meant", path,
+                             next, target, owner, self);
+        }
+        if (!rc) { /* walk the target, then what followed the link */
+            char *rest = util_printf("%s/%s", target, todo + at);
+            if (!rest)
+                rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
+            free(todo);
+            todo = rest;
+            at = 0;
+            if (target[0] == '/')
+                done[0] = '\0';
+        }
+        free(target);
+        free(next);
+    }
+    free(todo);
+    if (rc) {
+        free(done);
+        return rc;
+    }
+    if (!done[0]) {
+        free(done);
+        if (!(done = strdup("/")))
+            return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    }
+    *out = done;
+    return CKPT_OK;
 }

@@ -106,6 +106,46 @@ Test(trust, a_root_of_another_user_is_not_written)
     ckpt_store_free(st);
 }
 
+/* A symbolic link planted by another user in a shared sticky directory
+ * (as in /tmp) where a job's root would be: a writer refuses to follow it,
+ * naming the link and its owner, and writes nothing where it points, even
+ * to a directory of the caller's own (or, under root, to /etc); a link of
+ * the caller's own is followed; a reader may follow either. */
+Test(trust, a_link_of_another_user_on_the_way_to_the_root_is_not_followed)
+{
+    need_root();
+    char *shared = tc_join(tc_root, "scratch"), *target = tc_join(tc_root, "mine");
+    char *planted = tc_join(shared, "job"), *mine = tc_join(shared, "job2");
+    char *below = tc_join(planted, "sub");
+    cr_assert_eq(mkdir(shared, 01777), 0);
+    cr_assert_eq(chmod(shared, 01777), 0);
+    cr_assert_eq(mkdir(target, 0750), 0);
+    cr_assert_eq(symlink(target, planted), 0);
+    cr_assert_eq(lchown(planted, OTHER_UID, OTHER_UID), 0);
+    ckpt_store *st;
+    const char *paths[] = {planted, below};
+    for (int i = 0; i < 2; i++) {
+        assert_refused(open_flags(paths[i], 0, &st), paths[i], "uid 65534");
+        cr_assert(strstr(ckpt_error_last(), planted), "%s", ckpt_error_last());
+        assert_refused(open_flags(paths[i], CKPT_OPEN_TRUST_GROUP, &st), paths[i],
+                       "symbolic link");
+    }
+    cr_assert_eq(tc_count_prefix(target, ""), 0, "a refused writer created something");
+    cr_assert_eq(open_flags(planted, CKPT_OPEN_READONLY, &st), CKPT_OK, "%s",
+                 ckpt_error_last());
+    ckpt_store_free(st);
+
+    cr_assert_eq(symlink("../mine", mine), 0); /* the caller's own link */
+    cr_assert_eq(open_flags(mine, 0, &st), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_str_eq(ckpt_store_path(st), target);
+    ckpt_store_free(st);
+    free(shared);
+    free(target);
+    free(planted);
+    free(mine);
+    free(below);
+}
+
 /* Step 3 planted by another user (a copy of a real step, so every checksum
  * holds): restore(LATEST) takes step 2 and reports step 3 with the reason;
  * asking for step 3 is refused; trusting the group accepts it. */

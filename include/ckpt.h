@@ -277,8 +277,9 @@ typedef struct ckpt_checkpoint ckpt_checkpoint; /* see "checkpoint" below */
  * by anyone but the caller, the root's owner or root, or writable by
  * others: CKPT_EACCES.  A world-writable root or step is never accepted.
  * A writer also refuses a path to its root that goes through a symbolic
- * link owned by anyone but the caller or root (with this flag: a link in
- * a directory every user may write, such as /tmp). */
+ * link owned by anyone but the caller or root, unless its owner alone may
+ * write the directory holding it (with this flag: unless that directory is
+ * not writable by every user, as /tmp is). */
 #define CKPT_OPEN_TRUST_GROUP 0x2u
 /* Leave the process's command line out of each manifest's environment
  * record (it is recorded by default; files are created 0640, directories

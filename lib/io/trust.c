@@ -100,16 +100,21 @@ int trust_check_path(const trust *t, const fsio *fs, const char *path)
 #define MAX_LINKS 40
 
 /* May a link that `in` describes, held by the directory `dir`, be followed
- * on the way to a root the caller writes into? */
+ * on the way to a root the caller writes into?  As the kernel's
+ * protected_symlinks rule, made strict for directories others may write:
+ * a link of the caller or root; or of the owner of a directory that no one
+ * else may write (that user decides where paths through it lead anyway);
+ * or, trusting the group, of anyone in a directory not every user may
+ * write.  Never a stranger's link in /tmp or a scratch directory. */
 static int link_ok(unsigned self, int group, const fsio *fs, const char *dir,
                    const fsio_info *in)
 {
     if (in->uid == self || in->uid == 0)
         return 1;
-    if (!group)
+    fsio_info d;
+    if (fsio_info_of(fs, dir[0] ? dir : "/", -1, &d) != 0 || (d.mode & 0002))
         return 0;
-    fsio_info d; /* a trusted group's members may link, but not in /tmp */
-    return fsio_info_of(fs, dir[0] ? dir : "/", -1, &d) == 0 && !(d.mode & 0002);
+    return group || (d.uid == in->uid && !(d.mode & 0020));
 }
 
 int trust_resolve(const fsio *fs, const char *path, int writing, int group, char **out)

@@ -35,9 +35,11 @@ int trust_check_path(const trust *t, const fsio *fs, const char *path);
 /* Resolve `path` as realpath(3) does (absolute; no ".", ".." or links)
  * into a malloc'd *out, walking it one component at a time.  With
  * `writing`, every symbolic link met on the way must belong to the caller
- * or root, or, with `group`, sit in a directory that not every user can
- * write: a link that another user planted in a shared directory (/tmp,
- * scratch) would send this writer's checkpoints wherever it points.
+ * or root, or to the owner of the directory holding it when no one else
+ * may write that directory, or, with `group`, sit in a directory that not
+ * every user may write: a link that another user planted in a shared
+ * directory (/tmp, scratch) would send this writer's checkpoints wherever
+ * it points.
  * CKPT_OK; CKPT_ENOTFOUND when a component does not exist (the caller may
  * create it and resolve again); CKPT_EACCES naming a refused link and its
  * owner; CKPT_EIO etc. otherwise.  Each with a message. */

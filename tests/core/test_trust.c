@@ -139,6 +139,22 @@ Test(trust, a_link_of_another_user_on_the_way_to_the_root_is_not_followed)
     cr_assert_eq(open_flags(mine, 0, &st), CKPT_OK, "%s", ckpt_error_last());
     cr_assert_str_eq(ckpt_store_path(st), target);
     ckpt_store_free(st);
+
+    /* Another user's link in that user's own directory, which no one else
+     * may write (a colleague's "current -> run42"), is followed: it gives
+     * that user no say they lack over paths through their directory. */
+    char *theirs = tc_join(tc_root, "theirs"), *current = tc_join(theirs, "current");
+    cr_assert_eq(mkdir(theirs, 0755), 0);
+    cr_assert_eq(symlink(target, current), 0);
+    cr_assert_eq(lchown(current, OTHER_UID, OTHER_UID), 0);
+    cr_assert_eq(chown(theirs, OTHER_UID, OTHER_UID), 0);
+    cr_assert_eq(open_flags(current, 0, &st), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_str_eq(ckpt_store_path(st), target);
+    ckpt_store_free(st);
+    cr_assert_eq(chmod(theirs, 0775), 0); /* unless their group may plant it */
+    assert_refused(open_flags(current, 0, &st), "group-writable", "symbolic link");
+    free(theirs);
+    free(current);
     free(shared);
     free(target);
     free(planted);

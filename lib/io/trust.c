@@ -124,7 +124,11 @@ int trust_resolve(const fsio *fs, const char *path, int writing, int group, char
     char *done = path[0] == '/' ? strdup("") : getcwd(NULL, 0); /* "" is "/" */
     if (done && strcmp(done, "/") == 0)
         done[0] = '\0';
-    int rc = todo && done ? CKPT_OK : ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    int rc = CKPT_OK;
+    if (!done && path[0] != '/' && errno != ENOMEM) /* removed under us, say */
+        rc = ckpt_seterr_errno(errno, "cannot resolve %s: no current directory", path);
+    else if (!todo || !done)
+        rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
     size_t at = 0;
     for (int hops = 0; !rc;) {
         while (todo[at] == '/')

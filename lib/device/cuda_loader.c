@@ -182,6 +182,35 @@ static int too_new(cuda_api *a, int *count, cu_err *err)
     return *err == CU_ERR_INSUFFICIENT_DRIVER || *err == CU_ERR_STUB_LIBRARY;
 }
 
+/* 1 when no NVIDIA driver is installed: a runtime reports that as
+ * cudaErrorInsufficientDriver, as it does for an old driver, but
+ * cudaDriverGetVersion then gives 0 (the runtime API's documented answer). */
+static int no_driver(const cuda_api *a)
+{
+    int v = -1;
+    if (!a->DriverGetVersion || a->DriverGetVersion(&v) != CU_SUCCESS) {
+        a->GetLastError();
+        return 0;
+    }
+    return v == 0;
+}
+
+#define NO_DRIVER_MSG "no NVIDIA driver is installed (cudaDriverGetVersion gives 0; " \
+                      "libcuda.so.1 missing): device tensors need one, host " \
+                      "tensors need no CUDA"
+
+/* Runtimes before 11.0 lay out cudaPointerAttributes differently (and call
+ * plain host memory an error): their answers would be misread. */
+static int too_old(const cuda_api *a, int *version)
+{
+    *version = 0;
+    if (a->RuntimeGetVersion(version) != CU_SUCCESS) {
+        a->GetLastError();
+        return 0;
+    }
+    return *version > 0 && *version < 11000;
+}
+
 static void load(void)
 {
     char tried[1536] = "", buf[256];
@@ -201,7 +230,19 @@ static void load(void)
             return;
         }
         snprintf(g_library, sizeof g_library, "%s", what);
-        too_new(&a, &count, &err); /* the application's choice: no other */
+        int v;
+        if (too_old(&a, &v)) {
+            snprintf(g_msg, sizeof g_msg, "the CUDA runtime already in the process (%s) "
+                     "is version %d.%d; libckpt needs 11.0 or newer", what, v / 1000,
+                     (v % 1000) / 10);
+            return;
+        }
+        if (too_new(&a, &count, &err) && no_driver(&a)) { /* the application's choice */
+            a.GetLastError();
+            snprintf(g_msg, sizeof g_msg, "CUDA runtime loaded (%s) but " NO_DRIVER_MSG,
+                     g_library);
+            return;
+        }
     } else {
         /* $CKPT_CUDART_LIBRARY: one path, or several separated by ':' tried
          * in order as the built-in names are. */
@@ -219,10 +260,20 @@ static void load(void)
             for (; n < sizeof k_sonames / sizeof k_sonames[0]; n++)
                 names[n] = k_sonames[n];
         }
+        int driverless = 0, refused = 0, v;
         for (size_t i = 0; i < n && !h; i++) {
             if (open_candidate(names[i], names[i], &h, &a, tried, sizeof tried) != 0)
                 continue;
+            if (too_old(&a, &v)) {
+                msg_append(tried, sizeof tried, "; %s: version %d.%d, before 11.0", names[i],
+                           v / 1000, (v % 1000) / 10);
+                h = NULL; /* left loaded, as below */
+                refused = 1;
+                memset(&a, 0, sizeof a);
+                continue;
+            }
             if (too_new(&a, &count, &err)) {
+                driverless = driverless || no_driver(&a);
                 msg_append(tried, sizeof tried, "; %s: %s", names[i],
                            cuda_loader_errstr(&a, err, buf, sizeof buf));
                 /* Left loaded (RTLD_LOCAL, so its symbols stay apart):
@@ -234,8 +285,12 @@ static void load(void)
             snprintf(g_library, sizeof g_library, "%s", names[i]);
         }
         if (!h) {
-            if (err == CU_SUCCESS)
-                snprintf(g_msg, sizeof g_msg, "no CUDA runtime found (tried %s)", tried);
+            if (driverless)
+                snprintf(g_msg, sizeof g_msg, "no usable CUDA runtime (tried %s): "
+                         NO_DRIVER_MSG, tried);
+            else if (err == CU_SUCCESS)
+                snprintf(g_msg, sizeof g_msg, "no %sCUDA runtime found (tried %s)",
+                         refused ? "usable " : "", tried);
             else
                 snprintf(g_msg, sizeof g_msg, "no usable CUDA runtime (tried %s): the "
                          "driver is older than every runtime found; install a runtime "

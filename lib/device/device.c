@@ -17,9 +17,15 @@
 
 struct device {
     device_options opts;
-    pthread_mutex_t mu;             /* guards pinned_bytes and cu creation */
-    uint64_t pinned_bytes;
+    pthread_mutex_t mu;             /* guards pinned_bytes, retired, cu creation */
+    uint64_t pinned_bytes;          /* held, retired buffers included */
     dcuda *_Atomic cu;              /* NULL until a device pointer is seen */
+    /* Pinned buffers given up in ckpt_save_begin, freed by device_trim on
+     * the persist thread: cudaFreeHost waits for the whole device, which
+     * on the caller's thread would stall training on its own queued work. */
+    void *retired[DEVICE_RETIRED_MAX];
+    size_t retired_bytes[DEVICE_RETIRED_MAX];
+    int nretired;
 };
 
 static dcuda *cuda_of(const device *dev)
@@ -62,10 +68,33 @@ int device_open(device **out, const device_options *opts)
     return CKPT_OK;
 }
 
+/* Free the retired pinned buffers (on whichever thread calls: see device.h). */
+static void free_retired(device *dev)
+{
+    dcuda *cu = cuda_of(dev);
+    for (;;) {
+        pthread_mutex_lock(&dev->mu);
+        if (dev->nretired == 0) {
+            pthread_mutex_unlock(&dev->mu);
+            return;
+        }
+        int i = --dev->nretired;
+        void *p = dev->retired[i];
+        size_t n = dev->retired_bytes[i];
+        pthread_mutex_unlock(&dev->mu);
+        if (cu) /* pinned memory exists only once the runtime did */
+            dcuda_host_free(cu, p);
+        pthread_mutex_lock(&dev->mu);
+        dev->pinned_bytes -= n <= dev->pinned_bytes ? n : dev->pinned_bytes;
+        pthread_mutex_unlock(&dev->mu);
+    }
+}
+
 void device_free(device *dev)
 {
     if (!dev)
         return;
+    free_retired(dev);
     dcuda_free(cuda_of(dev));
     pthread_mutex_destroy(&dev->mu);
     free(dev);
@@ -101,9 +130,20 @@ int device_host_alloc(device *dev, size_t bytes, int want_pinned, void **ptr,
         /* Reserve under the cap first so concurrent callers cannot overshoot. */
         pthread_mutex_lock(&dev->mu);
         int fits = dev->pinned_bytes + bytes <= dev->opts.pinned_limit;
+        int retired = dev->nretired > 0;
         if (fits)
             dev->pinned_bytes += bytes;
         pthread_mutex_unlock(&dev->mu);
+        if (!fits && retired) {
+            /* Retired buffers still count against the cap: free them here
+             * (a device synchronization) rather than go pageable. */
+            free_retired(dev);
+            pthread_mutex_lock(&dev->mu);
+            fits = dev->pinned_bytes + bytes <= dev->opts.pinned_limit;
+            if (fits)
+                dev->pinned_bytes += bytes;
+            pthread_mutex_unlock(&dev->mu);
+        }
         if (fits) {
             int rc = dcuda_host_alloc(cu, bytes, ptr);
             if (rc != CKPT_OK) {
@@ -187,13 +227,16 @@ int device_classify(device *dev, const void *ptr, ckpt_memory declared,
         }
         if ((rc = dcuda_pointer_type(api, ptr, &type, &ordinal)) != CKPT_OK) {
             /* A sticky error (a fault in any kernel of the process, a lost
-             * device) fails every CUDA call until the process exits: say
-             * how the job's last save of host memory still goes through. */
+             * device) fails every CUDA call until the process exits, and so
+             * does a child forked after its parent started CUDA
+             * (cudaErrorInitializationError): say how a save of host memory
+             * still goes through. */
             char why[2048];
             snprintf(why, sizeof why, "%s", ckpt_error_last());
             return ckpt_seterr(rc, "%s; CKPT_MEM_AUTO asks CUDA where a buffer lives, and "
-                               "after a sticky CUDA error every call fails: declare host "
-                               "buffers CKPT_MEM_HOST to save them without asking", why);
+                               "CUDA fails every call after a sticky error or in a child "
+                               "forked after CUDA started: declare host buffers "
+                               "CKPT_MEM_HOST to save them without asking", why);
         }
         if (type != CU_MEM_DEVICE && type != CU_MEM_MANAGED) {
             *actual = CKPT_MEM_HOST;
@@ -268,8 +311,27 @@ int device_event_dup(device *dev, const device_event *ev, device_event **out)
     return ev ? dcuda_event_dup(cuda_of(dev), ev, out) : CKPT_OK;
 }
 
+void device_host_retire(device *dev, void *ptr, size_t bytes, int pinned)
+{
+    if (!ptr)
+        return;
+    if (pinned) {
+        pthread_mutex_lock(&dev->mu);
+        int kept = dev->nretired < DEVICE_RETIRED_MAX;
+        if (kept) {
+            dev->retired[dev->nretired] = ptr;
+            dev->retired_bytes[dev->nretired++] = bytes;
+        }
+        pthread_mutex_unlock(&dev->mu);
+        if (kept)
+            return;
+    }
+    device_host_free(dev, ptr, bytes, pinned);
+}
+
 void device_trim(device *dev)
 {
+    free_retired(dev);
     dcuda_trim(cuda_of(dev));
 }
 

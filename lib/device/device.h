@@ -41,6 +41,13 @@ int device_cuda_available(void);
 int device_host_alloc(device *dev, size_t bytes, int want_pinned, void **ptr,
                       int *pinned);
 void device_host_free(device *dev, void *ptr, size_t bytes, int pinned);
+/* Give up a buffer from device_host_alloc that no copy uses any more, from
+ * the caller's thread: pageable memory is freed now; pinned memory (whose
+ * cudaFreeHost waits for the whole device) is kept, still counted against
+ * the pinned cap, until device_trim, device_free or an allocation that
+ * needs its room under the cap frees it. */
+#define DEVICE_RETIRED_MAX 8
+void device_host_retire(device *dev, void *ptr, size_t bytes, int pinned);
 uint64_t device_pinned_bytes(const device *dev);
 
 /* Resolve where `ptr` lives; *ordinal (may be NULL) gets the CUDA device
@@ -88,8 +95,9 @@ int device_event_wait(device *dev, device_event *ev);
  * several chunks covered by one coalesced copy share one marker. */
 int device_event_dup(device *dev, const device_event *ev, device_event **out);
 /* Between saves, on a library thread: release what the last save found
- * too small (DEVICE-mode scratch), as freeing device memory synchronizes
- * the device and must not happen in ckpt_save_begin. */
+ * too small (DEVICE-mode scratch, retired pinned buffers), as freeing
+ * device or pinned memory synchronizes the device and must not happen in
+ * ckpt_save_begin. */
 void device_trim(device *dev);
 /* Block until the caller's memory covered by ev has been read (what
  * ckpt_save_wait_snapshot needs): the D2D copy in DEVICE mode, else the same

@@ -157,14 +157,26 @@ static int guard_enter_on(dcuda *cu, int dev, int *prev)
     return CKPT_OK;
 }
 
-/* Calls that work from any device (waits, synchronizations) still make
- * the runtime bind a thread that has no context yet to its current device
- * (device 0 unless chosen): a library thread picks `dev` first. */
-static void bind_library_thread(dcuda *cu, int dev)
+/* Waits (stream and event synchronizations) work across devices, but on a
+ * thread with no context yet the runtime first creates one on the thread's
+ * current device: device 0 unless chosen, hundreds of MiB of GPU 0 in
+ * every process saving from another GPU.  So `dev`, where the waited-on
+ * objects live, is made current for the wait as for every other call
+ * (guard_enter_on; guard_leave after), on application threads too
+ * (ckpt_save_wait_snapshot, a failed begin's cleanup).  Quietly: a failure
+ * leaves the thread as it was and the caller's message alone, and the
+ * wait itself reports.  Returns what guard_leave takes. */
+static int wait_enter(dcuda *cu, int dev)
 {
-    int prev;
-    if (pool_on_library_thread())
-        guard_enter_on(cu, dev, &prev);
+    ckpt_error_state e;
+    ckpt_error_capture(&e, CKPT_OK);
+    int prev = -1;
+    if (guard_enter_on(cu, dev, &prev) != CKPT_OK) {
+        cu->api->GetLastError();
+        prev = -1;
+    }
+    ckpt_error_restore(&e);
+    return prev;
 }
 
 static int guard_enter(dcuda *cu, int *prev)
@@ -438,7 +450,7 @@ void dcuda_quiesce(dcuda *cu)
 {
     if (!cu)
         return;
-    bind_library_thread(cu, cu->ordinal);
+    int prev = wait_enter(cu, cu->ordinal);
     pthread_mutex_lock(&cu->mu);
     flush_locked(cu);
     pthread_mutex_unlock(&cu->mu);
@@ -448,6 +460,7 @@ void dcuda_quiesce(dcuda *cu)
      * pending before is the application's to read. */
     if (e1 != CU_SUCCESS || e2 != CU_SUCCESS)
         cu->api->GetLastError();
+    guard_leave(cu, prev);
     cu->direct = 0;
 }
 
@@ -922,7 +935,7 @@ int dcuda_event_wait(dcuda *cu, device_event *ev, int snapshot_only)
 {
     /* A failed D2D shows on `snap`, not on the drain's event. */
     cu_err err = CU_SUCCESS;
-    bind_library_thread(cu, ev->data ? ev->data->dev : cu->ordinal);
+    int prev = wait_enter(cu, ev->data ? ev->data->dev : cu->ordinal);
     if (ev->snap)
         err = cu->api->EventSynchronize(ev->snap->e);
     if (err == CU_SUCCESS && ev->data && !(snapshot_only && ev->snap)) {
@@ -934,6 +947,7 @@ int dcuda_event_wait(dcuda *cu, device_event *ev, int snapshot_only)
         if (err == CU_SUCCESS)
             err = cu->api->EventSynchronize(ev->data->e);
     }
+    guard_leave(cu, prev);
     if (err != CU_SUCCESS) {
         char buf[256];
         return ckpt_seterr(CKPT_EDEVICE, "tensor '%s': CUDA error during the device "

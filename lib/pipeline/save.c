@@ -198,7 +198,7 @@ static int ensure_buffer(ckpt_store *st, unsigned char **buf, size_t *cap, int *
     /* Asked for pinned before and the cap said no: pageable it stays. */
     if (*buf && *cap >= need && (*is_pinned || !pinned || *asked_pinned))
         return CKPT_OK;
-    device_host_free(st->dev, *buf, *cap, *is_pinned);
+    device_host_retire(st->dev, *buf, *cap, *is_pinned); /* no device sync here */
     *buf = NULL;
     *cap = 0;
     void *p;

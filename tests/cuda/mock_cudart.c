@@ -157,6 +157,10 @@ static struct counted *counted_for(const char *fn)
     return &g_counted[MAX_COUNTED - 1];
 }
 
+#ifndef MOCK_RUNTIME_VERSION
+#define MOCK_RUNTIME_VERSION 13000 /* CUDA 13.0 */
+#endif
+
 static int is_release(const char *fn)
 {
     return strstr(fn, "Destroy") || strcmp(fn, "cudaFree") == 0 ||
@@ -588,8 +592,9 @@ EXPORT cudaError_t cudaGetDeviceCount(int *count)
     ENTER("cudaGetDeviceCount");
     int n = g_device_count;
     pthread_mutex_unlock(&g_mu);
-#ifdef MOCK_INSUFFICIENT_DRIVER
-    /* A runtime newer than the driver: what CUDA 13 does on an R550 node. */
+#if defined(MOCK_INSUFFICIENT_DRIVER) || defined(MOCK_NO_DRIVER)
+    /* A runtime newer than the driver: what CUDA 13 does on an R550 node,
+     * and what every runtime does where no driver is installed. */
     (void)n;
     *count = 0;
     return ret(35);
@@ -1018,11 +1023,20 @@ EXPORT cudaError_t cudaMallocHost(void **p, size_t n)
 EXPORT cudaError_t cudaFreeHost(void *p)
 {
     ENTER("cudaFreeHost");
+    t_cnt.frees++;
     size_t n;
     if (!p) {
         pthread_mutex_unlock(&g_mu);
         return cudaSuccess;
     }
+    if (!find_alloc(p)) {
+        pthread_mutex_unlock(&g_mu);
+        return ret(cudaErrorInvalidValue);
+    }
+    /* Like cudaFree, cudaFreeHost synchronizes the device (the reason
+     * PyTorch caches pinned blocks instead of freeing them). */
+    g_cnt.free_syncs++;
+    drain_all_locked();
     if (remove_alloc(p, A_PINNED, &n) != 0) {
         pthread_mutex_unlock(&g_mu);
         return ret(cudaErrorInvalidValue);
@@ -1116,7 +1130,11 @@ EXPORT cudaError_t cudaDriverGetVersion(int *v)
 {
     ENTER("cudaDriverGetVersion");
     pthread_mutex_unlock(&g_mu);
+#ifdef MOCK_NO_DRIVER
+    *v = 0; /* "If no driver is installed, then 0 is returned" */
+#else
     *v = 13000;
+#endif
     return cudaSuccess;
 }
 
@@ -1124,7 +1142,7 @@ EXPORT cudaError_t cudaRuntimeGetVersion(int *v)
 {
     ENTER("cudaRuntimeGetVersion");
     pthread_mutex_unlock(&g_mu);
-    *v = 13000;
+    *v = MOCK_RUNTIME_VERSION;
     return cudaSuccess;
 }
 
@@ -1138,6 +1156,14 @@ EXPORT cudaError_t cudaGetDeviceProperties(void *prop, int dev)
         return ret(cudaErrorInvalidDevice);
     snprintf(prop, 256, "Mock CUDA Device %d", dev);
     return cudaSuccess;
+}
+
+/* CUDA 12's cuda_runtime_api.h renames cudaGetDeviceProperties to this
+ * (#define), so code compiled against those headers (tests/gpu built on
+ * the mock) links to it; CUDA 11 and 13 export only the plain name. */
+EXPORT cudaError_t cudaGetDeviceProperties_v2(void *prop, int dev)
+{
+    return cudaGetDeviceProperties(prop, dev);
 }
 
 static const struct {

@@ -24,7 +24,7 @@
  * stream is ordered with its device's blocking streams (work on it waits
  * for theirs, theirs for its); device <-> pageable host copies block
  * the caller until they ran; a stream holds a bounded number of pending
- * operations; cudaFree waits for every stream; cudaErrorIllegalAddress,
+ * operations; cudaFree and cudaFreeHost wait for every stream; cudaErrorIllegalAddress,
  * LaunchFailure and ECCUncorrectable are sticky; streams can capture
  * (cudaStreamBeginCapture), and waiting on a captured event joins the
  * waiter to the capture, which must be joined back before EndCapture. */
@@ -56,7 +56,8 @@ typedef struct mock_cuda_counters {
     long pageable_copies;    /* device <-> pageable host transfers: the
                                 enqueueing thread waited for each to run  */
     long enqueue_waits;      /* enqueues that blocked on a full stream    */
-    long free_syncs;         /* cudaFree calls: each synchronized the device */
+    long free_syncs;         /* cudaFree and cudaFreeHost calls: each
+                                synchronized the device                    */
     long cross_device_records; /* cudaEventRecord refused: event and stream
                                   on different devices                      */
     long captured_ops;       /* operations captured into a graph, not run  */
@@ -94,8 +95,8 @@ void mock_cuda_set_reported_free(size_t bytes);
 void mock_cuda_set_queue_depth(unsigned int ops);
 void mock_cuda_forget_contexts(void);
 /* What the calling thread itself waited for: enqueues blocked on a full
- * stream, pageable transfers it had to wait out, and its cudaFree calls
- * (each synchronized the device). */
+ * stream, pageable transfers it had to wait out, and its cudaFree and
+ * cudaFreeHost calls (each synchronized the device). */
 typedef struct mock_cuda_thread_counters {
     long enqueue_waits;
     long pageable_copies;

@@ -646,3 +646,102 @@ Test(semantics, device_mode_state_over_the_pinned_cap)
     M.Free(b);
     expect_no_leaks(&M);
 }
+
+/* A state that grows (an optimizer's moments appear after the first step)
+ * needs a larger pinned snapshot buffer.  cudaFreeHost, like cudaFree,
+ * waits for the whole device, so begin must not free the old one on the
+ * caller's thread: it is retired and freed by the persist thread.  Under
+ * a pinned cap too small for both, begin frees it itself rather than fall
+ * back to pageable memory, and stays under the cap. */
+static void growing_state(uint64_t pinned_limit, long frees_allowed)
+{
+    M.set_device_count(1);
+    void *d[3];
+    char names[3][8];
+    ckpt_tensor t[3];
+    for (int i = 0; i < 3; i++) {
+        d[i] = dmalloc_on(0, N);
+        pattern_fill(d[i], N, 50 + (unsigned)i);
+        snprintf(names[i], sizeof names[i], "m%d", i);
+        t[i] = tensor(names[i], d[i], N, CKPT_MEM_DEVICE);
+    }
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, pinned_limit);
+    for (int64_t step = 1; step <= 3; step++) {
+        size_t count = (size_t)step; /* 1, 2, then 3 tensors */
+        mock_cuda_thread_counters before, after;
+        M.get_thread_counters(&before);
+        ckpt_save *s;
+        cr_assert_eq(ckpt_save_begin(&s, st, step, t, count, NULL), CKPT_OK, "%s",
+                     ckpt_error_last());
+        M.get_thread_counters(&after);
+        cr_expect_leq(after.frees - before.frees, frees_allowed,
+                      "begin of step %lld called cudaFreeHost %ld times",
+                      (long long)step, after.frees - before.frees);
+        cr_assert_eq(ckpt_save_wait(s), CKPT_OK, "%s", ckpt_error_last());
+        ckpt_save_free(s);
+        cr_expect_leq(ckpt_store_pinned_bytes(st), pinned_limit ? pinned_limit : UINT64_MAX,
+                      "pinned bytes %llu", (unsigned long long)ckpt_store_pinned_bytes(st));
+        for (size_t i = 0; i < count; i++)
+            expect_saved(st, step, names[i], N, 50 + (unsigned)i);
+    }
+    ckpt_store_free(st);
+    for (int i = 0; i < 3; i++)
+        M.Free(d[i]);
+    expect_no_leaks(&M);
+}
+
+Test(semantics, growing_state_never_frees_pinned_memory_in_begin)
+{
+    growing_state(0, 0);
+}
+
+Test(semantics, growing_state_under_a_tight_pinned_cap_stays_under_it)
+{
+    growing_state(3 * N + N / 2, 1);
+}
+
+/* ckpt_save_wait_snapshot from a thread that never made a CUDA call: its
+ * event waits must not create a context on GPU 0 (the runtime binds such
+ * a thread to device 0 on its first call) when the tensors are on GPU 1. */
+struct waiter {
+    ckpt_save *s;
+    int rc;
+    char err[512];
+};
+
+static void *waiter_run(void *arg)
+{
+    struct waiter *w = arg;
+    w->rc = ckpt_save_wait_snapshot(w->s);
+    snprintf(w->err, sizeof w->err, "%s", ckpt_error_last());
+    return NULL;
+}
+
+Test(semantics, waiting_from_a_fresh_thread_creates_no_context_on_gpu0)
+{
+    M.set_device_count(2);
+    void *d = dmalloc_on(1, N);
+    pattern_fill(d, N, 60);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0);
+    ckpt_tensor t = tensor("w", d, N, CKPT_MEM_DEVICE);
+    M.forget_contexts();
+    M.set_copy_delay_us(2000);
+    ckpt_save *s;
+    cr_assert_eq(ckpt_save_begin(&s, st, 1, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    struct waiter w = { .s = s, .rc = -1 };
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, waiter_run, &w), 0);
+    pthread_join(th, NULL);
+    cr_assert_eq(w.rc, CKPT_OK, "%s", w.err);
+    cr_assert_eq(ckpt_save_wait(s), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_save_free(s);
+    M.set_copy_delay_us(0);
+    mock_cuda_counters c;
+    M.get_counters(&c);
+    cr_expect_eq(c.context_mask, 0x2u, "contexts created on devices 0x%x, want only "
+                 "GPU 1 (0x2)", c.context_mask);
+    expect_saved(st, 1, "w", N, 60);
+    ckpt_store_free(st);
+    M.Free(d);
+    expect_no_leaks(&M);
+}

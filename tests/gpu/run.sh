@@ -225,15 +225,22 @@ train_cuda=$build/examples/cuda/train_cuda
 missing=()
 [[ -x $test_gpu ]] || missing+=(test_gpu)
 [[ -x $bench_gpu ]] || missing+=(bench_gpu)
-[[ -n $nvcc && ! -x $train_cuda ]] && missing+=("train_cuda (nvcc is $nvcc)")
 if ((${#missing[@]})); then
     grep -iE "cuda|nvcc" "$logs/build.log" | tail -n 10
     record build FAIL "$stage_s" "built, but not: ${missing[*]} (meson found no CUDA?)"
     reason="the build lacks GPU programs"
     not_run runtime test_gpu demo bench
 fi
-record build "$([[ -n $dry ]] && echo "NOT RUN" || echo PASS)" "$stage_s" \
-    "$build$([[ -n $dry ]] && echo " (dry run: used as built)")"
+# The demo alone needs nvcc to compile (meson's CUDA compiler check can
+# fail where the host compiler is newer than nvcc accepts): without it the
+# tests and the benchmark still run, and the demo is recorded as failed.
+no_demo=
+if [[ -n $nvcc && ! -x $train_cuda ]]; then
+    grep -iE "cuda|nvcc" "$logs/build.log" | tail -n 10
+    no_demo="examples/cuda/train_cuda was not built though nvcc is $nvcc (meson could not use it: see build.log)"
+fi
+record build "$([[ -n $dry ]] && echo "NOT RUN" || { [[ -n $no_demo ]] && echo FAIL || echo PASS; })" \
+    "$stage_s" "$build$([[ -n $dry ]] && echo " (dry run: used as built)")${no_demo:+; $no_demo}"
 
 # -------------------------------------------------------------- runtime
 run_stage runtime 30 "$logs/probe.log" "$test_gpu" --probe
@@ -268,7 +275,9 @@ case $multi in
 esac
 
 # ----------------------------------------------------------------- demo
-if [[ -n $nvcc ]]; then
+if [[ -n $no_demo ]]; then
+    record demo FAIL 0 "$no_demo"
+elif [[ -n $nvcc ]]; then
     run_stage demo 90 "$logs/demo.log" env BUILD_DIR="$build" TRAIN_CUDA="$train_cuda" \
         STEPS=400 EVERY=40 SLEEP_MS=5 KILL_AFTER=120 DEMO_DIR="$logs/demo" \
         bash "$root/examples/cuda/demo.sh"

@@ -322,6 +322,7 @@ int fsio_info_of(const fsio *fs, const char *path, int fd, fsio_info *info)
     info->uid = (unsigned)st.st_uid;
     info->gid = (unsigned)st.st_gid;
     info->mode = (unsigned)st.st_mode & 07777;
+    info->nlink = (unsigned)st.st_nlink;
     info->dev = (uint64_t)st.st_dev;
     info->ino = (uint64_t)st.st_ino;
     info->ctime_ns = (int64_t)st.st_ctim.tv_sec * 1000000000 + st.st_ctim.tv_nsec;
@@ -397,32 +398,118 @@ int fsio_read_file(const fsio *fs, const char *path, uint64_t max_bytes,
     return 0;
 }
 
-int fsio_remove_tree(const fsio *fs, const char *dir)
+/* Deeper than any tree libckpt makes (a step directory holds files): a
+ * crafted deeper one is refused, not recursed into. */
+#define REMOVE_MAX_DEPTH 32
+
+static int remove_in(const fsio *fs, int dfd, const char *path, int depth);
+
+/* Remove entry `name` of the directory open as `dfd`, whose path is `path`
+ * (named to the fault hook and the trace only).  Every call is relative to
+ * `dfd` and none follows a link: a directory swapped for a symbolic link
+ * while the tree is removed (by another user who may write in it) cannot
+ * send an unlink outside the tree, as it could by path. */
+static int remove_entry(const fsio *fs, int dfd, const char *name, const char *path,
+                        int depth)
 {
-    int kind;
-    int rc = fsio_kind(fs, dir, 0, &kind);
-    if (rc)
-        return rc == -ENOENT ? 0 : rc;
-    if (kind != FSIO_KIND_DIR) { /* a link, file or FIFO: remove it, not its target */
-        rc = fsio_unlink(fs, dir);
-        return rc == -ENOENT ? 0 : rc;
+    FAULT(fs, FSIO_STAT, path);
+    struct stat st;
+    if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return errno == ENOENT ? 0 : -errno;
+    if (S_ISDIR(st.st_mode)) {
+        int cfd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK |
+                                        O_CLOEXEC);
+        if (cfd < 0 && errno != ELOOP && errno != ENOTDIR)
+            return errno == ENOENT ? 0 : -errno;
+        if (cfd >= 0) { /* else swapped for a link or file: unlinked below */
+            int rc = depth >= REMOVE_MAX_DEPTH ? -ELOOP : remove_in(fs, cfd, path, depth + 1);
+            close(cfd);
+            if (rc)
+                return rc;
+            FAULT(fs, FSIO_RMDIR, path);
+            if (unlinkat(dfd, name, AT_REMOVEDIR) == 0) {
+                TRACE_PATH(fs, FSIO_RMDIR, path, 0);
+                return 0;
+            }
+            if (errno != ENOTDIR) /* else swapped for a link meanwhile: unlinked below */
+                return errno == ENOENT ? 0 : -errno;
+        }
     }
-    char **names;
-    size_t n;
-    if ((rc = fsio_list(fs, dir, &names, &n)))
-        return rc;
+    FAULT(fs, FSIO_UNLINK, path);
+    if (unlinkat(dfd, name, 0) != 0)
+        return errno == ENOENT ? 0 : -errno;
+    TRACE_PATH(fs, FSIO_UNLINK, path, 0);
+    return 0;
+}
+
+/* Empty the directory open as `dfd` (its path `path`). */
+static int remove_in(const fsio *fs, int dfd, const char *path, int depth)
+{
+    FAULT(fs, FSIO_READDIR, path);
+    int lfd = dup(dfd); /* closedir closes it */
+    if (lfd < 0)
+        return -errno;
+    DIR *d = fdopendir(lfd);
+    if (!d) {
+        int e = errno;
+        close(lfd);
+        return -e;
+    }
+    char **v = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    struct dirent *e;
+    errno = 0;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 16;
+            char **nv = realloc(v, ncap * sizeof *nv);
+            if (!nv) {
+                rc = -ENOMEM;
+                break;
+            }
+            v = nv;
+            cap = ncap;
+        }
+        if (!(v[n] = util_strdup(e->d_name)))
+            rc = -ENOMEM;
+        else
+            n++;
+        errno = 0;
+    }
+    if (rc == 0 && errno != 0)
+        rc = -errno;
+    closedir(d);
     for (size_t i = 0; i < n && rc == 0; i++) {
-        char *p = util_join(dir, names[i]);
+        char *p = util_join(path, v[i]);
         if (!p) {
             rc = -ENOMEM;
             break;
         }
-        int r = fsio_remove_tree(fs, p);
-        if (r && r != -ENOENT)
-            rc = r;
+        rc = remove_entry(fs, dfd, v[i], p, depth);
         free(p);
     }
-    fsio_list_free(names, n);
+    fsio_list_free(v, n);
+    return rc;
+}
+
+int fsio_remove_tree(const fsio *fs, const char *dir)
+{
+    FAULT(fs, FSIO_STAT, dir);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return 0;
+        if (errno != ELOOP && errno != ENOTDIR)
+            return -errno;
+        /* a link, file or FIFO: remove it, not its target */
+        int rc = fsio_unlink(fs, dir);
+        return rc == -ENOENT ? 0 : rc;
+    }
+    int rc = remove_in(fs, fd, dir, 0);
+    close(fd);
     if (rc == 0) {
         rc = fsio_rmdir(fs, dir);
         if (rc == -ENOENT)

@@ -101,6 +101,7 @@ typedef struct fsio_info {
     int kind;          /* FSIO_KIND_* */
     unsigned uid, gid; /* owner */
     unsigned mode;     /* permission bits (07777) */
+    unsigned nlink;    /* names (hard links) the file has */
     uint64_t dev, ino; /* identity */
     int64_t ctime_ns;  /* last status change: a rename changes it, so an
                           inode number reused by a new directory differs */

@@ -6,11 +6,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "error.h"
 #include "report.h"
 #include "util.h"
+
+/* mkdir with l->dir_mode.  In a root shared with a trusted group (0770)
+ * the umask (022 by default) would take the group's write bit away, and
+ * another member's writer could then not remove the steps it retires: the
+ * mode asked for is set whatever the umask.  Returns 0 or -errno. */
+static int make_dir(layout *l, const char *path)
+{
+    int rc = fsio_mkdir(&l->fs, path, l->dir_mode);
+    struct stat st; /* keep the setgid bit a project directory passes down */
+    if (rc == 0 && (l->dir_mode & 0020) && lstat(path, &st) == 0 && S_ISDIR(st.st_mode) &&
+        (st.st_mode & 0777) != (mode_t)l->dir_mode)
+        chmod(path, (st.st_mode & 07000) | (mode_t)l->dir_mode); /* best effort */
+    return rc;
+}
 
 int layout_open(layout *l, const char *path, int writing, int trust_group)
 {
@@ -22,15 +37,19 @@ int layout_open(layout *l, const char *path, int writing, int trust_group)
     l->file_mode = 0640;
     /* Resolved here, one component at a time, so that a writer refuses a
      * link another user planted on the way before creating anything. */
-    int rc = trust_resolve(&l->fs, path, writing, trust_group, &l->root);
+    int rc = trust_resolve(&l->fs, path, writing, trust_group, &l->root), created = 0;
     if (rc == CKPT_ENOTFOUND && writing) {
-        int e = fsio_mkdir(&l->fs, path, l->dir_mode);
+        int e = make_dir(l, path);
         if (e && e != -EEXIST)
             return ckpt_seterr_errno(-e, "cannot create the checkpoint root %s", path);
+        created = e == 0;
         rc = trust_resolve(&l->fs, path, writing, trust_group, &l->root);
     }
     if (rc == CKPT_ENOTFOUND)
         return ckpt_seterr(CKPT_ENOTFOUND, "checkpoint root %s does not exist", path);
+    if (!rc && writing && (rc = trust_check_ancestors(&l->fs, l->root, trust_group)) &&
+        created)
+        fsio_rmdir(&l->fs, l->root); /* the empty root made just now */
     if (rc)
         return rc;
     fsio_info in;
@@ -133,6 +152,27 @@ static int read_holder(layout *l, const char *path, char *who, size_t size)
     return pid == (long)getpid() && strcmp(host, me) == 0;
 }
 
+/* The lock file is written (its holder's note): it must be a regular file
+ * of this root alone.  One with several names is a hard link to a file
+ * elsewhere, made by whoever could write the root, and writing the note
+ * would overwrite that file's start (any file of anyone, root's included,
+ * where fs.protected_hardlinks is 0). */
+static int lock_file_ok(layout *l, int fd, const char *path)
+{
+    fsio_info in;
+    int rc = fsio_info_of(&l->fs, NULL, fd, &in);
+    if (rc)
+        return ckpt_seterr_errno(-rc, "cannot stat the lock file %s", path);
+    if (in.kind != FSIO_KIND_FILE)
+        return ckpt_seterr(CKPT_EACCES, "the lock file %s is not a regular file: remove it",
+                           path);
+    if (in.nlink > 1)
+        return ckpt_seterr(CKPT_EACCES, "the lock file %s has %u names (a hard link to a "
+                           "file elsewhere, which writing the lock note would overwrite): "
+                           "remove it", path, in.nlink);
+    return CKPT_OK;
+}
+
 int layout_lock(layout *l)
 {
     char *path = util_join(l->root, LAYOUT_LOCK_NAME);
@@ -140,9 +180,11 @@ int layout_lock(layout *l)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
     /* Private (0600): no other user can open it, so none can hold the flock
      * to block this writer; never through a planted link. */
-    int fd = fsio_open(&l->fs, path, O_RDWR | O_CREAT | O_NOFOLLOW, 0600);
+    int fd = fsio_open(&l->fs, path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK, 0600);
     int rc = fd < 0 ? ckpt_seterr_errno(-fd, "cannot open the lock file %s", path) : 0;
-    if (!rc && (rc = fsio_lock(&l->fs, fd))) {
+    if (!rc && (rc = lock_file_ok(l, fd, path)))
+        fsio_close(&l->fs, fd);
+    else if (!rc && (rc = fsio_lock(&l->fs, fd))) {
         fsio_close(&l->fs, fd);
         if (rc == -EWOULDBLOCK) {
             char who[LOCK_NOTE_SIZE + 32];
@@ -260,7 +302,7 @@ int layout_make_temp(layout *l, int64_t step, char **path)
     }
     if (!p)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
-    int rc = fsio_mkdir(&l->fs, p, l->dir_mode);
+    int rc = make_dir(l, p);
     if (rc == -EEXIST && l->shared_tag[0]) {
         int kind = FSIO_KIND_NONE; /* another rank was first: never through a link */
         rc = fsio_kind(&l->fs, p, 0, &kind);

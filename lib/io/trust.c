@@ -117,6 +117,53 @@ static int link_ok(unsigned self, int group, const fsio *fs, const char *dir,
     return group || (d.uid == in->uid && !(d.mode & 0020));
 }
 
+int trust_check_ancestors(const fsio *fs, const char *root, int group)
+{
+    unsigned self = (unsigned)geteuid();
+    size_t len = strlen(root);
+    char *dir = malloc(len + 2);
+    if (!dir)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    int rc = CKPT_OK;
+    /* Each directory above the root: "/", "/a", "/a/b", ... its parent. */
+    for (size_t end = 0; rc == CKPT_OK && len > 1;) {
+        size_t cut = end == 0 ? 1 : end;
+        memcpy(dir, root, cut);
+        dir[cut] = '\0';
+        const char *slash = strchr(root + end + 1, '/');
+        end = slash ? (size_t)(slash - root) : len; /* len: `dir` is the parent */
+        fsio_info in;
+        int e = fsio_info_of(fs, dir, -1, &in);
+        if (e) {
+            rc = ckpt_seterr_errno(-e, "cannot stat %s", dir);
+            break;
+        }
+        /* With the sticky bit only an entry's owner, the directory's owner
+         * and root may rename the entry. */
+        int sticky = (in.mode & 01000) && (in.uid == self || in.uid == 0);
+        const char *who = NULL;
+        if ((in.mode & 0002) && !sticky)
+            who = "every user";
+        else if ((in.mode & 0020) && !sticky && !group && !private_group(in.uid, in.gid))
+            who = "its group";
+        if (who)
+            rc = ckpt_seterr(CKPT_EACCES, "the directory %s, above the checkpoint root %s, "
+                             "is writable by %s (gid %u, mode %04o) and no sticky bit of yours "
+                             "or root's stops them renaming what it holds: they could "
+                             "rename or replace the root between two saves and "
+                             "send its checkpoints elsewhere; keep the root in a directory "
+                             "only you may write (or one with the sticky bit, as /tmp)%s",
+                             dir, root, who, in.gid, in.mode,
+                             who[0] == 'i' ? ", or trust the group (CKPT_OPEN_TRUST_GROUP, "
+                             "ckpt --trust-group, Store(trust_group=True)) if it is a "
+                             "shared project directory" : "");
+        if (end == len)
+            break;
+    }
+    free(dir);
+    return rc;
+}
+
 int trust_resolve(const fsio *fs, const char *path, int writing, int group, char **out)
 {
     unsigned self = (unsigned)geteuid();

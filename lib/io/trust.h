@@ -44,5 +44,13 @@ int trust_check_path(const trust *t, const fsio *fs, const char *path);
  * create it and resolve again); CKPT_EACCES naming a refused link and its
  * owner; CKPT_EIO etc. otherwise.  Each with a message. */
 int trust_resolve(const fsio *fs, const char *path, int writing, int group, char **out);
+/* For a writer: every directory above the resolved `root` ("/" to its
+ * parent) must keep others from renaming what it holds: writable by no
+ * other user, or by its group only with `group` (or a private group), or
+ * sticky and owned by the caller or root.  Otherwise whoever may write it
+ * could swap the root for another directory between two saves, and the
+ * writer (which reaches its files by path) would write there.  CKPT_OK, or
+ * CKPT_EACCES naming the directory and its mode. */
+int trust_check_ancestors(const fsio *fs, const char *root, int group);
 
 #endif

@@ -73,6 +73,10 @@ static int open_log(eventlog *el, const char *path, uint64_t *size)
     int rc = fsio_info_of(fs, NULL, fd, &in);
     if (!rc && in.kind != FSIO_KIND_FILE)
         rc = -FSIO_ENOTREG;
+    /* Several names: a hard link to a file elsewhere, which appending
+     * would write into. */
+    if (!rc && in.nlink > 1)
+        rc = -EACCES;
     if (!rc && trust_check_entry(&el->lay->tr, path, &in) != CKPT_OK)
         rc = -EACCES;
     if (!rc)

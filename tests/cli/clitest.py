@@ -36,14 +36,14 @@ class Result:
         return "rc=%d\nstdout:\n%s\nstderr:\n%s" % (self.rc, self.out, self.err)
 
 
-def run(*args, env=None, timeout=120, input=None):
+def run(*args, env=None, timeout=120, input=None, cwd=None):
     argv = [str(a) for a in args]
     e = dict(os.environ)
     e.pop("CKPT_NO_PROGRESS", None)
     if env:
         e.update(env)
     p = subprocess.run(argv, capture_output=True, text=True, env=e, timeout=timeout,
-                       input=input)
+                       input=input, cwd=cwd)
     return Result(argv, p)
 
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from clitest import SOURCE_ROOT, ckpt, ckpt_json, data_files, expect_rc, run
+from clitest import CKPT, SOURCE_ROOT, ckpt, ckpt_json, data_files, expect_rc, run
 from clitest import check as _check
 
 
@@ -261,6 +261,29 @@ def frameworks_finding(doc):
     f = [x for x in doc["findings"] if x["check"] == "frameworks"]
     check(len(f) == 1, doc["findings"])
     return f[0]
+
+
+def test_doctor_runs_no_module_of_its_working_directory(tmp):
+    """doctor asks a Python child for framework versions: modules that
+    another user left in the directory doctor runs from (a shared scratch
+    directory) must not be imported by it, as that would run their code as
+    the user running doctor, root included."""
+    pytest.importorskip("numpy")
+    root = os.path.join(tmp, "root")
+    save_from_python(root, 1, "numpy")
+    planted = os.path.join(tmp, "planted")
+    os.mkdir(planted)
+    marker = os.path.join(tmp, "ran")
+    for mod in ("json", "platform", "importlib", "numpy"):
+        with open(os.path.join(planted, mod + ".py"), "w") as f:
+            f.write("open(%r, 'a').write(%r)\n" % (marker, mod + " "))
+    r = run(CKPT, "--json", "doctor", root, env={"CKPT_PYTHON": PY}, cwd=planted)
+    check(not os.path.exists(marker), "doctor imported planted modules: %s"
+          % (open(marker).read() if os.path.exists(marker) else ""), r)
+    doc = r.json()
+    got = {f["name"]: f for f in doc["frameworks"]}
+    check(got["numpy"]["now"] == here("numpy.__version__", "numpy") and
+          got["python"]["installed"], doc["frameworks"])
 
 
 def test_doctor_compares_recorded_framework_versions(tmp):

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "fsio.h"
@@ -59,4 +60,73 @@ Test(fsio, preadv_scatters_in_file_order)
     struct iovec one[] = {{a, 30}};
     cr_assert_eq(fsio_preadv(&faulty, fd, one, 1, 0), -EIO);
     close(fd);
+}
+
+/* fsio_remove_tree on a tree another user may write (a stale temporary
+ * directory of a group-shared root): when a subdirectory is swapped for a
+ * link to somewhere else while the tree is being removed, the removal must
+ * not go through the link.  The swap happens from the fault hook, right
+ * before the first unlink inside `sub`, after `sub` was listed: what an
+ * attacker watching with inotify does. */
+struct swap {
+    char sub[4096], aside[4096], outside[4096];
+    int swapped;
+};
+
+static int swap_on_first_unlink(void *ctx, fsio_op op, const char *path)
+{
+    struct swap *s = ctx;
+    if (op == FSIO_UNLINK && !s->swapped && strncmp(path, s->sub, strlen(s->sub)) == 0) {
+        s->swapped = 1;
+        cr_assert_eq(rename(s->sub, s->aside), 0);
+        cr_assert_eq(symlink(s->outside, s->sub), 0);
+    }
+    return 0;
+}
+
+static void touch(const char *dir, const char *name)
+{
+    char p[8192];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    int fd = open(p, O_CREAT | O_WRONLY, 0600);
+    cr_assert(fd >= 0, "create %s", p);
+    close(fd);
+}
+
+Test(fsio, remove_tree_never_follows_a_directory_swapped_for_a_link)
+{
+    struct swap s = {.swapped = 0};
+    char tree[4096], p[4096];
+    snprintf(tree, sizeof tree, "%s/.tmp-step-000000000099-1-1", tc_root);
+    snprintf(s.sub, sizeof s.sub, "%s/.tmp-step-000000000099-1-1/sub", tc_root);
+    snprintf(s.aside, sizeof s.aside, "%s/moved", tc_root);
+    snprintf(s.outside, sizeof s.outside, "%s/precious", tc_root);
+    cr_assert_eq(mkdir(tree, 0700), 0);
+    cr_assert_eq(mkdir(s.sub, 0700), 0);
+    cr_assert_eq(mkdir(s.outside, 0700), 0);
+    const char *names[] = {"a", "b", "c", "important.conf"};
+    for (int i = 0; i < 4; i++) {
+        touch(s.sub, names[i]);
+        touch(s.outside, names[i]);
+    }
+    snprintf(p, sizeof p, "%s/.tmp-step-000000000099-1-1/sub/importantdir", tc_root);
+    cr_assert_eq(mkdir(p, 0700), 0);
+    snprintf(p, sizeof p, "%s/precious/importantdir", tc_root);
+    cr_assert_eq(mkdir(p, 0700), 0);
+
+    fsio fs = {.fault = swap_on_first_unlink, .ctx = &s};
+    int rc = fsio_remove_tree(&fs, tree);
+    cr_assert(s.swapped, "the hook never ran: no unlink inside sub");
+    for (int i = 0; i < 4; i++) {
+        snprintf(p, sizeof p, "%s/precious/%s", tc_root, names[i]);
+        cr_expect_eq(access(p, F_OK), 0, "%s was removed through the link (rc %d)", p, rc);
+    }
+    snprintf(p, sizeof p, "%s/precious/importantdir", tc_root);
+    cr_expect_eq(access(p, F_OK), 0, "%s was removed through the link", p);
+    /* What was listed went from the directory that was listed, now moved
+     * aside; the tree itself went, link included. */
+    snprintf(p, sizeof p, "%s/moved/importantdir", tc_root);
+    cr_expect_neq(access(p, F_OK), 0, "the listed directory was not emptied");
+    cr_expect_eq(rc, 0, "rc %d", rc);
+    cr_expect_neq(access(tree, F_OK), 0, "the tree is still there");
 }

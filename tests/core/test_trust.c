@@ -406,3 +406,129 @@ Test(trust, resaving_a_step_under_readers)
     tc_state_free(&a);
     tc_state_free(&b);
 }
+
+/* The lock file and the event log are written into.  Whoever may write the
+ * root (its owner; the group, trusted) can make either a hard link to a
+ * file elsewhere, which the lock note or an event would overwrite: any
+ * file of anyone where fs.protected_hardlinks is 0, when root runs gc.
+ * Both are refused, and the file elsewhere keeps its bytes. */
+Test(trust, a_lock_file_or_event_log_with_other_names_is_not_written)
+{
+    char root[4096], victim[4096], lk[4096];
+    snprintf(root, sizeof root, "%s/r", tc_root);
+    snprintf(victim, sizeof victim, "%s/shared.cfg", tc_root);
+    ckpt_store *st;
+    cr_assert_eq(open_flags(root, 0, &st), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_store_free(st);
+    const char text[] = "precious = 1\n";
+    FILE *f = fopen(victim, "w");
+    cr_assert(f && fputs(text, f) >= 0 && fclose(f) == 0);
+
+    snprintf(lk, sizeof lk, "%s/r/.lock", tc_root);
+    cr_assert_eq(unlink(lk), 0);
+    cr_assert_eq(link(victim, lk), 0, "link %s", lk);
+    assert_refused(open_flags(root, 0, &st), "a hard-linked lock file", "hard link");
+    cr_assert_eq(unlink(lk), 0);
+
+    snprintf(lk, sizeof lk, "%s/r/ckpt-events.jsonl", tc_root);
+    unlink(lk);
+    cr_assert_eq(link(victim, lk), 0, "link %s", lk);
+    cr_assert_eq(open_flags(root, 0, &st), CKPT_OK, "%s", ckpt_error_last());
+    float w[4] = {1, 2, 3, 4};
+    int64_t shape[1] = {4};
+    ckpt_tensor t = {"w", w, sizeof w, CKPT_F32, 1, shape, CKPT_MEM_HOST};
+    cr_assert_eq(ckpt_save_sync(st, 1, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_store_free(st);
+
+    char got[256] = "";
+    f = fopen(victim, "r");
+    cr_assert(f);
+    size_t n = fread(got, 1, sizeof got - 1, f);
+    fclose(f);
+    got[n] = 0;
+    cr_expect_str_eq(got, text, "the file linked in was written: '%s'", got);
+}
+
+/* A directory above the root that others may write lets them rename the
+ * root away, or swap in another directory between two saves: the writer
+ * reaches its files by path, and would write there.  Refused for writing
+ * (nothing left behind), unless the sticky bit of the caller or root
+ * protects the entries (as /tmp), or the group is trusted; readers are
+ * unaffected. */
+Test(trust, a_directory_above_the_root_that_others_may_write_is_refused)
+{
+    char shared[4096], root[4096];
+    snprintf(shared, sizeof shared, "%s/proj", tc_root);
+    snprintf(root, sizeof root, "%s/proj/mine", tc_root);
+    cr_assert_eq(mkdir(shared, 0700), 0);
+    ckpt_store *st;
+
+    cr_assert_eq(chmod(shared, 0777), 0);
+    assert_refused(open_flags(root, 0, &st), "world-writable parent", "above the checkpoint root");
+    cr_expect_neq(access(root, F_OK), 0, "the refused root was left behind");
+    assert_refused(open_flags(root, CKPT_OPEN_TRUST_GROUP, &st), "world-writable parent, group",
+                   "writable by every user");
+
+    cr_assert_eq(chmod(shared, 01777), 0); /* sticky, ours: as /tmp */
+    cr_assert_eq(open_flags(root, 0, &st), CKPT_OK, "sticky parent: %s", ckpt_error_last());
+    ckpt_store_free(st);
+    cr_assert_eq(chmod(shared, 0777), 0);
+    assert_refused(open_flags(root, 0, &st), "existing root, world-writable parent",
+                   "writable by every user");
+    cr_assert_eq(open_flags(root, CKPT_OPEN_READONLY, &st), CKPT_OK, "a reader: %s",
+                 ckpt_error_last());
+    ckpt_store_free(st);
+
+    char deeper[4096];
+    snprintf(deeper, sizeof deeper, "%s/proj/mine/a/b", tc_root);
+    cr_assert_eq(chmod(shared, 0700), 0);
+    char mid[4096];
+    snprintf(mid, sizeof mid, "%s/proj/mine/a", tc_root);
+    cr_assert_eq(mkdir(mid, 0700), 0);
+    cr_assert_eq(open_flags(deeper, 0, &st), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_store_free(st);
+    cr_assert_eq(chmod(shared, 0777), 0);
+    assert_refused(open_flags(deeper, 0, &st), "a grandparent others may write", shared);
+    cr_assert_eq(chmod(shared, 0700), 0);
+
+    if (geteuid() != 0)
+        return; /* the group case needs chown */
+    cr_assert_eq(chown(shared, 0, shared_gid()), 0);
+    cr_assert_eq(chmod(shared, 0770), 0);
+    assert_refused(open_flags(root, 0, &st), "group-writable parent", "writable by its group");
+    cr_assert(strstr(ckpt_error_last(), "CKPT_OPEN_TRUST_GROUP"), "%s", ckpt_error_last());
+    cr_assert_eq(open_flags(root, CKPT_OPEN_TRUST_GROUP, &st), CKPT_OK, "trusting the group: %s",
+                 ckpt_error_last());
+    ckpt_store_free(st);
+}
+
+/* A root shared with a trusted group is made 0770 and so are its step
+ * directories, whatever the umask (022 would take the group's write bit,
+ * and another member's writer could not remove the steps it retires); a
+ * setgid bit passed down by a project directory stays. */
+Test(trust, a_trusted_group_root_is_group_writable_whatever_the_umask)
+{
+    char proj[4096], root[4096], step[4096];
+    snprintf(proj, sizeof proj, "%s/proj", tc_root);
+    snprintf(root, sizeof root, "%s/proj/shared", tc_root);
+    cr_assert_eq(mkdir(proj, 0700), 0);
+    cr_assert_eq(chmod(proj, 02700), 0);
+    mode_t old = umask(022);
+    ckpt_store *st;
+    int rc = open_flags(root, CKPT_OPEN_TRUST_GROUP, &st);
+    if (rc == CKPT_OK) {
+        float w[2] = {1, 2};
+        int64_t shape[1] = {2};
+        ckpt_tensor t = {"w", w, sizeof w, CKPT_F32, 1, shape, CKPT_MEM_HOST};
+        rc = ckpt_save_sync(st, 1, &t, 1, NULL);
+        ckpt_store_free(st);
+    }
+    umask(old);
+    cr_assert_eq(rc, CKPT_OK, "%s", ckpt_error_last());
+    struct stat sb;
+    cr_assert_eq(stat(root, &sb), 0);
+    cr_expect_eq(sb.st_mode & 07777, 02770, "root mode %04o", (unsigned)(sb.st_mode & 07777));
+    snprintf(step, sizeof step, "%s/proj/shared/step-000000000001", tc_root);
+    cr_assert_eq(stat(step, &sb), 0);
+    cr_expect_eq(sb.st_mode & 0777, 0770, "step mode %04o", (unsigned)(sb.st_mode & 07777));
+}

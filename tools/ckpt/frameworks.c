@@ -14,11 +14,15 @@
 #include "cli.h"
 
 /* Prints {name: version} for the installed names of argv.  The script dir
- * ('' for -c: the working directory) leaves sys.path first, so a directory
- * named like a framework where doctor runs is not mistaken for it. */
+ * ('' for -c: the working directory) leaves sys.path before anything else
+ * is imported (sys is built in, so it cannot be shadowed): a json.py or
+ * platform.py that another user left where doctor runs would otherwise run
+ * as whoever runs doctor, root included, and a directory named like a
+ * framework would be mistaken for it. */
 static const char script[] =
-    "import json, platform, sys\n"
+    "import sys\n"
     "if sys.path and sys.path[0] == '': del sys.path[0]\n"
+    "import json, platform\n"
     "out = {}\n"
     "for n in sys.argv[1:]:\n"
     "    try:\n"

@@ -528,3 +528,22 @@ def test_progress_bar_only_on_a_terminal(tmp):
     rc, out, err = run_with_pty_stderr("--json", "list", root, "--full")
     check(rc == 0 and out.startswith("{"), "json stdout with a terminal stderr")
 
+
+
+def test_reading_a_root_of_another_user_says_whose_it_is(tmp):
+    """A reader may open another user's root, but on a shared server a root
+    at the expected path may be someone else's, made before the job ran:
+    `ckpt latest` still answers (stdout unchanged for job scripts) and says
+    on stderr whose the root is; one's own root gets no note."""
+    if os.geteuid() != 0:
+        pytest.skip("changing a directory's owner needs root")
+    root = valid_root(tmp)
+    own = expect_rc(ckpt("latest", root), 0)
+    check("belongs to" not in own.err, "a note on one's own root", own)
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files:
+            os.lchown(os.path.join(dirpath, name), 65534, -1)
+    os.lchown(root, 65534, -1)
+    r = expect_rc(ckpt("latest", root), 0)
+    check(r.out == own.out, "stdout changed", r)
+    check("belongs to uid 65534" in r.err and "not to you" in r.err, "no note", r)

@@ -2,6 +2,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pwd.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -27,6 +29,18 @@ int cli_open_readonly(cli_ctx *ctx, const char *dir, ckpt_store **out)
         return cli_fail(ctx, code == CLI_EXIT_INVALID ? CLI_EXIT_ERROR : code, st,
                         "cannot open %s: %s", dir,
                         *ckpt_error_last() ? ckpt_error_last() : ckpt_strerror(st));
+    }
+    /* Reading another user's root is allowed (a colleague's run), but on a
+     * shared server a root at the expected path may have been made by
+     * someone else before the job ran: say whose it is, on stderr, so a job
+     * script that reads first does not take it silently for its own. */
+    struct stat sb;
+    if (stat(absolute(dir, abs), &sb) == 0 && sb.st_uid != geteuid() && sb.st_uid != 0) {
+        struct passwd *pw = getpwuid(sb.st_uid);
+        fprintf(stderr, "ckpt %s: note: %s belongs to uid %u%s%s%s, not to you: its "
+                "checkpoints are that user's (checksums prove integrity, not origin)\n",
+                ctx->cmd, abs, (unsigned)sb.st_uid, pw ? " (" : "", pw ? pw->pw_name : "",
+                pw ? ")" : "");
     }
     return 0;
 }

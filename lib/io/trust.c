@@ -75,6 +75,9 @@ int trust_check_root(const trust *t, const char *path, const fsio_info *root, in
 
 int trust_check_entry(const trust *t, const char *path, const fsio_info *in)
 {
+    if (in->kind == FSIO_KIND_LINK) /* its mode (0777) says nothing of its target */
+        return ckpt_seterr(CKPT_EACCES, "%s is a symbolic link: a checkpoint's files and "
+                           "directories are never reached through links", path);
     if (in->uid != t->self && in->uid != t->root_uid && in->uid != 0 && !t->group) {
         char owner[128];
         user_name(in->uid, owner, sizeof owner);

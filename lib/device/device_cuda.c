@@ -186,9 +186,8 @@ static int guard_enter(dcuda *cu, int *prev)
 
 /* 1 when device `dev` has no primary context yet, so making it current
  * would create one; 0 when it has one or the driver cannot tell. */
-static int no_context_yet(const dcuda *cu, int dev)
+static int primary_inactive(const cuda_api *a, int dev)
 {
-    const cuda_api *a = cu->api;
     unsigned int flags = 0;
     int handle = 0, active = 1;
     if (!a->DrvDeviceGet || !a->DrvPrimaryCtxGetState || a->DrvDeviceGet(&handle, dev) != 0 ||
@@ -207,7 +206,7 @@ static void guard_leave(dcuda *cu, int prev)
      * of GPU 0 in every process saving from another GPU, and a failure on
      * GPUs in exclusive-process mode.  As PyTorch does (c10::cuda::
      * MaybeExchangeDevice), such a thread is left on the device it used. */
-    if (no_context_yet(cu, prev))
+    if (primary_inactive(cu->api, prev))
         return;
     /* A failure (exclusive-process mode) must not stay in the thread's
      * last-error slot, where the application's next check would find it. */
@@ -249,6 +248,23 @@ void dcuda_note(dcuda *cu, const char *fmt, ...)
 
 int dcuda_pointer_type(const cuda_api *api, const void *ptr, int *type, int *ordinal)
 {
+    /* cudaPointerGetAttributes runs in the calling thread's current
+     * device's context and creates it when there is none: a thread that
+     * never chose a device would get a context on GPU 0 (hundreds of MiB,
+     * and a failure in exclusive-process mode) for asking about a tensor on
+     * GPU 1.  As PyTorch's isPinnedPtr does, ask from a device that has a
+     * context already; the thread is left there (making its device current
+     * again would create the context after all: see guard_leave). */
+    int cur = -1;
+    if (api->GetDevice(&cur) != CU_SUCCESS)
+        api->GetLastError();
+    else if (primary_inactive(api, cur))
+        for (int d = 0; d < api->device_count; d++)
+            if (d != cur && !primary_inactive(api, d)) {
+                if (api->SetDevice(d) != CU_SUCCESS)
+                    api->GetLastError();
+                break;
+            }
     cu_pointer_attributes attr;
     memset(&attr, 0, sizeof attr);
     cu_err err = api->PointerGetAttributes(&attr, ptr);

@@ -182,8 +182,11 @@ static int needs_context(const char *fn)
 {
     static const char *const free_calls[] = {
         "cudaGetDevice", "cudaGetDeviceCount", "cudaDriverGetVersion",
-        "cudaRuntimeGetVersion", "cudaGetDeviceProperties", "cudaPointerGetAttributes",
+        "cudaRuntimeGetVersion", "cudaGetDeviceProperties",
         "cudaSetDevice", /* counted for the device it selects */
+        /* not cudaPointerGetAttributes: it runs in (and creates) the current
+         * device's context, which is why PyTorch's isPinnedPtr switches to a
+         * device with a primary context before calling it */
     };
     for (size_t i = 0; i < sizeof free_calls / sizeof free_calls[0]; i++)
         if (strcmp(fn, free_calls[i]) == 0)
@@ -1318,7 +1321,14 @@ EXPORT void mock_cuda_get_thread_counters(mock_cuda_thread_counters *out)
 EXPORT void mock_cuda_forget_contexts(void)
 {
     pthread_mutex_lock(&g_mu);
-    g_cnt.context_mask = 0;
+    /* A device holding memory has a context: only the others are forgotten
+     * (the driver's primary context state would say so). */
+    unsigned mask = 0;
+    for (size_t i = 0; i < g_nallocs; i++)
+        if (g_allocs[i].kind != A_PINNED && g_allocs[i].device >= 0 &&
+            g_allocs[i].device < MAX_DEVICES)
+            mask |= 1u << g_allocs[i].device;
+    g_cnt.context_mask = mask;
     pthread_mutex_unlock(&g_mu);
 }
 

@@ -93,6 +93,8 @@ void mock_cuda_set_reported_free(size_t bytes);
 /* Pending operations a stream holds before enqueueing blocks (default
  * 1024, MOCK_CUDA_QUEUE_DEPTH). */
 void mock_cuda_set_queue_depth(unsigned int ops);
+/* Forget which devices have a context, except those holding device memory
+ * (a test's baseline before the calls it checks). */
 void mock_cuda_forget_contexts(void);
 /* What the calling thread itself waited for: enqueues blocked on a full
  * stream, pageable transfers it had to wait out, and its cudaFree and

@@ -43,3 +43,28 @@ def test_command_line_can_be_left_out(tmp_path):
     env = json.loads(manifest.read_text())["env"]
     assert env["command_line"] == "(not recorded)"
     assert manifest.stat().st_mode & 0o007 == 0
+
+
+def test_reading_another_users_root_warns_whose_it_is(tmp_path):
+    """Reading a root another user owns is allowed (a colleague's run), but
+    on a shared server a root at a job's expected path may have been made by
+    someone else before the job ran: Store(readonly=True) warns, naming the
+    owner, and still reads; one's own root gets no warning."""
+    if os.geteuid() != 0:
+        pytest.skip("changing a directory's owner needs root")
+    import warnings
+    root = tmp_path / "r"
+    with libckpt.Store(root, fsync=False) as st:
+        st.save(1, {"w": np.arange(4, dtype=np.float32)}).wait()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with libckpt.Store(root, readonly=True) as st:
+            assert st.load().step == 1
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files:
+            os.lchown(os.path.join(dirpath, name), 65534, -1)
+    os.lchown(root, 65534, -1)
+    with pytest.warns(libckpt.ForeignRootWarning, match="belongs to uid 65534"):
+        st = libckpt.Store(root, readonly=True)
+    with st:
+        assert st.load().step == 1

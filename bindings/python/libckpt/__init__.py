@@ -21,7 +21,8 @@ from .errors import (AccessError, BusyError, CorruptError, DeviceError, Error,
                      IncompleteError, InternalError, InvalidArgumentError,
                      IoError, MismatchError, NoCheckpointError, NoDeviceError,
                      NoSpaceError, NotFoundError, OutOfMemoryError,
-                     PeerError, SkippedCheckpointWarning, VersionError)
+                     PeerError, SkippedCheckpointWarning, ForeignRootWarning,
+                     VersionError)
 from . import ffi
 from .checkpoint import Checkpoint, TensorInfo
 from .handles import SaveHandle
@@ -34,6 +35,7 @@ __all__ = [
     "CorruptError", "NotFoundError", "NoCheckpointError", "MismatchError",
     "VersionError", "DeviceError", "NoDeviceError", "AccessError",
     "InternalError", "IncompleteError", "PeerError", "SkippedCheckpointWarning",
+    "ForeignRootWarning",
     "library_version", "library_path", "cuda_available", "__version__",
 ]
 

@@ -130,6 +130,10 @@ class SkippedCheckpointWarning(UserWarning):
     """A newer checkpoint failed verification and an older one was used."""
 
 
+class ForeignRootWarning(UserWarning):
+    """A root opened for reading belongs to another user (not root)."""
+
+
 _BY_STATUS = {cls.status: cls for cls in (
     InvalidArgumentError, OutOfMemoryError, IoError, NoSpaceError, BusyError,
     CorruptError, NotFoundError, NoCheckpointError, MismatchError,

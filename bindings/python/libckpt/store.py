@@ -19,8 +19,8 @@ from typing import Any, Dict, Iterator, List, Optional, Union
 from . import ffi, nested, reports
 from . import tensors as _tensors
 from .checkpoint import Checkpoint, check_framework
-from .errors import (Error, InvalidArgumentError, NoCheckpointError,
-                     NotFoundError)
+from .errors import (Error, ForeignRootWarning, InvalidArgumentError,
+                     NoCheckpointError, NotFoundError)
 from .handles import SaveHandle, _Handle
 from .results import LoadResult, RestoreResult, restore_result
 
@@ -64,6 +64,29 @@ def _step_number(step: int, function: str) -> int:
             "step %d is out of range (0..%d)" % (step, ffi.CKPT_STEP_MAX),
             function=function)
     return step
+
+
+def _note_foreign_root(path: Any) -> None:
+    """Warn (ForeignRootWarning) when a root opened for reading belongs to
+    another user: allowed (a colleague's run), but on a shared server a root
+    at a job's expected path may have been made by someone else before the
+    job ran, and its checkpoints are theirs (ckpt's reading commands say the
+    same on stderr)."""
+    try:
+        uid = os.stat(path).st_uid
+    except OSError:
+        return
+    if uid in (os.geteuid(), 0):
+        return
+    try:
+        import pwd
+        who = "uid %d (%s)" % (uid, pwd.getpwuid(uid).pw_name)
+    except (ImportError, KeyError):
+        who = "uid %d" % uid
+    warnings.warn("%s belongs to %s, not to you: its checkpoints are that "
+                  "user's (checksums prove integrity, not origin)"
+                  % (os.fsdecode(os.fspath(path)), who), ForeignRootWarning,
+                  stacklevel=3)
 
 
 class Store:
@@ -168,6 +191,8 @@ class Store:
         self._orphans = collections.deque()
         self._unreported = None  # first failure of a save nobody waited on
         self.readonly = bool(readonly)
+        if self.readonly:
+            _note_foreign_root(path)
         # Store.path gives back the kind of path it was given.
         self._path_type = (bytes if isinstance(path, bytes) else
                            str if isinstance(path, str) else pathlib.Path)

@@ -395,3 +395,21 @@ long jsonscan_depth_at(const char *text, size_t len)
     }
     return in_string ? -1 : depth;
 }
+
+size_t jsonscan_tally(const char *text, size_t len, size_t *containers)
+{
+    size_t commas = 0, opened = 0;
+    for (size_t i = 0; i < len; i++) {
+        char ch = text[i];
+        if (ch == '"') { /* skip the string: its bytes are no values */
+            for (i++; i < len && text[i] != '"'; i++)
+                i += text[i] == '\\';
+        } else if (ch == ',') {
+            commas++;
+        } else if (ch == '[' || ch == '{') {
+            opened++;
+        }
+    }
+    *containers = opened;
+    return commas + opened + 1;
+}

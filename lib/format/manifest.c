@@ -468,6 +468,21 @@ static int meta_scan(const char *text, size_t len, size_t *from, size_t *to, cha
     return 1;
 }
 
+/* Refuse text that would make a tree too large for what its bytes say
+ * (manifest.h): `a` and `b`, two pieces between values, counted as one. */
+static int check_tally(const char *a, size_t alen, const char *b, size_t blen,
+                       const char *where)
+{
+    size_t ca, cb, values = jsonscan_tally(a, alen, &ca) + jsonscan_tally(b, blen, &cb);
+    if (values <= MANIFEST_MAX_VALUES && ca + cb <= MANIFEST_MAX_CONTAINERS)
+        return CKPT_OK;
+    /* No counts in the message: the routes count different parts of the
+     * text (the quick one skips the tensors), and they must say the same. */
+    return BAD("%s: manifest holds more JSON values than a reader builds (at most %u, "
+               "%u of them arrays or objects): no libckpt writer makes that (hostile or "
+               "damaged file)", where, MANIFEST_MAX_VALUES, MANIFEST_MAX_CONTAINERS);
+}
+
 static int decode(const char *text, size_t len, const char *where, manifest *m,
                   json_t **tree, int quick)
 {
@@ -503,6 +518,12 @@ static int decode(const char *text, size_t len, const char *where, manifest *m,
     }
     if (ncut == 2 && cuts[0].to > cuts[1].from)
         ncut = 0; /* one inside the other: not the writer's layout */
+    if (ncut && (rc = ts == 1 ? check_tally(text, open + 1, text + close, len - close, where)
+                              : check_tally(text, len, "", 0, where))) {
+        mtensors_free(pre, npre);
+        free(meta);
+        return rc;
+    }
     if (ncut) {
         ckpt_error_state before;
         ckpt_error_capture(&before, CKPT_OK);
@@ -519,6 +540,8 @@ static int decode(const char *text, size_t len, const char *where, manifest *m,
     }
     mtensors_free(pre, npre);
     free(meta);
+    if ((rc = check_tally(text, len, "", 0, where)))
+        return rc;
     root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
     if (!root)
         return BAD("%s: manifest is not valid JSON (line %d: %s)", where, err.line, err.text);

@@ -61,6 +61,18 @@ typedef struct manifest {
  * manifest's root is one level more for jansson. */
 #define MANIFEST_META_MAX_DEPTH (JSON_PARSER_MAX_DEPTH - 1)
 
+/* The most a reader builds from a manifest, besides its tensors: JSON
+ * values and, of those, arrays and objects (jsonscan_tally).  jansson
+ * spends up to ~90 bytes on a value and ~350 on an object, whatever the
+ * bytes of the file: at these limits a reader holds at most about half a
+ * GB, where a 256 MiB "[[],[],...]" would have taken 25 GB.  A writer
+ * refuses metadata beyond the META limits, which leave the rest of the
+ * manifest (environment, shards) room. */
+#define MANIFEST_MAX_VALUES (1u << 22)
+#define MANIFEST_MAX_CONTAINERS (1u << 19)
+#define MANIFEST_META_MAX_VALUES (MANIFEST_MAX_VALUES - (1u << 19))
+#define MANIFEST_META_MAX_CONTAINERS (MANIFEST_MAX_CONTAINERS - (1u << 17))
+
 /* Serialise with the trailing checksum member.  *text is malloc'd. */
 int manifest_encode(const manifest *m, char **text, size_t *len);
 /* Check the checksum, parse and validate.  `where` names the file in

@@ -615,6 +615,7 @@ typedef struct meta_parse {
     char *out;        /* the compact text; NULL: not JSON, or no memory */
     int nomem;
     int too_deep;     /* JSON that jansson reads but a manifest cannot hold */
+    size_t values, containers; /* jsonscan_tally's counts, when too many */
     json_error_t err;
 } meta_parse;
 
@@ -643,6 +644,12 @@ static int meta_parse_run(void *arg, int worker)
 {
     (void)worker;
     meta_parse *p = arg;
+    size_t containers, values = jsonscan_tally(p->text, strlen(p->text), &containers);
+    if (values > MANIFEST_META_MAX_VALUES || containers > MANIFEST_META_MAX_CONTAINERS) {
+        p->values = values - 1; /* (jsonscan_tally's count is one more) */
+        p->containers = containers;
+        return CKPT_OK;
+    }
     int rc = jsonscan_whole(p->text, strlen(p->text), MANIFEST_META_MAX_DEPTH, &p->out);
     if (rc != 0) {
         p->nomem = rc < 0;
@@ -704,6 +711,11 @@ static int meta_parse_end(meta_parse *p, manifest *m, int rc)
     pool_group_destroy(&p->group);
     if (!rc && p->nomem)
         rc = ckpt_seterr(CKPT_ENOMEM, "out of memory reading the metadata");
+    else if (!rc && (p->values || p->containers))
+        rc = ckpt_seterr(CKPT_EINVAL, "metadata holds %zu JSON values (%zu of them arrays "
+                         "or objects), more than a checkpoint's metadata holds (%u, %u): "
+                         "save large arrays as tensors", p->values, p->containers,
+                         MANIFEST_META_MAX_VALUES, MANIFEST_META_MAX_CONTAINERS);
     else if (!rc && p->too_deep)
         rc = ckpt_seterr(CKPT_EINVAL, "metadata nests deeper than a checkpoint holds "
                          "(maximum parsing depth %d)", MANIFEST_META_MAX_DEPTH);

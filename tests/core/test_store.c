@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
+#include "manifest.h"
 
 TestSuite(store, .init = tc_setup, .fini = tc_teardown, .timeout = 240);
 
@@ -814,6 +815,46 @@ Test(store, metadata_depth_limit)
             int64_t latest = -1;
             cr_assert_eq(ckpt_store_latest(st, CKPT_VERIFY_QUICK, &latest), CKPT_OK);
             cr_assert_eq(latest, step - 1, "nothing committed");
+        }
+        ckpt_store_free(st);
+        tc_state_free(&s);
+        free(meta);
+    }
+}
+
+/* Metadata with as many arrays as a checkpoint holds saves and reads
+ * back; one more is refused by begin, naming the limit (a reader would
+ * refuse the manifest: a tree costs far more than its text). */
+Test(store, metadata_count_limit)
+{
+    for (size_t n = MANIFEST_META_MAX_CONTAINERS; n <= MANIFEST_META_MAX_CONTAINERS + 1; n++) {
+        char *meta = malloc(3 * n + 1), *o = meta; /* "[[],[],...]": n arrays */
+        *o++ = '[';
+        for (size_t i = 1; i < n; i++)
+            o += sprintf(o, "[]%s", i + 1 < n ? "," : "");
+        strcpy(o, "]");
+        tc_state s;
+        tc_state_standard(&s, 12);
+        ckpt_store *st = tc_open(tc_root);
+        int64_t step = 20 + (int64_t)(n - MANIFEST_META_MAX_CONTAINERS);
+        ckpt_save_options so;
+        cr_assert_eq(ckpt_save_options_init(&so, CKPT_SAVE_OPTIONS_VERSION), CKPT_OK);
+        so.metadata_json = meta;
+        ckpt_save *sv = NULL;
+        int rc = ckpt_save_begin(&sv, st, step, s.t, s.count, &so);
+        if (rc == CKPT_OK)
+            rc = ckpt_save_wait(sv);
+        ckpt_save_free(sv);
+        if (n == MANIFEST_META_MAX_CONTAINERS) {
+            cr_assert_eq(rc, CKPT_OK, "%zu arrays: %s", n, ckpt_error_last());
+            char *back = metadata_of(step);
+            cr_assert_str_eq(back, meta);
+            free(back);
+        } else {
+            cr_assert_eq(rc, CKPT_EINVAL, "%zu arrays: %d", n, rc);
+            cr_assert_null(sv, "begin refused it");
+            cr_assert(strstr(ckpt_error_last(), "more than a checkpoint's metadata holds"),
+                      "%s", ckpt_error_last());
         }
         ckpt_store_free(st);
         tc_state_free(&s);

@@ -416,3 +416,68 @@ Test(mtensors, random_edits_agree_with_jansson, .timeout = 240)
     manifest_clear(&m);
     free(text);
 }
+
+/* "[[],[],...]" of `containers` arrays in all (the outer one included). */
+static char *empty_arrays(size_t containers)
+{
+    char *s = malloc(3 * containers + 1), *o = s;
+    *o++ = '[';
+    for (size_t i = 1; i < containers; i++)
+        o += sprintf(o, "[]%s", i + 1 < containers ? "," : "");
+    strcpy(o, "]");
+    return s;
+}
+
+/* A tree costs a reader far more than its bytes ("[[],[],...]": ~280 bytes
+ * of jansson's per 3 of text): a manifest holding more values or arrays
+ * than any writer makes is refused on both routes before a tree is built,
+ * wherever they are (the caller's metadata, or the environment, which
+ * jansson reads on every route); what a writer may store still reads. */
+Test(mtensors, values_beyond_what_a_writer_makes_are_refused)
+{
+    for (int where = 0; where < 3; where++) {
+        manifest m;
+        fill(&m, 5);
+        size_t n = where == 2 ? MANIFEST_META_MAX_CONTAINERS : MANIFEST_MAX_CONTAINERS + 1;
+        char *junk = empty_arrays(n);
+        if (where == 1) {
+            json_t *v = json_loads(junk, 0, NULL);
+            cr_assert_not_null(v);
+            json_object_set_new(m.env, "junk", v);
+            free(junk);
+        } else {
+            free(m.metadata);
+            m.metadata = junk;
+        }
+        size_t len;
+        char *text = encode(&m, &len);
+        int rc = agree(text, len);
+        if (where == 2) {
+            cr_assert_eq(rc, CKPT_OK, "%s", ckpt_error_last());
+        } else {
+            cr_assert_eq(rc, CKPT_ECORRUPT);
+            cr_assert(strstr(ckpt_error_last(), "more JSON values than a reader builds"), "%s",
+                      ckpt_error_last());
+        }
+        manifest_clear(&m);
+        free(text);
+    }
+    /* values: scalars, not arrays */
+    manifest m;
+    fill(&m, 1);
+    free(m.metadata);
+    m.metadata = malloc(2 * (size_t)MANIFEST_MAX_VALUES + 2);
+    char *o = m.metadata;
+    *o++ = '[';
+    for (size_t i = 0; i < MANIFEST_MAX_VALUES; i++) {
+        *o++ = '0';
+        *o++ = ',';
+    }
+    strcpy(o - 1, "]");
+    size_t len;
+    char *text = encode(&m, &len);
+    cr_assert_eq(agree(text, len), CKPT_ECORRUPT);
+    cr_assert(strstr(ckpt_error_last(), "JSON values"), "%s", ckpt_error_last());
+    manifest_clear(&m);
+    free(text);
+}

@@ -2,6 +2,7 @@
 #include "reader.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -290,13 +291,20 @@ int reader_open_newest(ckpt_store *s, ckpt_verify_level level, ckpt_checkpoint *
     int rc = layout_scan(&s->lay, &steps, &n);
     if (rc)
         return rc;
+    ckpt_error_state newest; /* why the newest step was passed over */
+    int64_t newest_step = -1;
     for (size_t i = n; i-- > 0;) {
         ckpt_checkpoint *ck;
         if ((rc = reader_open_step(s, steps[i], &ck)) == CKPT_OK &&
             level == CKPT_VERIFY_FULL && (rc = reader_verify_all(ck, NULL)) != CKPT_OK)
             reader_close(ck);
-        if (rc != CKPT_OK && reader_is_damage(rc))
+        if (rc != CKPT_OK && reader_is_damage(rc)) {
+            if (newest_step < 0) {
+                ckpt_error_capture(&newest, rc);
+                newest_step = steps[i];
+            }
             continue;
+        }
         if (rc != CKPT_OK) {
             free(steps);
             return rc;
@@ -306,7 +314,12 @@ int reader_open_newest(ckpt_store *s, ckpt_verify_level level, ckpt_checkpoint *
         return CKPT_OK;
     }
     free(steps);
-    return ckpt_seterr(CKPT_ENOCKPT, "no valid checkpoint in %s (%zu checked)", s->lay.root, n);
+    if (newest_step < 0)
+        return ckpt_seterr(CKPT_ENOCKPT, "no checkpoint in %s", s->lay.root);
+    /* A job script's `ckpt latest` says why, not only that, none is valid. */
+    return ckpt_seterr(CKPT_ENOCKPT, "no valid checkpoint in %s: %zu checked, the newest "
+                       "(step %" PRId64 ") because: %s", s->lay.root, n, newest_step,
+                       newest.message);
 }
 
 int reader_is_damage(int rc)

@@ -379,7 +379,7 @@ int cmd_export(cli_ctx *ctx, int argc, char **argv)
     if ((st = ckpt_checkpoint_open(&ckpt, store, step, CKPT_VERIFY_QUICK)) != CKPT_OK) {
         if (step == CKPT_LATEST)
             ret = cli_fail_lib(ctx, st == CKPT_ENOTFOUND ? CKPT_ENOCKPT : st,
-                               "no valid checkpoint in %s", dir);
+                               "cannot open the latest checkpoint");
         else
             ret = cli_fail_lib(ctx, st, "cannot open step %" PRId64, step);
         goto done;

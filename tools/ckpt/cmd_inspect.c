@@ -68,7 +68,7 @@ int cmd_inspect(cli_ctx *ctx, int argc, char **argv)
     if (st != CKPT_OK) {
         if (step == CKPT_LATEST)
             ret = cli_fail_lib(ctx, st == CKPT_ENOTFOUND ? CKPT_ENOCKPT : st,
-                               "no valid checkpoint in %s", dir);
+                               "cannot open the latest checkpoint");
         else
             ret = cli_fail_lib(ctx, st, "cannot open step %" PRId64, step);
         goto done;

@@ -39,7 +39,12 @@ int cmd_latest(cli_ctx *ctx, int argc, char **argv)
             cli_json_print(json_pack("{s:s, s:s, s:n, s:n}", "root", ckpt_store_path(store),
                                      "level", full ? "full" : "quick", "step", "path"));
         } else {
-            fprintf(stderr, "ckpt latest: no valid checkpoint in %s\n", dir);
+            /* the library's message says why the newest step was passed over */
+            const char *why = ckpt_error_last();
+            if (st == CKPT_ENOCKPT && why && *why)
+                fprintf(stderr, "ckpt latest: %s\n", why);
+            else
+                fprintf(stderr, "ckpt latest: no valid checkpoint in %s\n", dir);
         }
         ret = CLI_EXIT_INVALID;
         goto done;

@@ -38,7 +38,8 @@
  * a gc) delays the others on that store.  The calls that read committed
  * steps (ckpt_store_latest, ckpt_store_gc, ckpt_restore, ckpt_verify,
  * ckpt_checkpoint_open, ckpt_load) first wait for the save in flight;
- * ckpt_store_steps and ckpt_checkpoint_read do not.  At most one save per
+ * ckpt_store_steps and ckpt_checkpoint_read do not (ckpt_store_wait does
+ * only that).  At most one save per
  * store is in flight: a new save waits until the previous one is committed
  * (or failed), so memory stays bounded.  Only one store handle at a time, in
  * this or any other process, may open a root for writing; a second gets
@@ -540,6 +541,15 @@ CKPT_API const char *ckpt_store_path(const ckpt_store *store);
  */
 CKPT_API int ckpt_store_steps(const ckpt_store *store, int64_t **steps,
                               size_t *count);
+
+/**
+ * Wait until the save in flight on `store`, if any, is committed or has
+ * failed (its outcome stays with its handle and is not reported here), as
+ * the calls that read committed steps do first: then ckpt_store_steps
+ * lists the save a caller began.  Returns CKPT_OK; CKPT_EINVAL (NULL).
+ * Thread-safe.
+ */
+CKPT_API int ckpt_store_wait(ckpt_store *store);
 
 /**
  * The newest step that verifies at `level` (QUICK or FULL), in `*step`.

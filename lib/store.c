@@ -189,6 +189,16 @@ CKPT_API int ckpt_store_steps(const ckpt_store *cs, int64_t **steps, size_t *cou
     return rc;
 }
 
+CKPT_API int ckpt_store_wait(ckpt_store *s)
+{
+    if (!s)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_store_wait: NULL store");
+    pthread_mutex_lock(&s->api_lock);
+    save_drain(s);
+    pthread_mutex_unlock(&s->api_lock);
+    return CKPT_OK;
+}
+
 CKPT_API int ckpt_store_latest(ckpt_store *s, ckpt_verify_level level, int64_t *step)
 {
     if (!s || !step || level < CKPT_VERIFY_QUICK || level > CKPT_VERIFY_FULL)

@@ -355,6 +355,8 @@ Test(errors, restore_invalid_arguments, .init = setup_saved, .fini = teardown_sa
     cr_assert_eq(ckpt_store_latest(st, CKPT_VERIFY_QUICK, NULL), CKPT_EINVAL);
     cr_assert_eq(ckpt_load(st, 1, "encoder.weight", NULL, NULL, NULL), CKPT_EINVAL);
     cr_assert_eq(ckpt_store_steps(st, NULL, NULL), CKPT_EINVAL);
+    cr_assert_eq(ckpt_store_wait(NULL), CKPT_EINVAL);
+    cr_assert_eq(ckpt_store_wait(st), CKPT_OK, "nothing in flight");
 }
 
 /* ---------------------------------------------------------- option versions */

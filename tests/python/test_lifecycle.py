@@ -65,6 +65,24 @@ def test_store_close_waits_for_saves_in_flight(root):
         assert ro.latest() == 1
 
 
+@pytest.mark.parametrize("reader", ["load", "verify", "steps"])
+def test_readers_see_the_save_this_store_began(root, reader):
+    # save() returns at the snapshot; the calls that read steps wait for
+    # the save in flight (a slow one: every chunk compressed at level 9),
+    # as the C calls do, instead of finding no checkpoint yet.
+    x = np.random.default_rng(1).standard_normal(1 << 23).astype(np.float32)
+    with open_store(root, level=9, compress_all=True) as s:
+        s.save(5, {"x": x}, metadata={"n": 1})
+        if reader == "load":
+            step, state = s.load()
+            assert step == 5 and np.array_equal(state["x"], x)
+        elif reader == "verify":
+            report = s.verify()
+            assert report["step"] == 5 and report["ok"], report
+        else:
+            assert [e["step"] for e in s.steps()] == [5]
+
+
 def test_versions_agree():
     major, minor, _ = (int(x) for x in libckpt.__version__.split("."))
     assert ffi.LIBRARY_VERSION_NUMBER // 100 == major * 100 + minor

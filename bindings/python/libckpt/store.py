@@ -636,9 +636,13 @@ class Store:
             C.ckpt_free(out)
 
     def _step_numbers(self) -> List[int]:
+        """The committed steps, ascending, once the save in flight (if any)
+        is committed or failed: load(), verify() and steps() see the save
+        this store began, as the C calls that read steps do."""
         arr = ffi.c_int64_p()
         n = ctypes.c_size_t()
         with self._h.use() as s:
+            C.ckpt_store_wait(s)
             C.ckpt_store_steps(s, _byref(arr), _byref(n))
         try:
             return [arr[i] for i in range(n.value)]

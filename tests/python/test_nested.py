@@ -408,6 +408,59 @@ def test_a_malformed_compact_node_is_corrupt(store, monkeypatch, node):
         store.load()
 
 
+Point = collections.namedtuple("Point", "x y")
+
+
+def test_a_namedtuple_loads_back_as_its_class(store):
+    # The class is looked up (never imported) where it was defined; the
+    # tensors inside are named by index, as in a tuple.
+    state = {"p": Point(np.arange(3.0), 7), "ps": [Point(1, (2, 3))]}
+    store.save(1, state).wait()
+    with store._checkpoint(1) as ck:
+        raw = json.loads(ffi.lib.ckpt_checkpoint_metadata(ck))
+    assert raw["version"] == 1, "readers that ignore the member still read it"
+    step, got = store.load()
+    same(got, state)
+    assert got["p"].y == 7 and np.array_equal(got["p"].x, np.arange(3.0))
+    with store.open(1) as ck:
+        assert "p.x" not in ck and "p.0" in ck.keys()
+        assert ck.state("p").y == 7
+
+
+def test_a_namedtuple_of_an_unknown_class_gets_a_stand_in(store):
+    Local = collections.namedtuple("Local", ["a", "b"])  # not reachable by name
+    store.save(1, {"v": Local(1, "two")}).wait()
+    got = store.load()[1]["v"]
+    assert type(got) is not Local and isinstance(got, tuple)
+    assert type(got).__name__ == "Local" and type(got)._fields == ("a", "b")
+    assert (got.a, got.b) == (1, "two") and got == (1, "two")
+
+
+@pytest.mark.parametrize("named, want", [
+    (["builtins:dict", ["a", "b"]], "stand-in"),   # a class, but no tuple
+    (["os:system", ["a", "b"]], "stand-in"),       # no class at all
+    (["m:T", ["class", "a"]], "tuple"),            # not identifiers
+    (["m:T", ["a", "a"]], "tuple"),                # repeated
+    (["m:T", ["a"]], "corrupt"),                   # one field for two items
+    ("m:T", "corrupt"), (["m:T", [1, 2]], "corrupt")])
+def test_a_crafted_namedtuple_node_runs_nothing(store, monkeypatch, named, want):
+    real_wrap = nested.wrap
+    monkeypatch.setattr(nested, "wrap", lambda tree, metadata, version=1: real_wrap(
+        {"dict": [["v", {"tuple": [1, 2], "namedtuple": named}]]}, metadata, 1))
+    store.save(1, {"v": (1, 2)}).wait()
+    monkeypatch.undo()
+    if want == "corrupt":
+        with pytest.raises(libckpt.CorruptError, match="malformed namedtuple"):
+            store.load()
+        return
+    got = store.load()[1]["v"]
+    assert got == (1, 2)
+    if want == "tuple":
+        assert type(got) is tuple
+    else:
+        assert type(got).__bases__ == (tuple,) and hasattr(type(got), "_fields")
+
+
 def deep(levels, leaf):
     for _ in range(levels):
         leaf = [leaf]

@@ -32,6 +32,10 @@ holds it), the whole metadata JSON of the checkpoint::
                                             its dtype.str and its bytes
          | {"tensor": NAME, "from": "np" | "pt"}   a C-level tensor
          | {"list": [NODE, ...]} | {"tuple": [NODE, ...]}
+         | {"tuple": [NODE, ...], "namedtuple": ["<module>:<qualname>",
+                                   [FIELD, ...]]}  a namedtuple (readers
+                                            that ignore the member read a
+                                            plain tuple)
          | {"dict": [[KEY, NODE], ...]}
          | {"odict": [[KEY, NODE], ...]}    OrderedDict; may carry
                                             "_metadata": NODE (state_dict)
@@ -59,6 +63,7 @@ import collections
 import contextlib
 import functools
 import gc
+import inspect
 import json
 import math
 import struct
@@ -517,14 +522,74 @@ def _encode(obj: Any, path: Path, flat: Flat, name: str) -> Any:
                 flat.version = max(flat.version, side.version)
             return node
         items = _encode_ints(obj, path, flat)
-        if items is not None:
-            return {"tuple" if isinstance(obj, tuple) else "list": items}
-        prefix = name + "." if path else ""
-        items = [_encode(v, path + (i,), flat, prefix + str(i))
-                 for i, v in enumerate(obj)]
-        return {"tuple" if isinstance(obj, tuple) else "list": items}
+        if items is None:
+            prefix = name + "." if path else ""
+            items = [_encode(v, path + (i,), flat, prefix + str(i))
+                     for i, v in enumerate(obj)]
+        if not isinstance(obj, tuple):
+            return {"list": items}
+        node = {"tuple": items}
+        named = _namedtuple_spec(obj) if kind is not tuple else None
+        if named is not None:
+            node["namedtuple"] = named
+        return node
     finally:
         flat._active.discard(id(obj))
+
+
+def _namedtuple_spec(obj: tuple) -> Optional[list]:
+    """["module:qualname", [field, ...]] of a namedtuple (a tuple whose
+    class has str _fields, one per item), or None for other tuples."""
+    kind = type(obj)
+    fields = getattr(kind, "_fields", None)
+    module = getattr(kind, "__module__", None)
+    qualname = getattr(kind, "__qualname__", None)
+    if (not isinstance(fields, tuple) or len(fields) != len(obj)
+            or not all(type(f) is str for f in fields)
+            or type(module) is not str or type(qualname) is not str):
+        return None
+    return [module + ":" + qualname, list(fields)]
+
+
+@functools.lru_cache(maxsize=256)
+def _namedtuple_type(spec: str, fields: Tuple[str, ...]) -> Optional[type]:
+    """The class a namedtuple node names, found without importing or
+    running anything: in a module already imported, by static attribute
+    lookup, a tuple subclass with exactly these _fields.  Else a stand-in
+    made by collections.namedtuple of the same name and fields (so
+    attribute access works), or None when the names cannot make one."""
+    module, _, qualname = spec.partition(":")
+    found: Any = sys.modules.get(module)
+    for part in qualname.split("."):
+        if found is None or part == "<locals>":
+            found = None
+            break
+        try:
+            found = inspect.getattr_static(found, part)
+        except AttributeError:
+            found = None
+    if (isinstance(found, type) and issubclass(found, tuple)
+            and inspect.getattr_static(found, "_fields", None) == fields):
+        return found
+    try:
+        return collections.namedtuple(qualname.rpartition(".")[2], fields,
+                                      module=module or None)
+    except (TypeError, ValueError):  # not identifiers, keywords, repeated
+        return None
+
+
+def _decode_namedtuple(named: Any, items: list, path: Path) -> tuple:
+    """The tuple of a node with a "namedtuple" member (see the format)."""
+    if not (isinstance(named, list) and len(named) == 2
+            and type(named[0]) is str and isinstance(named[1], list)
+            and len(named[1]) == len(items)
+            and all(type(f) is str for f in named[1])):
+        raise CorruptError("%s: malformed namedtuple node" % path_str(path))
+    kind = _namedtuple_type(named[0], tuple(named[1]))
+    # tuple.__new__, not the class's own _make or __new__: no code of the
+    # class runs, and defaults or checks it adds do not apply to stored
+    # items.
+    return tuple.__new__(kind, items) if kind is not None else tuple(items)
 
 
 def _encode_items(obj: Any, path: Path, flat: Flat, prefix: str) -> list:
@@ -758,7 +823,11 @@ def _unflatten(tree: Any, leaf: Leaf, path: Path,
     if "list" in tree or "tuple" in tree:
         items = [_unflatten(v, leaf, path + (i,), many)
                  for i, v in enumerate(tree.get("list", tree.get("tuple")))]
-        return items if "list" in tree else tuple(items)
+        if "list" in tree:
+            return items
+        if "namedtuple" in tree:
+            return _decode_namedtuple(tree["namedtuple"], items, path)
+        return tuple(items)
     if "dict" in tree or "odict" in tree:
         out = {} if "dict" in tree else collections.OrderedDict()
         for k, v in tree.get("dict", tree.get("odict")):

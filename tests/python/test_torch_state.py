@@ -244,8 +244,9 @@ def test_cuda_state_round_trips_onto_the_device(store):
 
 def test_a_transformer_with_onecycle_and_every_rng_resumes_bit_exactly(store):
     """What a training script saves beside the model: AdamW, a OneCycleLR
-    (whose state_dict holds a bound method before torch 2.2: refused by
-    name, so it is left out), and the Python, NumPy and torch generators
+    (whose state_dict holds its bound annealing method before torch 2.2:
+    left out, as torch 2.2 leaves it out, load_state_dict keeping the new
+    scheduler's own), and the Python, NumPy and torch generators
     (NumPy's is a uint32 array, so framework="auto" gives it back as
     NumPy).  Killed at step 5 of 10 and resumed in fresh objects, training
     ends on the very same weights."""
@@ -270,12 +271,8 @@ def test_a_transformer_with_onecycle_and_every_rng_resumes_bit_exactly(store):
         sched.step()
 
     def state(model, opt, sched, step):
-        sd = sched.state_dict()
-        if any(callable(v) for v in sd.values()):
-            with pytest.raises(TypeError, match="stores no code"):
-                store.save(step, {"sched": sd})
         return {"model": model.state_dict(), "optim": opt.state_dict(),
-                "sched": {k: v for k, v in sd.items() if not callable(v)},
+                "sched": sched.state_dict(),
                 "rng": {"torch": torch.get_rng_state(), "py": random.getstate(),
                         "np": np.random.get_state()}, "step": step}
 
@@ -292,6 +289,7 @@ def test_a_transformer_with_onecycle_and_every_rng_resumes_bit_exactly(store):
     np.random.seed(2)
     model, opt, sched = build()
     step, got = store.load(framework="auto")
+    assert not any(callable(v) for v in got["sched"].values())
     model.load_state_dict(got["model"])
     opt.load_state_dict(got["optim"])
     sched.load_state_dict(got["sched"])
@@ -303,6 +301,28 @@ def test_a_transformer_with_onecycle_and_every_rng_resumes_bit_exactly(store):
         train(model, opt, sched)
     for a, b in zip(want, model.parameters()):
         assert torch.equal(a, b.detach())
+
+
+def test_scheduler_methods_are_left_out_and_other_code_refused(store):
+    """A scheduler's own methods in its state_dict (torch < 2.2: OneCycleLR's
+    annealing method, CyclicLR's WeakMethod) are left out; a restore into
+    a state holding them leaves them be; any other callable is refused by
+    name (a checkpoint stores no code)."""
+    import weakref
+    opt = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.StepLR(opt, 3)
+    sd = dict(sched.state_dict(), fn=sched.get_lr,
+              ref=weakref.WeakMethod(sched.get_last_lr))
+    store.save(1, {"sched": sd, "w": torch.ones(2)}).wait()
+    got = store.load()[1]["sched"]
+    assert "fn" not in got and "ref" not in got
+    assert got == {k: v for k, v in sd.items() if k not in ("fn", "ref")}
+    r = store.restore({"sched": sd, "w": torch.zeros(2)})
+    assert r.step == 1
+    for bad in (lambda: 0, len, opt.step):  # not a scheduler's method
+        with pytest.raises(TypeError, match="stores no code"):
+            store.save(2, {"sched": dict(sd, fn=bad)})
+    assert store.latest() == 1
 
 
 def test_a_module_or_optimizer_itself_is_refused_naming_state_dict(store):

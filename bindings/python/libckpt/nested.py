@@ -68,6 +68,8 @@ import json
 import math
 import struct
 import sys
+import types
+import weakref
 from collections.abc import Mapping
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -229,9 +231,9 @@ def _encode_plain(v: Any, path: Path) -> Any:
             "values and tensors) and give it back with load_state_dict()"
             % (path_str(path), type(v).__name__))
     if callable(v) and not isinstance(v, type):
-        # torch < 2.2's OneCycleLR.state_dict() holds its annealing method,
-        # which torch.save pickles.  A checkpoint holds no code (loading
-        # one never runs any), so say what to do instead.
+        # A checkpoint holds no code (loading one never runs any), so say
+        # what to do instead (a torch LR scheduler's own methods in its
+        # state_dict are left out before this: _scheduler_method).
         raise TypeError(
             "%s: cannot save a %s (%r): a checkpoint stores no code, and "
             "loading one runs none; leave it out of the state, e.g. "
@@ -613,6 +615,8 @@ def _encode_items(obj: Any, path: Path, flat: Flat, prefix: str) -> list:
             key = k
         else:
             key = _encode_key(k, path)
+        if type(v) in _METHODS and _scheduler_method(v):
+            continue
         sub = path + (k,)
         name = prefix + (k if kind is str else str(k))
         node = None
@@ -630,6 +634,24 @@ def _encode_items(obj: Any, path: Path, flat: Flat, prefix: str) -> list:
             node = _encode(v, sub, flat, name)
         pairs.append([key, node])
     return pairs
+
+
+_METHODS = frozenset((types.MethodType, weakref.WeakMethod))
+
+
+def _scheduler_method(v: Any) -> bool:
+    """Whether `v` is a method (or a WeakMethod to one) bound to a torch LR
+    scheduler.  Before torch 2.2, OneCycleLR.state_dict() holds its
+    annealing method and CyclicLR's a WeakMethod to its scale function,
+    code that later versions leave out of state_dict(); the dict loads
+    back without them, and load_state_dict() keeps the scheduler's own.
+    Any other callable is refused by name (_encode_plain)."""
+    if type(v) is weakref.WeakMethod:
+        v = v()
+        if type(v) is not types.MethodType:
+            return False
+    return any(c.__module__ == "torch.optim.lr_scheduler"
+               for c in type(v.__self__).__mro__)
 
 
 def _encode_ints(seq: Any, path: Path, flat: Flat) -> Optional[list]:

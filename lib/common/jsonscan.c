@@ -402,8 +402,19 @@ size_t jsonscan_tally(const char *text, size_t len, size_t *containers)
     for (size_t i = 0; i < len; i++) {
         char ch = text[i];
         if (ch == '"') { /* skip the string: its bytes are no values */
-            for (i++; i < len && text[i] != '"'; i++)
-                i += text[i] == '\\';
+            for (;;) { /* to the next quote not escaped (memchr: names are most of it) */
+                const char *q = memchr(text + i + 1, '"', len - i - 1);
+                if (!q) {
+                    i = len;
+                    break;
+                }
+                i = (size_t)(q - text);
+                size_t slashes = 0;
+                while (text[i - 1 - slashes] == '\\')
+                    slashes++;
+                if (slashes % 2 == 0)
+                    break;
+            }
         } else if (ch == ',') {
             commas++;
         } else if (ch == '[' || ch == '{') {

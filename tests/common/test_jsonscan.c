@@ -13,9 +13,44 @@
 
 #define DEPTH JSON_PARSER_MAX_DEPTH
 
+/* The values (and, in *containers, the arrays and objects) of a tree. */
+static size_t tree_count(const json_t *v, size_t *containers)
+{
+    size_t n = 1;
+    if (json_is_array(v)) {
+        ++*containers;
+        for (size_t i = 0; i < json_array_size(v); i++)
+            n += tree_count(json_array_get(v, i), containers);
+    } else if (json_is_object(v)) {
+        ++*containers;
+        const char *k;
+        json_t *m;
+        json_object_foreach((json_t *)v, k, m)
+            n += tree_count(m, containers);
+    }
+    return n;
+}
+
+/* jsonscan_tally on any text jansson accepts: the containers exactly, the
+ * values never fewer than the tree holds (what a reader's limit needs). */
+static void tally_bounds(const char *text, size_t len)
+{
+    json_t *a = json_loadb(text, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, NULL);
+    if (!a)
+        return;
+    size_t want_c = 0, want_v = tree_count(a, &want_c), got_c;
+    size_t got_v = jsonscan_tally(text, len, &got_c);
+    cr_assert_eq(got_c, want_c, "%zu containers counted, %zu in %.*s", got_c, want_c,
+                 (int)len, text);
+    cr_assert_geq(got_v, want_v, "%zu values counted, %zu in %.*s", got_v, want_v, (int)len,
+                  text);
+    json_decref(a);
+}
+
 /* jsonscan_whole's verdict on `text`, with the oracle checked. */
 static int verdict(const char *text, size_t len, size_t depth, char **out)
 {
+    tally_bounds(text, len);
     int rc = jsonscan_whole(text, len, depth, out);
     cr_assert(rc == 0 || rc == 1, "%d for %.*s", rc, (int)len, text);
     if (rc == 1) {
@@ -170,6 +205,18 @@ static uint64_t next(void)
     rng ^= rng >> 7;
     rng ^= rng << 17;
     return rng;
+}
+
+Test(jsonscan, tally_counts_through_strings_and_escapes)
+{
+    size_t c;
+    cr_assert_eq(jsonscan_tally("[[],[],{}]", 10, &c), 7); /* 2 commas, 4 containers, 1 */
+    cr_assert_eq(c, 4);
+    const char *t = "{\"a,[{\":\"x\\\\\",\"b\\\"[\":[1,2]}"; /* {"a,[{":"x\\","b\"[":[1,2]} */
+    cr_assert_eq(jsonscan_tally(t, strlen(t), &c), 5, "%s", t);
+    cr_assert_eq(c, 2);
+    cr_assert_eq(jsonscan_tally("\"[,{", 4, &c), 1, "an unterminated string holds it all");
+    cr_assert_eq(c, 0);
 }
 
 Test(jsonscan, mutations_agree_with_jansson)

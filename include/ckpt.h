@@ -526,6 +526,20 @@ CKPT_API int ckpt_store_open(ckpt_store **out, const char *path,
  */
 CKPT_API void ckpt_store_free(ckpt_store *store);
 
+/**
+ * In a child process made by fork() while `store` was open for writing,
+ * before anything else uses it there: close the child's copy of the write
+ * lock's descriptor without unlocking.  The lock (a flock, held while any
+ * process holds a descriptor of it) is then the parent's alone, so a
+ * data-loading worker forked from a training process does not keep the
+ * root locked after the parent frees its store.  The child must not use
+ * or free `store` afterwards (its threads did not survive fork()); the
+ * Python binding calls this for every open Store (os.register_at_fork).
+ * Only closes a descriptor: safe in a child of a multithreaded process.
+ * Returns CKPT_OK; CKPT_EINVAL (NULL).
+ */
+CKPT_API int ckpt_store_release_after_fork(ckpt_store *store);
+
 /** The absolute path of the root, resolved when the store was opened (NULL
  *  for a NULL store).  Owned by the store: valid until ckpt_store_free().
  *  Thread-safe. */

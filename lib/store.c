@@ -189,6 +189,14 @@ CKPT_API int ckpt_store_steps(const ckpt_store *cs, int64_t **steps, size_t *cou
     return rc;
 }
 
+CKPT_API int ckpt_store_release_after_fork(ckpt_store *s)
+{
+    if (!s)
+        return CKPT_EINVAL; /* no message: the child may be in any state */
+    layout_forget_lock(&s->lay); /* no api_lock: another thread may have held it */
+    return CKPT_OK;
+}
+
 CKPT_API int ckpt_store_wait(ckpt_store *s)
 {
     if (!s)

@@ -75,6 +75,13 @@ char **layout_take_removals(layout *l, size_t *n)
     return list;
 }
 
+void layout_forget_lock(layout *l)
+{
+    if (l->lock_fd >= 0)
+        close(l->lock_fd); /* not LOCK_UN: that would release the parent's lock */
+    l->lock_fd = -1;
+}
+
 void layout_close(layout *l)
 {
     for (size_t i = 0; i < l->nremovals; i++) { /* never taken: deleted here */

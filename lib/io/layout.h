@@ -60,6 +60,10 @@ int layout_open(layout *l, const char *path, int writing, int trust_group);
 int layout_check_trusted(layout *l, const char *path);
 /* Release the lock (if held) and free.  Safe on a zeroed layout. */
 void layout_close(layout *l);
+/* In a child made by fork(): close this copy of the lock's descriptor
+ * without unlocking (the flock stays the parent's) and forget it, so the
+ * child can commit nothing.  Only close(): safe right after fork(). */
+void layout_forget_lock(layout *l);
 
 /* The canonical name of `step` (>= 0) into buf. */
 void layout_step_name(int64_t step, char buf[LAYOUT_NAME_SIZE]);

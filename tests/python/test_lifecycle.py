@@ -65,6 +65,41 @@ def test_store_close_waits_for_saves_in_flight(root):
         assert ro.latest() == 1
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_does_not_keep_the_root_locked(root):
+    # A DataLoader worker is forked while the training process holds the
+    # write lock (a flock: held while any process has its descriptor).
+    # Once the parent closes its store, another writer may open the root
+    # while the child still runs; the child's copy of the store is unusable.
+    s = open_store(root)
+    s.save(1, {"x": np.ones(4)}).wait()
+    go_r, go_w = os.pipe()
+    said_r, said_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, then wait until the parent is done
+        try:
+            try:
+                s.save(2, {"x": np.ones(4)})
+                verdict = b"used"
+            except ValueError as e:
+                verdict = b"refused" if "forked" in str(e) else b"other"
+            os.write(said_w, verdict)
+            os.read(go_r, 1)
+        finally:
+            os._exit(0)
+    try:
+        assert os.read(said_r, 16) == b"refused"
+        s.close()
+        with open_store(root) as again:  # BusyError while the child lived
+            again.save(3, {"x": np.zeros(4)}).wait()
+            assert again.latest() == 3
+    finally:
+        os.write(go_w, b"x")
+        os.waitpid(pid, 0)
+        for fd in (go_r, go_w, said_r, said_w):
+            os.close(fd)
+
+
 @pytest.mark.parametrize("reader", ["load", "verify", "steps"])
 def test_readers_see_the_save_this_store_began(root, reader):
     # save() returns at the snapshot; the calls that read steps wait for
@@ -188,3 +223,13 @@ def test_library_next_to_the_package(tmp_path):
     r = run_import(env, cwd=str(tmp_path))
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == str(pkg / "libckpt.so.0")
+
+
+@pytest.mark.parametrize("option, value", [
+    ("keep_last", 2**32 + 1), ("keep_last", -1), ("level", 2**32 + 1),
+    ("threads", 2**32 + 2), ("chunk_bytes", -1), ("host_memory_limit", -1)])
+def test_integer_options_out_of_range_are_refused_as_passed(root, option, value):
+    # ctypes would store them wrapped (keep_last=2**32+1 kept one step)
+    with pytest.raises(ValueError, match=r"%s=%d is out of range" % (option, value)):
+        libckpt.Store(str(root), **{option: value})
+    assert not root.exists() or not any(root.iterdir())

@@ -165,15 +165,18 @@ class Store:
             raise ValueError("page_cache must be 'auto', 'keep' or 'drop', not %r"
                              % (page_cache,))
         opts.flags |= cache_flags[page_cache]
-        opts.keep_last = operator.index(keep_last)
+        # ctypes would wrap a value outside its C field (keep_last=2**32+1
+        # became 1, and deleted steps): checked here, named as passed.
+        opts.keep_last = _in_range("keep_last", keep_last, 0, 2**31 - 1)
         if level is not None:
-            opts.level = operator.index(level)
+            opts.level = _in_range("level", level, -2**31, 2**31 - 1)
         if threads is not None:
-            opts.threads = operator.index(threads)
+            opts.threads = _in_range("threads", threads, 0, 2**31 - 1)
         if chunk_bytes is not None:
-            opts.chunk_bytes = operator.index(chunk_bytes)
+            opts.chunk_bytes = _in_range("chunk_bytes", chunk_bytes, 0, 2**64 - 1)
         if host_memory_limit is not None:
-            opts.host_memory_limit = operator.index(host_memory_limit)
+            opts.host_memory_limit = _in_range("host_memory_limit",
+                                               host_memory_limit, 0, 2**64 - 1)
         opts.fsync = 1 if fsync else 0
         opts.verify_after_save = _choice("verify_after_save", _VERIFY,
                                          verify_after_save)
@@ -183,6 +186,8 @@ class Store:
         ptr = ffi.store_p()
         C.ckpt_store_open(_byref(ptr), os.fsencode(path), _byref(opts))
         self._h = _Handle(ptr, C.ckpt_store_free, "store")
+        if not readonly:
+            _WRITERS.add(self)
         self._readers: set = set()  # _Handles of open Checkpoints
         self._saves = weakref.WeakSet()  # live SaveHandles
         # Saves whose handles were dropped unfinished: (handle, keep, step).
@@ -648,6 +653,42 @@ class Store:
             return [arr[i] for i in range(n.value)]
         finally:
             C.ckpt_free(arr)
+
+
+# Stores open for writing, for _after_fork_in_child.
+_WRITERS: "weakref.WeakSet[Store]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """In a process made by fork() (a DataLoader worker): give up its copy
+    of every writer's lock, which would otherwise keep the root locked
+    after the parent closes its store, until the worker exits.  The
+    child's copy of the store is left unusable and never freed: its
+    threads did not survive fork().  Takes no lock that a thread of the
+    parent might have held."""
+    for store in list(_WRITERS):
+        h = store._h
+        ptr = h._ptr
+        if ptr is not None:
+            C.ckpt_store_release_after_fork(ptr)
+            h._ptr = None
+            h._what = "store (its process was forked from the one that opened it)"
+    _WRITERS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _in_range(what: str, value: Any, low: int, high: int) -> int:
+    """`value` as an int (TypeError for a non-integer, bool included)
+    when low <= value <= high, else ValueError naming it as passed."""
+    if isinstance(value, bool):
+        raise TypeError("%s must be an integer, not bool" % what)
+    n = operator.index(value)
+    if not low <= n <= high:
+        raise ValueError("%s=%d is out of range (%d .. %d)" % (what, n, low, high))
+    return n
 
 
 def _choice(what: str, table: Dict[str, int], value: str) -> int:

@@ -356,6 +356,7 @@ Test(errors, restore_invalid_arguments, .init = setup_saved, .fini = teardown_sa
     cr_assert_eq(ckpt_load(st, 1, "encoder.weight", NULL, NULL, NULL), CKPT_EINVAL);
     cr_assert_eq(ckpt_store_steps(st, NULL, NULL), CKPT_EINVAL);
     cr_assert_eq(ckpt_store_wait(NULL), CKPT_EINVAL);
+    cr_assert_eq(ckpt_store_release_after_fork(NULL), CKPT_EINVAL);
     cr_assert_eq(ckpt_store_wait(st), CKPT_OK, "nothing in flight");
 }
 

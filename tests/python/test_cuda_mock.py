@@ -182,6 +182,22 @@ def test_failed_save_nobody_waited_for_is_reported(cuda, stream, root):
     assert store.closed
 
 
+def test_failed_dropped_save_is_warned_at_the_next_save(cuda, stream, root):
+    x = DeviceArray(cuda, np.arange(100.0), stream)
+    store = open_store(root)
+    try:
+        cuda.mock_cuda_fault(b"cudaMemcpyAsync", 1, 999, 0x1)
+        store.save(1, {"x": x})  # handle dropped
+        cuda.mock_cuda_reset()
+        # the next save waits for that one first, then reports it
+        with pytest.warns(RuntimeWarning, match="step 1 failed"):
+            store.save(2, {"y": np.ones(3)}).wait()
+        assert store.latest() == 2
+    finally:
+        with pytest.raises(libckpt.DeviceError):
+            store.close()  # and close() still raises it
+
+
 def test_one_stream_per_save(cuda, stream, root):
     other = ctypes.c_void_p()
     assert cuda.cudaStreamCreate(ctypes.byref(other)) == 0

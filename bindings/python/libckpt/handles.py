@@ -59,6 +59,34 @@ class _Handle:
 
 
 
+def interruptible(block: Callable[[], None], done: Callable[[], bool]) -> None:
+    """Run `block`, a call into the library that may wait long (for a
+    save on slow storage), so that Ctrl-C still interrupts the caller.
+    Python runs signal handlers only in the main thread, between bytecodes:
+    a C call there defers KeyboardInterrupt until it returns.  So on the
+    main thread, unless `done()` says there is nothing to wait for, `block`
+    runs on a helper thread while this one waits on an Event, which a
+    signal interrupts.  An interrupted caller leaves the helper waiting:
+    the save goes on, and a later wait() or close() finds its outcome."""
+    if threading.current_thread() is not threading.main_thread() or done():
+        block()
+        return
+    finished = threading.Event()
+    failure: list = []
+
+    def run() -> None:
+        try:
+            block()
+        except BaseException as e:  # given to the caller below
+            failure.append(e)
+        finally:
+            finished.set()
+    threading.Thread(target=run, name="libckpt-wait", daemon=True).start()
+    finished.wait()
+    if failure:
+        raise failure[0]
+
+
 class SaveHandle:
     """An asynchronous save started by :meth:`Store.save`.
 
@@ -94,16 +122,18 @@ class SaveHandle:
             raise self._error
 
     def _settle(self) -> None:
-        try:
-            with self._h.use() as ptr:
-                try:
-                    C.ckpt_save_wait(ptr)
-                except Error as e:
-                    self._error = e
-                self._stats = self._read_stats(ptr)
-        except _Closed:  # closed by another thread meanwhile
-            pass
-        self._keep = None
+        def settle() -> None:
+            try:
+                with self._h.use() as ptr:
+                    try:
+                        C.ckpt_save_wait(ptr)
+                    except Error as e:
+                        self._error = e
+                    self._stats = self._read_stats(ptr)
+            except _Closed:  # closed by another thread meanwhile
+                pass
+            self._keep = None  # only once the library reads them no more
+        interruptible(settle, self.done)
 
     def wait_snapshot(self) -> None:
         """Block until the snapshot copy is complete: from then on the saved

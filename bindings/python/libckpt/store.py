@@ -21,7 +21,7 @@ from . import tensors as _tensors
 from .checkpoint import Checkpoint, check_framework
 from .errors import (Error, ForeignRootWarning, InvalidArgumentError,
                      NoCheckpointError, NotFoundError)
-from .handles import SaveHandle, _Handle
+from .handles import SaveHandle, _Handle, interruptible
 from .results import LoadResult, RestoreResult, restore_result
 
 _no_gc = nested.no_gc
@@ -227,6 +227,14 @@ class Store:
     def _adopt(self, handle: Any, keep: Any, step: int) -> None:
         self._orphans.append((handle, keep, step))
 
+    def _in_flight(self) -> bool:
+        """Whether a save of this store may still be running."""
+        return bool(self._orphans) or any(not h.done() for h in list(self._saves))
+
+    def _wait_in_flight(self) -> None:
+        with self._h.use() as s:  # on the thread that makes the call
+            C.ckpt_store_wait(s)
+
     def _reap(self, block: bool) -> None:
         """Free the adopted saves that have finished (all, with block)."""
         for _ in range(len(self._orphans)):
@@ -347,6 +355,10 @@ class Store:
                 "metadata nests deeper than a checkpoint holds (its JSON "
                 "may nest %d levels, the metadata going one inside)"
                 % nested.JSON_MAX_DEPTH)
+        # The library waits for the save in flight before a new one: wait
+        # here first, where Ctrl-C still interrupts (handles.interruptible),
+        # then report a dropped save that failed, at this save as promised.
+        interruptible(self._wait_in_flight, lambda: not self._in_flight())
         self._reap(block=False)
         with _no_gc():
             flat = nested.flatten(state)

@@ -190,8 +190,9 @@ def test_failed_dropped_save_is_warned_at_the_next_save(cuda, stream, root):
         store.save(1, {"x": x})  # handle dropped
         cuda.mock_cuda_reset()
         # the next save waits for that one first, then reports it
-        with pytest.warns(RuntimeWarning, match="step 1 failed"):
+        with pytest.warns(RuntimeWarning, match="step 1 failed") as seen:
             store.save(2, {"y": np.ones(3)}).wait()
+        assert [w.filename for w in seen] == [__file__], "the caller's line"
         assert store.latest() == 2
     finally:
         with pytest.raises(libckpt.DeviceError):

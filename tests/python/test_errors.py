@@ -42,6 +42,7 @@ def test_busy_when_another_process_writes(root):
             open_store(root)
         assert e.value.status == -5 and e.value.message
         assert e.value.function == "ckpt_store_open"
+        assert "readonly=True" in str(e.value) and "CKPT_OPEN" not in str(e.value)
         with open_store(root, readonly=True) as ro:  # readers take no lock
             assert ro.latest() is None
     finally:

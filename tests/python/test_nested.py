@@ -408,6 +408,22 @@ def test_a_malformed_compact_node_is_corrupt(store, monkeypatch, node):
         store.load()
 
 
+def test_numpy_text_scalars_are_plain_text(store):
+    # np.str_ and np.bytes_ (a label taken from an array) have the array
+    # protocols, but are text: stored as str and bytes, not as tensors
+    label = np.array(["cat", "dog"])[1]
+    raw = np.array([b"\x00ab"])[0]
+    store.save(1, {"label": label, "raw": raw, "w": np.ones(2)}).wait()
+    got = store.load()[1]
+    assert type(got["label"]) is str and got["label"] == "dog"
+    assert type(got["raw"]) is bytes and got["raw"] == b"\x00ab"
+
+
+def test_a_bool_step_is_refused(store):
+    with pytest.raises(TypeError, match="step must be an integer, not bool"):
+        store.save(True, {"w": np.ones(2)})
+
+
 Point = collections.namedtuple("Point", "x y")
 
 

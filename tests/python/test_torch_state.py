@@ -140,6 +140,9 @@ def test_device_moves_torch_tensors(store):
     assert got.device.type == "cpu" and torch.equal(got, torch.arange(4.0))
     with pytest.raises(ValueError, match="framework='pt'"):
         store.load(framework="np", device="cuda:0")  # arrays live on the host
+    for cpu in ("cpu", "cpu:0", torch.device("cpu")):  # the host, however named
+        assert np.array_equal(store.load(framework="np", device=cpu)[1]["w"],
+                              np.arange(4.0))
     with pytest.raises(ValueError, match="framework must be one of"):
         store.load(framework="torch")
 

@@ -44,11 +44,17 @@ def _torch_importable() -> bool:
     return True
 
 
+def _is_cpu(device: Any) -> bool:
+    """Whether `device` ("cpu", "cpu:0", torch.device("cpu")) names the host."""
+    kind = getattr(device, "type", device)
+    return isinstance(kind, str) and kind.partition(":")[0] == "cpu"
+
+
 def check_framework(framework: str, device: Any) -> None:
     if framework not in FRAMEWORKS:
         raise ValueError("framework must be one of %s, not %r"
                          % (", ".join(map(repr, FRAMEWORKS)), framework))
-    if framework == "np" and device not in (None, "cpu"):
+    if framework == "np" and device is not None and not _is_cpu(device):
         raise ValueError("device=%r needs framework='pt' or 'auto' (NumPy "
                          "arrays live in host memory)" % (device,))
 

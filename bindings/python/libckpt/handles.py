@@ -202,7 +202,7 @@ class SaveHandle:
                 return
             self.close()
             if self._error is not None and not self._waited:
-                store._lost(self._error, self.step)
+                store._lost(self._error, self.step, stacklevel=3)
         except Exception:  # interpreter shutdown
             pass
 

@@ -244,8 +244,9 @@ def _encode_plain(v: Any, path: Path) -> Any:
                 v, "__qualname__", getattr(v, "__name__", type(v).__name__))))
     raise TypeError(
         "%s: cannot save a %s; leaves must be tensors/arrays or plain "
-        "values (None, bool, int, float, str, bytes, torch.dtype, "
-        "torch.device) inside dicts, lists and tuples"
+        "values (None, bool, int, float, str, bytes, NumPy scalars, "
+        "torch.dtype, torch.device, torch.Size) inside dicts, lists and "
+        "tuples"
         % (path_str(path), type(v).__name__))
 
 
@@ -462,6 +463,12 @@ def _encode(obj: Any, path: Path, flat: Flat, name: str) -> Any:
     dotted) is `name`."""
     kind = type(obj)
     if kind in _PLAIN_SCALARS:
+        value = _encode_plain(obj, path)
+        flat.plain[path] = obj
+        return value
+    if isinstance(obj, (str, bytes)) and isinstance(obj, np.generic):
+        # np.str_, np.bytes_: array-like, but plain text (a label): a str
+        # or bytes, as other subclasses of them
         value = _encode_plain(obj, path)
         flat.plain[path] = obj
         return value

@@ -19,7 +19,7 @@ from typing import Any, Dict, Iterator, List, Optional, Union
 from . import ffi, nested, reports
 from . import tensors as _tensors
 from .checkpoint import Checkpoint, check_framework
-from .errors import (Error, ForeignRootWarning, InvalidArgumentError,
+from .errors import (BusyError, Error, ForeignRootWarning, InvalidArgumentError,
                      NoCheckpointError, NotFoundError)
 from .handles import SaveHandle, _Handle, interruptible
 from .results import LoadResult, RestoreResult, restore_result
@@ -58,6 +58,8 @@ def framework_versions() -> Dict[str, Optional[str]]:
 def _step_number(step: int, function: str) -> int:
     """`step` as the int64 the library takes: ctypes would wrap 2**64 + 5
     to 5 silently."""
+    if isinstance(step, bool):  # an int subclass, but never a step
+        raise TypeError("%s: step must be an integer, not bool" % function)
     step = operator.index(step)
     if not 0 <= step <= ffi.CKPT_STEP_MAX:
         raise InvalidArgumentError(
@@ -184,7 +186,13 @@ class Store:
         if metrics_path is not None:  # copied by ckpt_store_open
             opts.metrics_path = os.fsencode(metrics_path)
         ptr = ffi.store_p()
-        C.ckpt_store_open(_byref(ptr), os.fsencode(path), _byref(opts))
+        try:
+            C.ckpt_store_open(_byref(ptr), os.fsencode(path), _byref(opts))
+        except BusyError as e:  # the C flag's name, in Python's words
+            e.message = e.message.replace("with CKPT_OPEN_READONLY",
+                                          "with readonly=True")
+            e.args = (str(e),)
+            raise
         self._h = _Handle(ptr, C.ckpt_store_free, "store")
         if not readonly:
             _WRITERS.add(self)
@@ -253,13 +261,15 @@ class Store:
                 self._lost(e, step)
             handle.close()
 
-    def _lost(self, error: Error, step: int, warn: bool = True) -> None:
+    def _lost(self, error: Error, step: int, warn: bool = True,
+              stacklevel: int = 4) -> None:
         """A save failed and nobody waited for it: say so now, and raise it
-        from close()."""
+        from close().  The warning points `stacklevel` frames up: by
+        default the caller of the save() or close() that reaped it."""
         if warn:
             warnings.warn("libckpt: the save of step %d failed and its handle "
                           "was dropped without wait(): %s" % (step, error),
-                          RuntimeWarning, stacklevel=2)
+                          RuntimeWarning, stacklevel=stacklevel)
         if self._unreported is None:
             self._unreported = error
 
@@ -575,7 +585,7 @@ class Store:
                     raise
                 finally:
                     C.ckpt_report_free(report)
-                reports.report_skipped(skipped)
+                reports.report_skipped(skipped, stacklevel=4)  # restore's caller
                 if not ck:
                     C.ckpt_checkpoint_open(_byref(ck), s, restored,
                                            ffi.CKPT_VERIFY_QUICK)

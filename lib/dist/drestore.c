@@ -80,7 +80,7 @@ static int64_t newest_restorable(ckpt_store *s, const int64_t *steps, size_t n, 
             *fatal = rc;
             return -1;
         }
-        report_add(r, steps[i], rc, ckpt_error_last(), "", "", -1);
+        reader_report_failure(r, steps[i], rc, ckpt_error_last());
     }
     return -1;
 }

@@ -322,6 +322,23 @@ int reader_open_newest(ckpt_store *s, ckpt_verify_level level, ckpt_checkpoint *
                        newest.message);
 }
 
+void reader_report_failure(ckpt_report *r, int64_t step, int status, const char *message)
+{
+    char dir[LAYOUT_NAME_SIZE + 1], file[64] = "";
+    layout_step_name(step, dir);
+    strcat(dir, "/");
+    const char *at = message ? strstr(message, dir) : NULL;
+    if (at) { /* a step's files have safe names: no blank, ':' or '/' */
+        at += strlen(dir);
+        size_t n = strcspn(at, ": \t/");
+        if (n > 0 && n < sizeof file && at[n] != '/') {
+            memcpy(file, at, n);
+            file[n] = '\0';
+        }
+    }
+    report_add(r, step, status, message, file, "", -1);
+}
+
 int reader_is_damage(int rc)
 {
     return rc == CKPT_ECORRUPT || rc == CKPT_EINCOMPLETE || rc == CKPT_EIO ||

@@ -50,6 +50,12 @@ void reader_close(ckpt_checkpoint *ck);
  * the newest valid step skips it.  Anything else (out of memory, a device
  * error, a bug) ends the search. */
 int reader_is_damage(int status);
+
+/* report_add of a step that failed to open or verify with `message`: the
+ * file is the one the message names inside the step's directory
+ * ("step-…/manifest.json: …", "cannot read …/step-…/rank-00000.shard: …"),
+ * else none, so a report gives scripts the file whatever the problem. */
+void reader_report_failure(ckpt_report *r, int64_t step, int status, const char *message);
 /* The newest committed step that verifies at `level` (QUICK: opening it;
  * FULL: every chunk too), opened.  CKPT_ENOCKPT when none does. */
 int reader_open_newest(ckpt_store *s, ckpt_verify_level level, ckpt_checkpoint **out);

@@ -122,7 +122,7 @@ int restore_run(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
             rc = r1;
             break;
         }
-        report_add(r, steps[i], r1, ckpt_error_last(), "", "", -1);
+        reader_report_failure(r, steps[i], r1, ckpt_error_last());
     }
     if (!rc && !restored) {
         if (r->count)
@@ -140,7 +140,7 @@ static int verify_step(ckpt_store *s, int64_t step, ckpt_verify_level level, ckp
     ckpt_checkpoint *ck;
     int rc = reader_open_step(s, step, &ck);
     if (rc) {
-        report_add(r, step, rc, ckpt_error_last(), "", "", -1);
+        reader_report_failure(r, step, rc, ckpt_error_last());
         return rc;
     }
     if (level == CKPT_VERIFY_FULL)

@@ -144,7 +144,7 @@ while :; do
         why="crashed (exit $status)"
     fi
     if [ "$attempt" -ge "$max" ]; then
-        log "job $why; giving up after $max restarts"
+        log "job $why; giving up after $max restart$( ((max == 1)) || echo s)"
         exit "$status"
     fi
     attempt=$((attempt + 1))

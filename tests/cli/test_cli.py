@@ -227,6 +227,17 @@ def test_verify_valid(tmp):
     check(doc["error"]["status"] == "not_found", "missing step %s" % doc)
 
 
+def test_verify_names_the_file_of_step_level_problems(tmp):
+    root = valid_root(tmp)
+    flip_byte(os.path.join(step_dir(root, 20), "manifest.json"), 40)
+    shard = data_files(root, 30)[0]
+    os.truncate(shard, os.path.getsize(shard) // 2)
+    _, doc = ckpt_json("verify", "verify", root, "--all", rc=1)
+    files = {s["step"]: [p["file"] for p in s["problems"]] for s in doc["steps"]}
+    check(files[20] == ["manifest.json"] and files[30] == [os.path.basename(shard)],
+          "problem files %s" % files)
+
+
 def test_verify_corrupt(tmp):
     root = valid_root(tmp)
     shard = data_files(root, 30)[0]
@@ -356,6 +367,9 @@ def test_gc(tmp):
     check("would remove step-000000000010" in r.out, "dry-run text", r)
     _, doc = ckpt_json("gc", "gc", root, "--keep-last", "2", rc=0)
     check(not os.path.exists(tmpdir), "stale temporary directory kept")
+    got = sorted((e["kind"], e["step"]) for e in doc["removed"])
+    check(got == [("step", 10), ("step", 20), ("step", 30), ("temp", None)],
+          "gc must report what it removed, the stale directory too: %s" % got)
     check([s for s in tree(root) if s.startswith("step-")] ==
           ["step-000000000040", "step-000000000050"], "after gc: %s" % tree(root))
     r = expect_rc(ckpt("gc", root, "--keep-last", "2"), 0)
@@ -388,6 +402,10 @@ def test_gc_busy_and_missing(tmp):
         os.close(fd)
     check(os.path.isdir(step_dir(root, 10)), "busy gc removed a step")
     expect_rc(ckpt("gc", os.path.join(tmp, "missing"), "--keep-last", "1", "--dry-run"), 3)
+    # nor is a root made by gc: a typo in a script must not pass
+    r = expect_rc(ckpt("gc", os.path.join(tmp, "missing"), "--keep-last", "1"), 3)
+    check("does not exist" in r.err and r.out == "", "missing root", r)
+    check(not os.path.exists(os.path.join(tmp, "missing")), "gc created the root")
 
 
 # ----------------------------------------------------------------- doctor

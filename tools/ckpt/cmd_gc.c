@@ -1,6 +1,9 @@
 /* ckpt gc: retire old steps and stale temporary directories. */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -57,6 +60,31 @@ static int plan_from_report(gc_plan *p, const ckpt_report *r)
     return 0;
 }
 
+/* The temporary directories of `before` (a dry run's plan) that are gone
+ * from `root` now, added to `p` unless there: opening the root as its
+ * writer removes stale ones before gc plans, and they were removed all
+ * the same. */
+static int add_removed_temps(gc_plan *p, const gc_plan *before, const char *root)
+{
+    int dfd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return 0; /* then nothing can be told gone */
+    int rc = 0;
+    for (size_t i = 0; i < before->n && !rc; i++) {
+        struct stat sb;
+        if (before->v[i].step >= 0 || fstatat(dfd, before->v[i].name, &sb,
+                                               AT_SYMLINK_NOFOLLOW) == 0)
+            continue;
+        int listed = 0;
+        for (size_t j = 0; j < p->n && !listed; j++)
+            listed = strcmp(p->v[j].name, before->v[i].name) == 0;
+        if (!listed)
+            rc = plan_add(p, before->v[i].name, -1);
+    }
+    close(dfd);
+    return rc;
+}
+
 int cmd_gc(cli_ctx *ctx, int argc, char **argv)
 {
     const char *dir = NULL;
@@ -91,11 +119,29 @@ int cmd_gc(cli_ctx *ctx, int argc, char **argv)
         if (st == CKPT_OK && plan_from_report(&plan, report) < 0)
             st = CKPT_ENOMEM;
     } else {
-        if ((ret = cli_open_writer(ctx, dir, &store)))
+        /* Read-only first: a root that does not exist is an error, not
+         * one to create (a typo in a script), and the plan names the
+         * stale temporary directories that opening it as writer removes. */
+        gc_plan before = {0};
+        if ((ret = cli_open_readonly(ctx, dir, &store)))
             goto done;
-        st = ckpt_store_gc(store, (int)keep, 0, &report);
-        if (st == CKPT_OK && plan_from_report(&plan, report) < 0)
+        st = ckpt_store_gc(store, (int)keep, 1, &report);
+        if (st == CKPT_OK && plan_from_report(&before, report) < 0)
             st = CKPT_ENOMEM;
+        ckpt_report_free(report);
+        report = NULL;
+        ckpt_store_free(store);
+        store = NULL;
+        if (st == CKPT_OK && (ret = cli_open_writer(ctx, dir, &store))) {
+            plan_free(&before);
+            goto done;
+        }
+        if (st == CKPT_OK)
+            st = ckpt_store_gc(store, (int)keep, 0, &report);
+        if (st == CKPT_OK && (plan_from_report(&plan, report) < 0 ||
+                              add_removed_temps(&plan, &before, ckpt_store_path(store)) < 0))
+            st = CKPT_ENOMEM;
+        plan_free(&before);
     }
     if (st != CKPT_OK) {
         /* Whatever the status, a failed gc is an error, not "invalid". */

@@ -40,8 +40,32 @@ static void print_error(const cli_ctx *ctx, const char *msg)
         fprintf(stderr, "ckpt %s: %s\n", ctx->cmd, msg);
 }
 
-static int vfail(cli_ctx *ctx, int exit_code, int status, const char *msg)
+/* The library's advice names its C flags; a shell user has commands and
+ * options instead.  Rewrites `msg` (a buffer of `size` bytes) in place,
+ * leaving a phrase as it is where the result would not fit. */
+static const char *const CLI_WORDS[][2] = {
+    {"open it with CKPT_OPEN_READONLY to read", "reading commands and gc --dry-run need no lock"},
+    {"open this one with CKPT_OPEN_READONLY to read", "use a reading command"},
+    {"(CKPT_OPEN_TRUST_GROUP)", "(--trust-group)"},
+};
+
+static void in_cli_words(char *msg, size_t size)
 {
+    for (size_t i = 0; i < sizeof CLI_WORDS / sizeof CLI_WORDS[0]; i++) {
+        char *at = strstr(msg, CLI_WORDS[i][0]);
+        size_t from = strlen(CLI_WORDS[i][0]), to = strlen(CLI_WORDS[i][1]);
+        if (!at || strlen(msg) - from + to >= size)
+            continue;
+        memmove(at + to, at + from, strlen(at + from) + 1);
+        memcpy(at, CLI_WORDS[i][1], to);
+    }
+}
+
+static int vfail(cli_ctx *ctx, int exit_code, int status, const char *text)
+{
+    char msg[2048];
+    snprintf(msg, sizeof msg, "%s", text);
+    in_cli_words(msg, sizeof msg);
     if (ctx->json) {
         json_t *err = json_pack("{s:s, s:s?, s:i}", "message", msg, "status",
                                 status ? cli_status_name(status) : NULL, "exit_code",

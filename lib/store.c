@@ -135,11 +135,17 @@ int ckpt_store_open_with_fsio(ckpt_store **out, const char *path,
     }
     if (!rc && s->opts.world_size > 1)
         rc = dist_open(s); /* rank 0 locks and cleans, every rank agrees */
-    else if (!rc && !s->readonly && !(rc = layout_lock(&s->lay)))
-        layout_clean_stale(&s->lay, 0, NULL); /* best effort: retried next open */
+    else if (!rc && !s->readonly && !(rc = layout_lock(&s->lay))) {
+        s->cleaned = report_new(); /* NULL: cleaned all the same, unrecorded */
+        layout_clean_stale(&s->lay, 0, s->cleaned); /* best effort: retried next open */
+    }
     if (!rc && !s->readonly &&
         !(s->events = eventlog_new(&s->lay, 0, s->opts.metrics_path)))
         rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    if (!rc)
+        eventlog_cleaned(s->events, s->cleaned);
+    ckpt_report_free(s->cleaned);
+    s->cleaned = NULL;
     s->opts.metrics_path = NULL; /* the caller's string need not outlive open */
     if (!rc)
         rc = context_start(s);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "report.h"
 #include "util.h"
 
 int dist_resolve_options(ckpt_store_options *o)
@@ -86,8 +87,10 @@ int dist_open(ckpt_store *s)
     open_note note;
     memset(&note, 0, sizeof note);
     if (o->rank == 0) {
-        if (!s->readonly && !(rc = layout_lock(&s->lay)))
-            layout_clean_stale(&s->lay, 0, NULL); /* before any rank writes */
+        if (!s->readonly && !(rc = layout_lock(&s->lay))) {
+            s->cleaned = report_new(); /* logged by ckpt_store_open */
+            layout_clean_stale(&s->lay, 0, s->cleaned); /* before any rank writes */
+        }
         if (!rc && getrandom(note.token, sizeof note.token, 0) != (ssize_t)sizeof note.token) {
             uint64_t a = (uint64_t)(util_wall_time() * 1e9), b = (uint64_t)getpid();
             memcpy(note.token, &a, 8);

@@ -282,6 +282,18 @@ void eventlog_gc(eventlog *el, int keep_last, int dry_run, int rc, const ckpt_re
     eventlog_append(el, ev);
 }
 
+void eventlog_cleaned(eventlog *el, const ckpt_report *r)
+{
+    if (!el || !r || !ckpt_report_count(r))
+        return;
+    json_t *ev = event("stale_removed");
+    json_t *removed = json_array();
+    for (size_t i = 0; removed && i < ckpt_report_count(r); i++)
+        json_array_append_new(removed, json_string(ckpt_report_get(r, i)->file));
+    json_object_set_new(ev, "removed", removed);
+    eventlog_append(el, ev);
+}
+
 /* ---------------------------------------------------------------- reading */
 
 static void count(eventlog_counts *c, json_t *ev)

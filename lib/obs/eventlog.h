@@ -57,6 +57,9 @@ void eventlog_restore(eventlog *el, int rc, const ckpt_report *report);
 void eventlog_verify(eventlog *el, int64_t step, ckpt_verify_level level, int rc,
                      const ckpt_report *report);
 void eventlog_gc(eventlog *el, int keep_last, int dry_run, int rc, const ckpt_report *report);
+/* Opening the root as its writer removed the stale temporary directories
+ * listed in `report` (NULL or empty: nothing is logged). */
+void eventlog_cleaned(eventlog *el, const ckpt_report *report);
 
 /* Counts over the events the log holds (both files). */
 typedef struct eventlog_counts {

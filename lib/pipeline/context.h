@@ -68,6 +68,8 @@ struct ckpt_store {
     int (*dist_finish)(struct ckpt_save *s, int status);
     struct dist_state *dist;
     struct eventlog *events;    /* the root's event log; NULL: read-only */
+    ckpt_report *cleaned;       /* stale temporaries removed while opening,
+                                   until the log exists to record them */
 };
 
 /* Set up the workers, codecs, pool and device of a store whose options are

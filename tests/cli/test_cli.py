@@ -374,6 +374,15 @@ def test_gc(tmp):
           ["step-000000000040", "step-000000000050"], "after gc: %s" % tree(root))
     r = expect_rc(ckpt("gc", root, "--keep-last", "2"), 0)
     check("nothing to remove" in r.out, "second gc", r)
+    # the event log has both: the stale directory (removed when gc opened
+    # the root as its writer) and the steps gc retired
+    _, doc = ckpt_json("log", "log", root, rc=0)
+    events = [(e["event"], e.get("removed")) for e in doc["events"]
+              if e["event"] in ("stale_removed", "gc")]
+    check(events == [("stale_removed", [os.path.basename(tmpdir)]),
+                     ("gc", ["step-000000000010", "step-000000000020",
+                             "step-000000000030"]),
+                     ("gc", [])], "event log after gc: %s" % events)
 
 
 def test_gc_keeps_newest_valid(tmp):

@@ -14,6 +14,7 @@
 #include "context.h"
 #include "eventlog.h"
 #include "helpers.h"
+#include "layout.h"
 
 TestSuite(events, .init = tc_setup, .fini = tc_teardown, .timeout = 240);
 
@@ -129,6 +130,52 @@ Test(events, every_call_is_recorded)
     tc_state_free(&got);
     tc_state_free(&s1);
     tc_state_free(&s2);
+}
+
+Test(events, stale_temporaries_removed_on_open_are_recorded)
+{
+    tc_state s;
+    tc_state_standard(&s, 1);
+    ckpt_store *st = tc_open(tc_root);
+    tc_save_ok(st, 1, &s);
+    ckpt_store_free(st);
+    /* what a save killed mid-way and an interrupted deletion leave */
+    char *tmp = tc_join(tc_root, LAYOUT_TMP_PREFIX "00000002-dead");
+    char *trash = tc_join(tc_root, LAYOUT_TRASH_PREFIX "00000000-dead");
+    cr_assert_eq(mkdir(tmp, 0700), 0);
+    cr_assert_eq(mkdir(trash, 0700), 0);
+    /* a reader neither removes nor records them */
+    ckpt_store *ro = tc_open_ro(tc_root);
+    ckpt_store_free(ro);
+    struct stat sb;
+    cr_assert_eq(stat(tmp, &sb), 0);
+
+    st = tc_open(tc_root);
+    cr_assert_neq(stat(tmp, &sb), 0, "the stale save directory is still there");
+    cr_assert_neq(stat(trash, &sb), 0, "the stale trash directory is still there");
+    json_t *a = events_of(st, 0);
+    size_t n = json_array_size(a);
+    cr_assert_str_eq(name_of(a, n - 1), "stale_removed");
+    json_t *removed = json_object_get(json_array_get(a, n - 1), "removed");
+    cr_assert_eq(json_array_size(removed), 2);
+    int seen_tmp = 0, seen_trash = 0;
+    for (size_t i = 0; i < 2; i++) {
+        const char *name = json_string_value(json_array_get(removed, i));
+        seen_tmp |= strcmp(name, LAYOUT_TMP_PREFIX "00000002-dead") == 0;
+        seen_trash |= strcmp(name, LAYOUT_TRASH_PREFIX "00000000-dead") == 0;
+    }
+    cr_assert(seen_tmp && seen_trash, "removed lists both directories");
+    json_decref(a);
+    /* nothing left: a second open logs nothing more */
+    ckpt_store_free(st);
+    st = tc_open(tc_root);
+    a = events_of(st, 0);
+    cr_assert_eq(json_array_size(a), n);
+    json_decref(a);
+    ckpt_store_free(st);
+    free(tmp);
+    free(trash);
+    tc_state_free(&s);
 }
 
 Test(events, a_torn_line_never_breaks_readers)

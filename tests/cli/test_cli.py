@@ -5,6 +5,7 @@ and read-only roots."""
 import fcntl
 import os
 import pty
+import re
 import select
 import subprocess
 
@@ -288,10 +289,17 @@ def test_latest(tmp):
     check(r.out == "30\n", "latest --step", r)
     _, doc = ckpt_json("latest", "latest", root, rc=0)
     check(doc["step"] == 30 and doc["level"] == "quick", "latest json %s" % doc)
+    check(r.err == "" and doc["skipped"] == [], "nothing skipped: %s" % doc)
     flip_byte(data_files(root, 30)[0])
     check(ckpt("latest", root, "--step").out == "30\n", "quick latest skips data damage?")
     r = expect_rc(ckpt("latest", root, "--full", "--step"), 0)
     check(r.out == "20\n", "latest --full must skip the corrupt step", r)
+    # the step passed over is named, with why, apart from the one line read
+    check(re.search(r"^ckpt latest: skipped newer step 30: .*rank-00000\.shard", r.err),
+          "the skipped step is named on stderr", r)
+    _, doc = ckpt_json("latest", "latest", root, "--full", rc=0)
+    check([(p["step"], p["status"]) for p in doc["skipped"]] == [(30, "corrupt")],
+          "latest --full --json names the skipped step: %s" % doc)
     flip_byte(os.path.join(step_dir(root, 20), "manifest.json"), 40)
     check(ckpt("latest", root, "--full", "--step").out == "10\n", "skip corrupt manifest")
     os.unlink(data_files(root, 30)[0])

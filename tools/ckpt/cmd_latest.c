@@ -1,5 +1,6 @@
 /* ckpt latest: the newest checkpoint that verifies, for job scripts. */
 #include <inttypes.h>
+#include <stdlib.h>
 
 #include "cli.h"
 
@@ -9,6 +10,30 @@ const cli_cmd cli_cmd_latest = {
     "and exits 1 when no checkpoint verifies, so a job script can write:\n"
     "  if step=$(ckpt latest DIR --step); then resume \"$step\"; fi",
     1, cmd_latest};
+
+/* The problems of the committed steps newer than `found` (a job script
+ * that resumes from an older step than the newest should be told why):
+ * each such step verified again at `level`, newest first.  NULL when out
+ * of memory or the root cannot be listed (then nothing is said). */
+static ckpt_report **skipped_newer(ckpt_store *store, int64_t found, ckpt_verify_level level,
+                                   size_t *n)
+{
+    int64_t *steps = NULL;
+    size_t count = 0;
+    *n = 0;
+    if (ckpt_store_steps(store, &steps, &count) != CKPT_OK)
+        return NULL;
+    ckpt_report **v = calloc(count ? count : 1, sizeof *v);
+    for (size_t i = count; v && i-- > 0 && steps[i] > found;) {
+        ckpt_report *r = NULL;
+        if (ckpt_verify(store, steps[i], level, &r) != CKPT_OK && r && ckpt_report_count(r))
+            v[(*n)++] = r;
+        else
+            ckpt_report_free(r); /* verifies now: a save committed since */
+    }
+    ckpt_free(steps);
+    return v;
+}
 
 int cmd_latest(cli_ctx *ctx, int argc, char **argv)
 {
@@ -54,14 +79,33 @@ int cmd_latest(cli_ctx *ctx, int argc, char **argv)
         goto done;
     }
     step = ckpt_checkpoint_step(ckpt);
-    if (ctx->json)
-        cli_json_print(json_pack("{s:s, s:s, s:I, s:s}", "root", ckpt_store_path(store),
-                                 "level", full ? "full" : "quick", "step", (json_int_t)step,
-                                 "path", ckpt_checkpoint_path(ckpt)));
-    else if (only_step)
-        printf("%" PRId64 "\n", step);
-    else
-        printf("%s\n", ckpt_checkpoint_path(ckpt));
+    size_t nskipped = 0;
+    ckpt_report **skipped = skipped_newer(store, step, full ? CKPT_VERIFY_FULL
+                                                          : CKPT_VERIFY_QUICK, &nskipped);
+    if (ctx->json) {
+        json_t *doc = json_pack("{s:s, s:s, s:I, s:s}", "root", ckpt_store_path(store),
+                                "level", full ? "full" : "quick", "step", (json_int_t)step,
+                                "path", ckpt_checkpoint_path(ckpt));
+        json_t *a = json_array();
+        for (size_t i = 0; i < nskipped; i++)
+            json_array_append_new(a, cli_problem_json(ckpt_report_get(skipped[i], 0)));
+        json_object_set_new(doc, "skipped", a);
+        cli_json_print(doc);
+    } else {
+        /* stdout stays the one line a script reads; the note goes to stderr */
+        for (size_t i = 0; i < nskipped; i++) {
+            const ckpt_problem *p = ckpt_report_get(skipped[i], 0);
+            fprintf(stderr, "ckpt latest: skipped newer step %" PRId64 ": %s\n", p->step,
+                    p->message ? p->message : "");
+        }
+        if (only_step)
+            printf("%" PRId64 "\n", step);
+        else
+            printf("%s\n", ckpt_checkpoint_path(ckpt));
+    }
+    for (size_t i = 0; i < nskipped; i++)
+        ckpt_report_free(skipped[i]);
+    free(skipped);
     ret = CLI_EXIT_OK;
 done:
     ckpt_checkpoint_free(ckpt);

@@ -144,13 +144,18 @@ def _from_torch(name, t, torch, writable):
     if t.layout != torch.strided:
         raise TypeError("tensor %r: layout %s is not supported (dense "
                         "tensors are)" % (name, t.layout))
+    if not t.is_contiguous() and writable and not _no_overlap(
+            t.shape, t.stride(), 1):
+        raise _overlapping(name, t.stride(), "t.clone()")
     if t.is_conj() or t.is_neg():
-        raise InvalidArgumentError(
-            "tensor %r has a lazy conjugate/negative bit; pass "
-            "t.resolve_conj().resolve_neg()" % name)
+        # A lazy conjugate or negative view (x.conj(), x.conj().imag): the
+        # bytes in memory are not its values.  As torch.save keeps the
+        # values, a save reads a resolved copy, and a restore writes one
+        # that copy_back() copies in (copy_ honours the bits).
+        buffer = t.resolve_conj().resolve_neg().contiguous()
+        return _from_torch(name, buffer, torch, writable)._replace_owner(
+            Relayout(t, buffer))
     if not t.is_contiguous():
-        if writable and not _no_overlap(t.shape, t.stride(), 1):
-            raise _overlapping(name, t.stride(), "t.clone()")
         return _relayout(name, t, torch, writable)
     device = None
     if t.device.type == "cpu":

@@ -462,6 +462,37 @@ fail:
     return rc;
 }
 
+/* Wait for the work queued on `stream` (of cu's device, current) without
+ * spinning a core: cudaStreamSynchronize spins under the default
+ * scheduling (cudaDeviceScheduleAuto spins while the process has fewer
+ * active contexts than cores, which a GPU node always has) and
+ * the application, not libckpt, owns the device flags; a host thread
+ * waiting on an event created with cudaEventBlockingSync sleeps.  Falls
+ * back to the stream synchronize when no event can be had (a sticky
+ * error: then either call returns at once). */
+static cu_err sync_stream_blocking(dcuda *cu, cu_stream stream)
+{
+    cu_event ev;
+    int cur = -1;
+    if (cu->api->GetDevice(&cur) != CU_SUCCESS || cur != cu->ordinal) {
+        cu->api->GetLastError(); /* an event made here would be of another device */
+        return cu->api->StreamSynchronize(stream);
+    }
+    ckpt_error_state e;
+    ckpt_error_capture(&e, CKPT_OK);
+    int got = event_get(cu, cu->ordinal, &ev) == CKPT_OK;
+    ckpt_error_restore(&e);
+    if (!got)
+        return cu->api->StreamSynchronize(stream);
+    cu_err err = cu->api->EventRecord(ev, stream);
+    if (err == CU_SUCCESS)
+        err = cu->api->EventSynchronize(ev);
+    else
+        err = cu->api->StreamSynchronize(stream);
+    event_put(cu, cu->ordinal, ev);
+    return err;
+}
+
 void dcuda_quiesce(dcuda *cu)
 {
     if (!cu)
@@ -470,8 +501,8 @@ void dcuda_quiesce(dcuda *cu)
     pthread_mutex_lock(&cu->mu);
     flush_locked(cu);
     pthread_mutex_unlock(&cu->mu);
-    cu_err e1 = cu->copy ? cu->api->StreamSynchronize(cu->copy) : CU_SUCCESS;
-    cu_err e2 = cu->drain ? cu->api->StreamSynchronize(cu->drain) : CU_SUCCESS;
+    cu_err e1 = cu->copy ? sync_stream_blocking(cu, cu->copy) : CU_SUCCESS;
+    cu_err e2 = cu->drain ? sync_stream_blocking(cu, cu->drain) : CU_SUCCESS;
     /* Clear only an error these calls left: an error the application had
      * pending before is the application's to read. */
     if (e1 != CU_SUCCESS || e2 != CU_SUCCESS)

@@ -49,8 +49,9 @@ typedef struct mock_cuda_counters {
     long copies;          /* memcpy operations run */
     long streams_created; /* ever */
     long spin_waits;      /* cudaEventSynchronize on an event created without
-                             cudaEventBlockingSync: a CPU core spun (CUDA's
-                             default) for the whole wait */
+                             cudaEventBlockingSync, or cudaStreamSynchronize
+                             on a stream with work pending: a CPU core spun
+                             (CUDA's default scheduling) for the whole wait */
     unsigned context_mask;   /* bit d: a thread used device d, creating its
                                 primary context (mock_cuda_forget_contexts) */
     long pageable_copies;    /* device <-> pageable host transfers: the

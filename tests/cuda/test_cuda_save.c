@@ -90,12 +90,26 @@ static size_t nsteps(ckpt_store *st)
     return n;
 }
 
+/* The application's own cudaStreamSynchronize: the mock counts it as a
+ * spinning wait (it is one); those are added to *spins so that a test can
+ * tell them from the library's. */
+static int app_sync(void *stream, long *spins)
+{
+    mock_cuda_counters a, b;
+    M.get_counters(&a);
+    int rc = M.StreamSynchronize(stream);
+    M.get_counters(&b);
+    *spins += b.spin_waits - a.spin_waits;
+    return rc;
+}
+
 /* The caller's slow kernel writes state A on stream s, the save is ordered
  * after it, a fence orders state B after the snapshot: the checkpoint holds
  * A exactly; then the whole state restores into fresh device buffers. */
 static void fenced_save(ckpt_snapshot_mode mode, uint64_t host_limit)
 {
     ckpt_store *st = open_store(mode, 0, host_limit);
+    long app_spins = 0;
     void *s, *d1 = dmalloc(), *d2 = dmalloc();
     cr_assert_eq(M.StreamCreate(&s), 0);
     char *h = malloc(N);
@@ -121,7 +135,7 @@ static void fenced_save(ckpt_snapshot_mode mode, uint64_t host_limit)
     cr_assert_eq(M.LaunchHostFunc(s, kernel_fill, &b2), 0);
     cr_assert_eq(ckpt_save_wait(save), CKPT_OK, "%s", ckpt_error_last());
     ckpt_save_free(save);
-    cr_assert_eq(M.StreamSynchronize(s), 0);
+    cr_assert_eq(app_sync(s, &app_spins), 0);
     cr_expect_eq(pattern_check(d1, N, 11), -1, "state B never reached the buffer");
 
     expect_saved(st, 10, "layer1", 1);
@@ -142,7 +156,7 @@ static void fenced_save(ckpt_snapshot_mode mode, uint64_t host_limit)
                  ckpt_error_last());
     cr_expect_eq(ckpt_report_step(rep), 10);
     ckpt_report_free(rep);
-    cr_assert_eq(M.StreamSynchronize(rs), 0);
+    cr_assert_eq(app_sync(rs, &app_spins), 0);
     cr_expect_eq(pattern_check(r1, N, 1), -1);
     cr_expect_eq(pattern_check(r2, N, 2), -1);
     cr_expect_eq(pattern_check(rh, N, 9), -1);
@@ -151,8 +165,9 @@ static void fenced_save(ckpt_snapshot_mode mode, uint64_t host_limit)
      * without cudaEventBlockingSync each such wait spins a core. */
     mock_cuda_counters cnt;
     M.get_counters(&cnt);
-    cr_expect_eq(cnt.spin_waits, 0, "%ld waits spun a CPU core (event created without "
-                 "cudaEventBlockingSync)", cnt.spin_waits);
+    cr_expect_eq(cnt.spin_waits - app_spins, 0, "%ld waits spun a CPU core (event created "
+                 "without cudaEventBlockingSync, or cudaStreamSynchronize)",
+                 cnt.spin_waits - app_spins);
 
     ckpt_store_free(st);
     M.StreamDestroy(s);
@@ -382,6 +397,43 @@ Test(cuda_save, event_failure)
 Test(cuda_save, pinned_out_of_memory)
 {
     save_fault("cudaHostAlloc", 1, CU_OOM, 0, "cudaErrorMemoryAllocation", NULL);
+}
+
+/* A save whose begin fails while its first copies are still queued (the
+ * second enqueue is refused) waits for them before its buffers go (no
+ * copy may land in freed memory): that wait
+ * sleeps on a blocking-sync event, not in cudaStreamSynchronize, which
+ * spins a core for the rest of the copies under CUDA's default scheduling. */
+Test(cuda_save, a_failed_save_waits_for_its_copies_without_spinning)
+{
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0, 0);
+    void *d1 = dmalloc(), *d2 = dmalloc();
+    pattern_fill(d1, N, 1);
+    pattern_fill(d2, N, 2);
+    ckpt_tensor t[2] = { dtensor("layer1", d1, CKPT_MEM_DEVICE),
+                         dtensor("layer2", d2, CKPT_MEM_DEVICE) };
+    cr_assert_eq(ckpt_save_sync(st, 1, t, 2, NULL), CKPT_OK, "%s", ckpt_error_last());
+    mock_cuda_counters before, after;
+    M.get_counters(&before);
+    M.set_copy_delay_us(100000); /* the copies outlast the failed wait */
+    M.fault("cudaMemcpyAsync", 2, CU_UNKNOWN, 0); /* layer2's, layer1's queued */
+    ckpt_save *save = NULL;
+    int rc = ckpt_save_begin(&save, st, 2, t, 2, NULL);
+    if (rc == CKPT_OK)
+        rc = ckpt_save_wait(save);
+    cr_assert_eq(rc, CKPT_EDEVICE, "got %d: %s", rc, ckpt_error_last());
+    ckpt_save_free(save);
+    M.get_counters(&after);
+    cr_expect_eq(M.fault_fired("cudaMemcpyAsync"), 1);
+    cr_expect_eq(after.spin_waits, before.spin_waits, "%ld waits spun a CPU core",
+                 after.spin_waits - before.spin_waits);
+    M.reset();
+    cr_assert_eq(ckpt_save_sync(st, 3, t, 2, NULL), CKPT_OK, "%s", ckpt_error_last());
+    expect_saved(st, 3, "layer2", 2);
+    ckpt_store_free(st);
+    M.Free(d1);
+    M.Free(d2);
+    expect_no_leaks(&M);
 }
 
 Test(cuda_save, device_lost_during_restore)

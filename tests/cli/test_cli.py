@@ -582,3 +582,24 @@ def test_reading_a_root_of_another_user_says_whose_it_is(tmp):
     r = expect_rc(ckpt("latest", root), 0)
     check(r.out == own.out, "stdout changed", r)
     check("belongs to uid 65534" in r.err and "not to you" in r.err, "no note", r)
+
+
+def test_gc_dry_run_on_another_users_root_says_gc_will_be_refused(tmp):
+    """A dry run reads any root; the gc it plans needs a writer, which is
+    refused in another user's root: the plan comes with a note saying so."""
+    if os.geteuid() != 0:
+        pytest.skip("changing a directory's owner needs root")
+    root = valid_root(tmp, (10, 20))
+    own = expect_rc(ckpt("gc", root, "--keep-last", "1", "--dry-run"), 0)
+    check("refused" not in own.err, "a note on one's own root", own)
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files:
+            os.lchown(os.path.join(dirpath, name), 65534, -1)
+    os.lchown(root, 65534, -1)
+    r = expect_rc(ckpt("gc", root, "--keep-last", "1", "--dry-run"), 0)
+    check(r.out == own.out == "would remove step-000000000010\n", "plan changed", r)
+    check("gc without --dry-run will be refused" in r.err and "uid 65534" in r.err,
+          "no note that gc will be refused", r)
+    r = expect_rc(ckpt("gc", root, "--keep-last", "1"), 3)
+    check("belongs to uid 65534" in r.err, "the refusal", r)
+    check(os.path.isdir(step_dir(root, 10)), "gc removed a step of another user's root")

@@ -1,5 +1,6 @@
 /* ckpt gc: retire old steps and stale temporary directories. */
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -85,6 +86,20 @@ static int add_removed_temps(gc_plan *p, const gc_plan *before, const char *root
     return rc;
 }
 
+/* A dry run reads any root it may read; the gc it plans needs a writer,
+ * which libckpt refuses in a root another user owns (unless told to trust
+ * the group).  Said on stderr, so the plan is not taken for what will
+ * happen. */
+static void note_foreign_root(const cli_ctx *ctx, const char *root)
+{
+    struct stat sb;
+    if (ctx->trust_group || stat(root, &sb) != 0 || sb.st_uid == geteuid())
+        return;
+    fprintf(stderr, "ckpt gc: note: gc without --dry-run will be refused here: %s belongs "
+            "to uid %u, not to you (uid %u); a group's shared root needs --trust-group\n",
+            root, (unsigned)sb.st_uid, (unsigned)geteuid());
+}
+
 int cmd_gc(cli_ctx *ctx, int argc, char **argv)
 {
     const char *dir = NULL;
@@ -165,6 +180,8 @@ int cmd_gc(cli_ctx *ctx, int argc, char **argv)
         if (!plan.n)
             printf("nothing to remove\n");
     }
+    if (dry)
+        note_foreign_root(ctx, ckpt_store_path(store));
     ret = CLI_EXIT_OK;
 done:
     plan_free(&plan);

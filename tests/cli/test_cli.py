@@ -603,3 +603,28 @@ def test_gc_dry_run_on_another_users_root_says_gc_will_be_refused(tmp):
     r = expect_rc(ckpt("gc", root, "--keep-last", "1"), 3)
     check("belongs to uid 65534" in r.err, "the refusal", r)
     check(os.path.isdir(step_dir(root, 10)), "gc removed a step of another user's root")
+
+
+def test_writing_commands_refuse_a_link_another_user_planted(tmp):
+    """gc and import reach the library with the path as given: a link
+    another user planted in a sticky shared directory, pointing at one of
+    the caller's roots, is refused there as for any writer (resolving it
+    first would hide it), and nothing is removed or written."""
+    if os.geteuid() != 0:
+        pytest.skip("making a link owned by another user needs root")
+    root = valid_root(tmp, (10, 20))
+    shared = os.path.join(tmp, "shared")
+    os.mkdir(shared)
+    os.chmod(shared, 0o1777)
+    link = os.path.join(shared, "job")
+    os.symlink(root, link)
+    os.lchown(link, 65534, 65534)
+    before = tree(root)
+    r = expect_rc(ckpt("gc", link, "--keep-last", "1"), 3)
+    check("symbolic link" in r.err and link in r.err, "gc through the planted link", r)
+    check(tree(root) == before, "gc through a planted link changed the root")
+    # the caller's own link is followed
+    own = os.path.join(shared, "mine")
+    os.symlink(root, own)
+    r = expect_rc(ckpt("gc", own, "--keep-last", "1"), 0)
+    check("removed step-000000000010" in r.out, "gc through one's own link", r)

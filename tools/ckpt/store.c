@@ -12,17 +12,16 @@
 #include "cli.h"
 
 /* Absolute paths in what the commands print (job scripts cd around). */
-static const char *absolute(const char *dir, char *buf)
-{
-    return realpath(dir, buf) ? buf : dir;
-}
+/* Roots are handed to the library as the user gave them, never resolved
+ * here first: the library checks the symbolic links on the way (a writer
+ * refuses one planted by another user, docs/RELIABILITY.md), which a
+ * realpath() in front of it would hide. */
 
 int cli_open_readonly(cli_ctx *ctx, const char *dir, ckpt_store **out)
 {
     ckpt_store_options opts = CKPT_STORE_OPTIONS_INIT;
-    char abs[PATH_MAX];
     opts.flags = CKPT_OPEN_READONLY | (ctx->trust_group ? CKPT_OPEN_TRUST_GROUP : 0u);
-    int st = ckpt_store_open(out, absolute(dir, abs), &opts);
+    int st = ckpt_store_open(out, dir, &opts);
     if (st != CKPT_OK) {
         /* A root that cannot be opened is an I/O problem, never "invalid". */
         int code = cli_exit_for(st);
@@ -35,7 +34,8 @@ int cli_open_readonly(cli_ctx *ctx, const char *dir, ckpt_store **out)
      * someone else before the job ran: say whose it is, on stderr, so a job
      * script that reads first does not take it silently for its own. */
     struct stat sb;
-    if (stat(absolute(dir, abs), &sb) == 0 && sb.st_uid != geteuid() && sb.st_uid != 0) {
+    const char *abs = ckpt_store_path(*out);
+    if (stat(abs, &sb) == 0 && sb.st_uid != geteuid() && sb.st_uid != 0) {
         struct passwd *pw = getpwuid(sb.st_uid);
         fprintf(stderr, "ckpt %s: note: %s belongs to uid %u%s%s%s, not to you: its "
                 "checkpoints are that user's (checksums prove integrity, not origin)\n",
@@ -48,11 +48,10 @@ int cli_open_readonly(cli_ctx *ctx, const char *dir, ckpt_store **out)
 int cli_open_writer(cli_ctx *ctx, const char *dir, ckpt_store **out)
 {
     ckpt_store_options opts = CKPT_STORE_OPTIONS_INIT;
-    char abs[PATH_MAX];
     opts.keep_last = 0; /* the CLI never retires steps as a side effect */
     opts.flags = (ctx->trust_group ? CKPT_OPEN_TRUST_GROUP : 0u) |
                  (ctx->rewind ? CKPT_OPEN_REWIND : 0u);
-    int st = ckpt_store_open(out, absolute(dir, abs), &opts);
+    int st = ckpt_store_open(out, dir, &opts);
     if (st != CKPT_OK) {
         int code = cli_exit_for(st);
         return cli_fail(ctx, code == CLI_EXIT_INVALID ? CLI_EXIT_ERROR : code, st,

@@ -898,8 +898,12 @@ CKPT_API int ckpt_restore_options_init(ckpt_restore_options *opts,
  * out also on failure; its step is the one restored).  A dtype, shape or
  * size that differs from the checkpoint is CKPT_EMISMATCH and a name not in
  * it CKPT_ENOTFOUND (unless allow_missing): those are the caller's errors,
- * not reasons to fall back.  On failure the buffers' contents are
- * unspecified.  Waits for a save in flight first.  `opts` may be NULL.
+ * not reasons to fall back.  One buffer may be given under several names
+ * (the same `data` and `bytes`: tied weights): the name given last is
+ * written into it and the others are still read and verified; buffers
+ * that overlap otherwise are CKPT_EINVAL.  On failure the buffers'
+ * contents are unspecified.  Waits for a save in flight first.  `opts`
+ * may be NULL.
  *
  * Returns CKPT_OK; CKPT_ENOCKPT (CKPT_LATEST and no checkpoint could be
  * restored); CKPT_EMISMATCH; CKPT_ENOTFOUND (no such step or tensor);
@@ -908,8 +912,8 @@ CKPT_API int ckpt_restore_options_init(ckpt_restore_options *opts,
  * `opts->version`; CKPT_EIO, CKPT_EACCES (reading; with CKPT_LATEST a step
  * giving CKPT_EIO is skipped, one giving CKPT_EACCES is not); CKPT_EINVAL
  * (NULL `store`, a step that is neither >= 0 nor CKPT_LATEST, a tensor
- * breaking a rule of ckpt_tensor, a name given twice, a device pointer the
- * runtime calls host memory); CKPT_ENODEVICE, CKPT_EDEVICE (device
+ * breaking a rule of ckpt_tensor, a name given twice, buffers overlapping,
+ * a device pointer the runtime calls host memory); CKPT_ENODEVICE, CKPT_EDEVICE (device
  * buffers); CKPT_ENOMEM.  Thread-safe.
  */
 CKPT_API int ckpt_restore(ckpt_store *store, int64_t step, const ckpt_tensor *tensors,

@@ -1,6 +1,7 @@
 /* restore: newest-valid restore and verification on top of reader.c. */
 #include "restore.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,85 @@ static int match(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count, int al
     return CKPT_OK;
 }
 
+typedef struct span {
+    uintptr_t at;
+    uint64_t bytes;
+    size_t k; /* index in the targets, which is the caller's order */
+} span;
+
+static int span_cmp(const void *a, const void *b)
+{
+    const span *x = a, *y = b;
+    if (x->at != y->at)
+        return x->at < y->at ? -1 : 1;
+    return x->k < y->k ? -1 : x->k > y->k;
+}
+
+/* Targets that share memory.  Workers write and then hash each chunk in
+ * its target, so two of them writing one buffer at once would break the
+ * hashes and pass for damage, and the restore fall back to an older step.
+ * One buffer under two names (tied weights: a model's embedding and its
+ * output layer) is allowed: the last name given is written into it, as
+ * load_state_dict copies in order, and each other one is read into a
+ * scratch buffer of its own, so that its chunks are still checked.  Any
+ * other overlap is the caller's error (CKPT_EINVAL).  The scratch buffers
+ * are added to *scratch (*nscratch of them), for the caller to free. */
+static int separate_shared(ckpt_checkpoint *ck, reader_target *tg, size_t n, void ***scratch,
+                           size_t *nscratch)
+{
+    *scratch = NULL;
+    *nscratch = 0;
+    if (n < 2)
+        return CKPT_OK;
+    span *v = malloc(n * sizeof *v);
+    if (!v)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    size_t m = 0;
+    for (size_t k = 0; k < n; k++) {
+        uint64_t bytes = ck->m.tensors[tg[k].tensor].bytes;
+        if (bytes)
+            v[m++] = (span){(uintptr_t)tg[k].dst, bytes, k};
+    }
+    qsort(v, m, sizeof *v, span_cmp);
+    int rc = CKPT_OK;
+    size_t far = 0; /* the span reaching furthest so far */
+    for (size_t i = 1; i < m && !rc; i++) {
+        const span *a = &v[far], *b = &v[i];
+        if (b->at - a->at >= a->bytes) { /* b starts past every earlier end */
+            far = i;
+            continue;
+        }
+        if (b->at == a->at && b->bytes == a->bytes) {
+            /* a second name for a's buffer: a (given earlier) goes to scratch */
+            void *buf = malloc(a->bytes);
+            void **grown = realloc(*scratch, (*nscratch + 1) * sizeof *grown);
+            if (!buf || !grown) {
+                free(buf);
+                if (grown)
+                    *scratch = grown;
+                rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
+                break;
+            }
+            *scratch = grown;
+            (*scratch)[(*nscratch)++] = buf;
+            reader_target *x = &tg[a->k];
+            x->dst = buf;
+            x->memory = CKPT_MEM_HOST;
+            x->stream = NULL;
+            x->device = -1;
+            far = i;
+            continue;
+        }
+        rc = ckpt_seterr(CKPT_EINVAL, "tensors '%s' and '%s' overlap in memory (%llu bytes "
+                         "at %p, %llu bytes at %p): a restore cannot write both; give each "
+                         "a buffer of its own", ck->m.tensors[tg[a->k].tensor].name,
+                         ck->m.tensors[tg[b->k].tensor].name, (unsigned long long)a->bytes,
+                         (void *)a->at, (unsigned long long)b->bytes, (void *)b->at);
+    }
+    free(v);
+    return rc;
+}
+
 int restore_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
                  const ckpt_restore_options *o, int *caller_error, ckpt_checkpoint **keep)
 {
@@ -81,7 +161,8 @@ int restore_from(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count,
     int rc;
     *caller_error = 0;
     reader_target *targets = calloc(count ? count : 1, sizeof *targets);
-    size_t n = 0;
+    size_t n = 0, nscratch = 0;
+    void **scratch = NULL;
     if (!targets) {
         rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
     } else if ((rc = match(ck, t, count, o->allow_missing, targets, &n))) {
@@ -89,8 +170,14 @@ int restore_from(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count,
     } else {
         for (size_t i = 0; i < n; i++)
             targets[i].stream = o->cuda_stream;
-        rc = reader_read(ck, targets, n);
+        if ((rc = separate_shared(ck, targets, n, &scratch, &nscratch)))
+            *caller_error = 1;
+        else
+            rc = reader_read(ck, targets, n);
     }
+    for (size_t i = 0; i < nscratch; i++)
+        free(scratch[i]);
+    free(scratch);
     free(targets);
     return rc;
 }

@@ -190,6 +190,77 @@ Test(roundtrip, subset_any_order)
     ckpt_store_free(st);
 }
 
+/* Two names for one buffer (tied weights) restore as load_state_dict
+ * would: the name given last is written into it, every chunk of both is
+ * checked, and the newest step is not mistaken for a damaged one (workers
+ * writing one buffer at once broke each other's hashes); two targets that
+ * overlap otherwise are refused, naming both, before anything is read. */
+Test(roundtrip, one_buffer_under_two_names)
+{
+    const int64_t shape[1] = {1 << 18}; /* 1 MiB of float32: several chunks */
+    tc_state s1, s2;
+    tc_state_init(&s1);
+    tc_state_init(&s2);
+    tc_state_add(&s1, "a", CKPT_F32, 1, shape, TC_RANDOM, 1);
+    tc_state_add(&s1, "b", CKPT_F32, 1, shape, TC_RANDOM, 1);
+    tc_state_add(&s2, "a", CKPT_F32, 1, shape, TC_RANDOM, 2); /* random: stored raw */
+    tc_state_add(&s2, "b", CKPT_F32, 1, shape, TC_RANDOM, 3);
+    ckpt_store *st = tc_open(tc_root);
+    tc_save_ok(st, 1, &s1);
+    tc_save_ok(st, 2, &s2);
+    size_t bytes = s2.t[0].bytes;
+    unsigned char *w = malloc(bytes);
+    ckpt_tensor t[2] = {s2.t[0], s2.t[1]};
+    t[0].data = t[1].data = w;
+    ckpt_report *r = NULL;
+    for (int rep = 0; rep < 5; rep++) {
+        memset(w, 0, bytes);
+        cr_assert_eq(ckpt_restore(st, CKPT_LATEST, t, 2, NULL, &r), CKPT_OK, "%s",
+                     ckpt_error_last());
+        cr_assert_eq(ckpt_report_step(r), 2, "restored step %lld",
+                     (long long)ckpt_report_step(r));
+        cr_assert_eq(ckpt_report_count(r), 0, "a step skipped: %s",
+                     ckpt_report_get(r, 0)->message);
+        ckpt_report_free(r);
+        cr_assert(memcmp(w, s2.t[1].data, bytes) == 0, "the buffer does not hold 'b'");
+    }
+    /* the other order: 'a' is written last */
+    t[0] = s2.t[1];
+    t[1] = s2.t[0];
+    t[0].data = t[1].data = w;
+    cr_assert_eq(ckpt_restore(st, 2, t, 2, NULL, NULL), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert(memcmp(w, s2.t[0].data, bytes) == 0, "the buffer does not hold 'a'");
+    char *dir = tc_step_dir(tc_root, 2);
+    char *shard = tc_find_suffix(dir, ".shard");
+    /* overlapping otherwise: refused, naming both */
+    unsigned char *big = malloc(bytes + 4096);
+    t[0] = s2.t[0];
+    t[1] = s2.t[1];
+    t[0].data = big;
+    t[1].data = big + 4096;
+    memset(big, 0x5a, bytes + 4096);
+    cr_assert_eq(ckpt_restore(st, 2, t, 2, NULL, NULL), CKPT_EINVAL);
+    cr_assert(strstr(ckpt_error_last(), "'a' and 'b' overlap in memory"), "%s",
+              ckpt_error_last());
+    for (size_t i = 0; i < bytes + 4096; i++)
+        cr_assert_eq(big[i], 0x5a, "byte %zu written by a refused restore", i);
+    /* tied targets never hide damage: flip a byte of the step's shard (of
+     * 'a' or 'b'), and the restore of step 2 fails whichever name it hit */
+    tc_flip_byte(shard, 100);
+    t[0] = s2.t[0];
+    t[1] = s2.t[1];
+    t[0].data = t[1].data = w;
+    cr_assert_eq(ckpt_restore(st, 2, t, 2, NULL, NULL), CKPT_ECORRUPT, "%s",
+                 ckpt_error_last());
+    free(big);
+    free(shard);
+    free(dir);
+    free(w);
+    ckpt_store_free(st);
+    tc_state_free(&s1);
+    tc_state_free(&s2);
+}
+
 static uint64_t save_stats(ckpt_store *st, int64_t step, const tc_state *s,
                            ckpt_save_stats *stats)
 {

@@ -212,6 +212,48 @@ def test_restore_into_parameters_in_place(store):
         assert torch.equal(v, saved[k])
 
 
+def test_tied_weights_restore_from_the_newest_step(store):
+    """A model whose output layer shares its embedding's weight lists one
+    tensor under two names.  Restoring into it takes the newest step
+    (before, two workers wrote and hashed the one buffer at once, which
+    read as damage and fell back to an older step) and fills it from the
+    last name, as load_state_dict would."""
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(512, 256)
+            self.out = torch.nn.Linear(256, 512, bias=False)
+            self.out.weight = self.emb.weight
+
+    torch.manual_seed(0)
+    m = Tied()
+    assert m.state_dict()["emb.weight"].data_ptr() == \
+        m.state_dict()["out.weight"].data_ptr()
+    store.save(1, m.state_dict()).wait()
+    with torch.no_grad():
+        m.emb.weight.copy_(torch.randn(512, 256))  # random: stored raw
+    want = m.emb.weight.detach().clone()
+    store.save(2, m.state_dict()).wait()
+    with torch.no_grad():
+        m.emb.weight.zero_()
+    for _ in range(3):
+        r = store.restore(m.state_dict())
+        assert int(r) == 2 and not r.skipped
+        assert torch.equal(m.emb.weight, want)
+    # two distinct tensors saved, restored into one buffer: the last wins
+    a, b = torch.randn(1000), torch.randn(1000)
+    store.save(3, {"a": a, "b": b}).wait()
+    w = torch.zeros(1000)
+    r = store.restore({"a": w, "b": w})
+    assert int(r) == 3 and not r.skipped and torch.equal(w, b)
+    # overlapping otherwise: refused by name before anything is written
+    big = torch.zeros(1500)
+    with pytest.raises(libckpt.InvalidArgumentError,
+                       match="'a' and 'b' overlap in memory"):
+        store.restore({"a": big[:1000], "b": big[500:]}, step=3)
+    assert not big.any()
+
+
 def test_mixed_numpy_and_torch(store):
     store.save(1, {"np": np.arange(4), "pt": torch.arange(4)}).wait()
     _, got = store.load(framework="np")

@@ -529,8 +529,11 @@ class Store:
                 strict: bool = True, allow_missing: Optional[bool] = None
                 ) -> RestoreResult:
         """Restore into the tensors of ``state`` (nested as for
-        :meth:`save`; writable, and no two elements at one address), in place, matched by their
-        flattened names, from ``step`` or, with None, the newest
+        :meth:`save`; writable; one tensor may stand under several names,
+        as tied weights do, and is then filled from the last of them, as
+        ``load_state_dict`` would; tensors must not overlap otherwise), in
+        place, matched by their flattened names, from ``step`` or, with
+        None, the newest
         checkpoint that can be restored.  Returns the step as a
         :class:`RestoreResult`, whose ``.state`` holds the plain values
         from the checkpoint (they cannot be filled in place).

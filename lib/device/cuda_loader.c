@@ -25,13 +25,27 @@ static const char *const k_resident[] = { "libcudart.so.13", "libcudart.so.12",
 #define CU_ERR_STUB_LIBRARY 34
 #define CU_ERR_INSUFFICIENT_DRIVER 35
 
-/* Written once under g_once, read-only afterwards. */
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+/* The runtime loader's state, the library's one global (STYLE.md).  Written
+ * under g_mu by load(): once, and again only while no runtime has been
+ * found and the process has loaded more objects since the last look (an
+ * application that imports its GPU framework after asking libckpt).
+ * g_api and g_library are final once g_status is CKPT_OK (release). */
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static cuda_api g_api;
-static int g_status = CKPT_ENODEVICE;
-static char g_msg[2048];
+static atomic_int g_status = CKPT_ENODEVICE;
+static char g_msg[2048];     /* under g_mu */
 static char g_library[1024];
-static atomic_int g_done; /* set (release) once the fields above are final */
+static atomic_int g_done;    /* a look has been made (release) */
+/* Runtimes load() opened itself and refused (too old, too new for the
+ * driver, no device), left loaded because unloading a runtime is unsafe:
+ * not the application's, so find_resident() passes over them.  Appended
+ * under g_mu, read without it (count published with release). */
+#define MAX_REFUSED 16
+static void *_Atomic g_refused[MAX_REFUSED];
+static atomic_size_t g_nrefused;
+static unsigned long long g_retry_at; /* under g_mu: after a look that found no
+                                         runtime, the loaded-object count then
+                                         (plus 1); 0: no second look */
 
 static void msg_append(char *buf, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -123,10 +137,33 @@ static void resolve_driver(void *h, cuda_api *a)
 /* A runtime the process already has: a library loaded by the application,
  * or (for statically linked ones that export it) a global symbol.  *h gets
  * the handle to resolve with (RTLD_DEFAULT, which is NULL, for the latter). */
+static int refused_by_us(void *h)
+{
+    size_t n = atomic_load_explicit(&g_nrefused, memory_order_acquire);
+    for (size_t i = 0; i < n; i++)
+        if (atomic_load_explicit(&g_refused[i], memory_order_relaxed) == h)
+            return 1;
+    return 0;
+}
+
+/* g_mu held: remember `h` as refused (see g_refused). */
+static void note_refused(void *h)
+{
+    size_t n = atomic_load_explicit(&g_nrefused, memory_order_relaxed);
+    if (!h || n == MAX_REFUSED || refused_by_us(h))
+        return;
+    atomic_store_explicit(&g_refused[n], h, memory_order_relaxed);
+    atomic_store_explicit(&g_nrefused, n + 1, memory_order_release);
+}
+
 static int find_resident(void **h, const char **what)
 {
     for (size_t i = 0; i < sizeof k_resident / sizeof k_resident[0]; i++) {
         *h = dlopen(k_resident[i], RTLD_NOW | RTLD_NOLOAD);
+        if (*h && refused_by_us(*h)) {
+            dlclose(*h); /* ours, refused: drop the reference NOLOAD took */
+            *h = NULL;
+        }
         if (*h) {
             *what = k_resident[i];
             return 1;
@@ -211,7 +248,7 @@ static int too_old(const cuda_api *a, int *version)
     return *version > 0 && *version < 11000;
 }
 
-static void load(void)
+static void load(int *resident)
 {
     char tried[1536] = "", buf[256];
     const char *what = NULL;
@@ -221,8 +258,10 @@ static void load(void)
     int count = 0;
     cu_err err = CU_SUCCESS;
 
+    *resident = 0;
     if (find_resident(&h, &what)) {
         char why[256];
+        *resident = 1;
         if (resolve(h, &a, why, sizeof why) != 0) {
             snprintf(g_msg, sizeof g_msg,
                      "the CUDA runtime already in the process (%s) is unusable: %s",
@@ -267,6 +306,7 @@ static void load(void)
             if (too_old(&a, &v)) {
                 msg_append(tried, sizeof tried, "; %s: version %d.%d, before 11.0", names[i],
                            v / 1000, (v % 1000) / 10);
+                note_refused(h);
                 h = NULL; /* left loaded, as below */
                 refused = 1;
                 memset(&a, 0, sizeof a);
@@ -278,6 +318,7 @@ static void load(void)
                            cuda_loader_errstr(&a, err, buf, sizeof buf));
                 /* Left loaded (RTLD_LOCAL, so its symbols stay apart):
                  * unloading a runtime is unsafe. */
+                note_refused(h);
                 h = NULL;
                 memset(&a, 0, sizeof a);
                 continue;
@@ -304,8 +345,10 @@ static void load(void)
             cuda_loader_errstr(&a, err, buf, sizeof buf);
         else
             snprintf(buf, sizeof buf, "device count is 0");
-        if (!what)
+        if (!what) {
             a.GetLastError(); /* our runtime: leave no error behind */
+            note_refused(h);
+        }
         snprintf(g_msg, sizeof g_msg, "CUDA runtime loaded (%s) but no device: %s",
                  g_library, buf);
         return; /* keep the library loaded: unloading a runtime is unsafe */
@@ -313,21 +356,45 @@ static void load(void)
     a.library = g_library;
     a.device_count = count;
     g_api = a;
-    g_status = CKPT_OK;
+    atomic_store_explicit(&g_status, CKPT_OK, memory_order_release);
 }
 
-static void load_once(void)
+static unsigned long long loaded_objects(void);
+
+/* Look for the runtime unless a look has been made that stays true: one
+ * that found a usable runtime, or an unusable one in the process, or
+ * found none while the process has loaded nothing since. */
+static void ensure_loaded(void)
 {
-    load();
-    atomic_store_explicit(&g_done, 1, memory_order_release);
+    if (atomic_load_explicit(&g_status, memory_order_acquire) == CKPT_OK)
+        return;
+    pthread_mutex_lock(&g_mu);
+    int look = !atomic_load_explicit(&g_done, memory_order_relaxed);
+    if (!look && g_retry_at && atomic_load_explicit(&g_status, memory_order_relaxed)) {
+        unsigned long long now = loaded_objects();
+        look = now && now != g_retry_at;
+    }
+    if (look) {
+        int resident;
+        g_msg[0] = 0;
+        load(&resident);
+        g_retry_at = atomic_load_explicit(&g_status, memory_order_relaxed) && !resident
+                         ? loaded_objects() : 0;
+        atomic_store_explicit(&g_done, 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&g_mu);
 }
 
 int cuda_loader_get(const cuda_api **api)
 {
-    pthread_once(&g_once, load_once);
-    if (g_status != CKPT_OK) {
+    ensure_loaded();
+    int st = atomic_load_explicit(&g_status, memory_order_acquire);
+    if (st != CKPT_OK) {
         *api = NULL;
-        return ckpt_seterr(g_status, "%s", g_msg);
+        pthread_mutex_lock(&g_mu);
+        ckpt_seterr(st, "%s", g_msg);
+        pthread_mutex_unlock(&g_mu);
+        return st;
     }
     *api = &g_api;
     return CKPT_OK;
@@ -341,6 +408,13 @@ static int count_adds(struct dl_phdr_info *info, size_t size, void *arg)
         return -1;
     *(unsigned long long *)arg = info->dlpi_adds;
     return 1; /* the first object tells */
+}
+
+/* The dynamic linker's count of loaded objects plus 1; 0 when unknown. */
+static unsigned long long loaded_objects(void)
+{
+    unsigned long long adds = 0;
+    return dl_iterate_phdr(count_adds, &adds) == 1 ? adds + 1 : 0;
 }
 
 /* runtime_in_process(), remembering an absence until another object is
@@ -363,17 +437,15 @@ static int runtime_in_process_cached(void)
 const cuda_api *cuda_loader_peek(void)
 {
     /* loaded: the common case of a GPU process, asked once per tensor */
-    if (atomic_load_explicit(&g_done, memory_order_acquire) && g_status == CKPT_OK)
+    if (atomic_load_explicit(&g_status, memory_order_acquire) == CKPT_OK)
         return &g_api;
     const char *env = getenv("CKPT_CUDART_LIBRARY");
     if ((env && *env) || runtime_in_process_cached()) {
-        pthread_once(&g_once, load_once);
-        return g_status == CKPT_OK ? &g_api : NULL;
+        ensure_loaded(); /* looks again if a runtime came since a failed look */
+        return atomic_load_explicit(&g_status, memory_order_acquire) == CKPT_OK ? &g_api
+                                                                               : NULL;
     }
-    /* Someone may already have loaded it through cuda_loader_get(). */
-    if (!atomic_load_explicit(&g_done, memory_order_acquire))
-        return NULL;
-    return g_status == CKPT_OK ? &g_api : NULL;
+    return NULL;
 }
 
 const char *cuda_loader_errstr(const cuda_api *api, cu_err err, char *buf, size_t len)

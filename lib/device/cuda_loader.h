@@ -106,7 +106,9 @@ typedef struct cuda_api {
 
 /* The runtime table, loading it on first use.  CKPT_ENODEVICE with a message
  * ("no CUDA runtime found (tried ...)", "CUDA runtime loaded but no
- * device") when there is none; the outcome is decided once per process. */
+ * device") when there is none.  A look that found a runtime, usable or
+ * not, is final; one that found none is made again once the process has
+ * loaded another object (a framework imported after libckpt was asked). */
 int cuda_loader_get(const cuda_api **api);
 
 /* The table when a runtime is already loaded, is in the process, or was asked

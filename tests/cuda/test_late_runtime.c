@@ -62,3 +62,47 @@ Test(late_runtime, auto_pointers_see_a_runtime_loaded_after_a_save)
     ckpt_store_free(st);
     cuda_free(d);
 }
+
+/* Asked before the runtime is in the process (libckpt.cuda_available()
+ * before `import torch`, whose runtime sits outside the default search
+ * path): the failed look must not stand once a runtime is loaded, or
+ * device tensors would be refused for the rest of the process, and
+ * CKPT_MEM_AUTO would take device pointers for host memory. */
+Test(late_runtime, a_failed_first_look_is_made_again_once_a_runtime_is_loaded)
+{
+    const char *path = getenv("MOCK_CUDART");
+    cr_assert(path, "MOCK_CUDART is not set (run through meson test)");
+    cr_assert_eq(ckpt_cuda_available(), CKPT_ENODEVICE, "a runtime before the load?");
+    cr_assert_eq(ckpt_cuda_available(), CKPT_ENODEVICE); /* nothing loaded since */
+    void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    cr_assert(h, "cannot load %s: %s", path, dlerror());
+    cr_assert_eq(ckpt_cuda_available(), CKPT_OK, "%s", ckpt_error_last());
+
+    int (*cuda_malloc)(void **, size_t);
+    int (*cuda_free)(void *);
+    long (*calls)(const char *);
+    *(void **)&cuda_malloc = dlsym(h, "cudaMalloc");
+    *(void **)&cuda_free = dlsym(h, "cudaFree");
+    *(void **)&calls = dlsym(h, "mock_cuda_calls");
+    cr_assert(cuda_malloc && cuda_free && calls);
+    float w[64];
+    for (int i = 0; i < 64; i++)
+        w[i] = (float)i;
+    void *d = NULL;
+    cr_assert_eq(cuda_malloc(&d, sizeof w), 0);
+    memcpy(d, w, sizeof w);
+    ckpt_store *st;
+    ckpt_store_options o = CKPT_STORE_OPTIONS_INIT;
+    o.fsync = 0;
+    cr_assert_eq(ckpt_store_open(&st, ct_root, &o), CKPT_OK, "%s", ckpt_error_last());
+    int64_t shape[1] = { 64 };
+    ckpt_tensor t = { "w", d, sizeof w, CKPT_F32, 1, shape, CKPT_MEM_DEVICE };
+    cr_assert_eq(ckpt_save_sync(st, 1, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    long copies = calls("cudaMemcpyAsync");
+    t.memory = CKPT_MEM_AUTO;
+    cr_assert_eq(ckpt_save_sync(st, 2, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    cr_expect_gt(calls("cudaMemcpyAsync"), copies, "the AUTO device tensor was not "
+                 "copied through the runtime");
+    ckpt_store_free(st);
+    cuda_free(d);
+}

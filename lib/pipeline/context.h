@@ -24,6 +24,9 @@ typedef struct worker_ctx {
     unsigned char *out; /* decoded bytes (verify, device staging) */
     size_t out_cap;
     int out_pinned;
+    int out_asked_pinned;      /* pinned was asked for (and maybe refused: the
+                                  cap was reached); not asked again until
+                                  the buffer must grow */
     device_event *out_busy; /* H2D copy still reading `out`, or NULL */
     unsigned char *frames;  /* a batch of encoded frames, back to back */
     size_t frames_cap;

@@ -92,7 +92,9 @@ int worker_reserve_frames(worker_ctx *w, size_t n)
 
 int worker_reserve_out(ckpt_store *s, worker_ctx *w, size_t n, int pinned)
 {
-    if (w->out_cap >= n && (w->out_pinned || !pinned))
+    /* A pageable buffer that pinned memory was refused for is kept: asking
+     * again for every chunk would unmap, map and touch it each time. */
+    if (w->out_cap >= n && (w->out_pinned || !pinned || w->out_asked_pinned))
         return CKPT_OK;
     device_host_free(s->dev, w->out, w->out_cap, w->out_pinned);
     w->out = NULL;
@@ -107,5 +109,6 @@ int worker_reserve_out(ckpt_store *s, worker_ctx *w, size_t n, int pinned)
     w->out = p;
     w->out_cap = want;
     w->out_pinned = got;
+    w->out_asked_pinned = pinned;
     return CKPT_OK;
 }

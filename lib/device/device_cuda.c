@@ -927,7 +927,8 @@ int dcuda_record(dcuda *cu, int on_stream, void *stream, int ordinal, device_eve
         pthread_mutex_unlock(&cu->mu);
         if ((rc = shared_new_on(cu, ordinal, 1, &ev->data)) == CKPT_OK)
             err = cu->api->EventRecord(ev->data->e, stream);
-        if (err != CU_SUCCESS && cu->api->StreamSynchronize(stream) != CU_SUCCESS)
+        if ((rc != CKPT_OK || err != CU_SUCCESS) &&
+            cu->api->StreamSynchronize(stream) != CU_SUCCESS)
             cu->api->GetLastError(); /* no marker: copies queued there still read
                                         the caller's staging buffer; let them end */
         if (err == CU_ERR_INVALID_HANDLE) {

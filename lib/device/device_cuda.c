@@ -256,15 +256,25 @@ int dcuda_pointer_type(const cuda_api *api, const void *ptr, int *type, int *ord
      * context already; the thread is left there (making its device current
      * again would create the context after all: see guard_leave). */
     int cur = -1;
-    if (api->GetDevice(&cur) != CU_SUCCESS)
+    if (api->GetDevice(&cur) != CU_SUCCESS) {
         api->GetLastError();
-    else if (primary_inactive(api, cur))
-        for (int d = 0; d < api->device_count; d++)
-            if (d != cur && !primary_inactive(api, d)) {
-                if (api->SetDevice(d) != CU_SUCCESS)
-                    api->GetLastError();
-                break;
-            }
+    } else if (primary_inactive(api, cur)) {
+        int active = -1;
+        for (int d = 0; d < api->device_count && active < 0; d++)
+            if (d != cur && !primary_inactive(api, d))
+                active = d;
+        if (active < 0) {
+            /* No device has a context (the driver says so): no device,
+             * pinned or managed memory can exist, so the pointer is plain
+             * host memory, and asking would create a context on GPU 0 in
+             * a process that has the runtime loaded but never used it. */
+            *type = CU_MEM_UNREGISTERED;
+            *ordinal = -1;
+            return CKPT_OK;
+        }
+        if (api->SetDevice(active) != CU_SUCCESS)
+            api->GetLastError();
+    }
     cu_pointer_attributes attr;
     memset(&attr, 0, sizeof attr);
     cu_err err = api->PointerGetAttributes(&attr, ptr);

@@ -745,3 +745,38 @@ Test(semantics, waiting_from_a_fresh_thread_creates_no_context_on_gpu0)
     M.Free(d);
     expect_no_leaks(&M);
 }
+
+/* A process that has the runtime loaded but never used CUDA (a framework
+ * imported, no GPU work yet) saving host buffers declared CKPT_MEM_AUTO:
+ * with no context on any device no device memory can exist, so libckpt
+ * must not ask (cudaPointerGetAttributes would create a context on GPU 0:
+ * hundreds of MiB there, and a failure in exclusive-process mode). */
+Test(semantics, auto_host_buffers_create_no_context_when_none_exists)
+{
+    M.set_device_count(2);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0);
+    M.forget_contexts();
+    char *h = malloc(N);
+    pattern_fill(h, N, 4);
+    long asked = M.calls("cudaPointerGetAttributes");
+    ckpt_tensor t = tensor("h", h, N, CKPT_MEM_AUTO);
+    cr_assert_eq(ckpt_save_sync(st, 1, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    memset(h, 0, N);
+    cr_assert_eq(ckpt_restore(st, 1, &t, 1, NULL, NULL), CKPT_OK, "%s", ckpt_error_last());
+    cr_expect_eq(pattern_check(h, N, 4), -1, "restore landed wrong bytes");
+    mock_cuda_counters c;
+    M.get_counters(&c);
+    cr_expect_eq(c.context_mask, 0u, "contexts created on devices 0x%x", c.context_mask);
+    cr_expect_eq(M.calls("cudaPointerGetAttributes"), asked, "CUDA was asked about a "
+                 "host buffer with no context anywhere");
+    /* once a device has a context, AUTO asks CUDA again (device memory may exist) */
+    void *d = dmalloc_on(1, N);
+    pattern_fill(d, N, 5);
+    t.data = d;
+    cr_assert_eq(ckpt_save_sync(st, 2, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    cr_expect_gt(M.calls("cudaPointerGetAttributes"), asked);
+    ckpt_store_free(st);
+    M.Free(d);
+    free(h);
+    expect_no_leaks(&M);
+}

@@ -246,3 +246,25 @@ def test_nested_state_of_device_arrays(cuda, stream, root):
         r = store.restore(back, strict=True)
         assert np.array_equal(back["model"]["fc.weight"].get(), w)
         assert r.state["epoch"] == 2 and "host.0" in r.unexpected_keys
+
+
+def test_pinned_limit_caps_the_pinned_memory_a_store_holds(cuda, stream, root):
+    """Store(pinned_limit=) reaches the library: a device state larger
+    than the cap still saves and restores, through pinned memory that
+    never exceeds it, where the default (1 GiB) pins the whole state."""
+    host = {"w%d" % i: np.random.default_rng(i).random(64 * 1024)
+            for i in range(4)}  # 4 x 512 KiB
+    dev = {k: DeviceArray(cuda, v, stream) for k, v in host.items()}
+    cap = 1 << 20
+    with open_store(root, pinned_limit=cap, chunk_bytes=256 * 1024) as store:
+        store.save(1, dev).wait()
+        assert 0 < store.pinned_bytes <= cap
+        back = {k: DeviceArray(cuda, np.zeros_like(v), stream)
+                for k, v in host.items()}
+        assert store.restore(back) == 1
+        assert store.pinned_bytes <= cap
+        for k, v in host.items():
+            assert np.array_equal(back[k].get(), v), k
+    with open_store(root / "default") as store:
+        store.save(1, dev).wait()
+        assert store.pinned_bytes > cap

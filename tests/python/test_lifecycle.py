@@ -227,7 +227,8 @@ def test_library_next_to_the_package(tmp_path):
 
 @pytest.mark.parametrize("option, value", [
     ("keep_last", 2**32 + 1), ("keep_last", -1), ("level", 2**32 + 1),
-    ("threads", 2**32 + 2), ("chunk_bytes", -1), ("host_memory_limit", -1)])
+    ("threads", 2**32 + 2), ("chunk_bytes", -1), ("host_memory_limit", -1),
+    ("pinned_limit", -1)])
 def test_integer_options_out_of_range_are_refused_as_passed(root, option, value):
     # ctypes would store them wrapped (keep_last=2**32+1 kept one step)
     with pytest.raises(ValueError, match=r"%s=%d is out of range" % (option, value)):

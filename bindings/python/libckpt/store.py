@@ -100,6 +100,8 @@ class Store:
     worker threads (None: online CPUs).  Keyword-only options:
     ``fsync`` (False skips fsync: tests, tmpfs), ``readonly``,
     ``chunk_bytes``, ``host_memory_limit`` (snapshot buffer cap in bytes),
+    ``pinned_limit`` (pinned host memory cap for device tensors in bytes;
+    None or 0: 1 GiB),
     ``verify_after_save`` ("stored": every chunk read back and checked
     against its stored hash, the default; "full": also decompressed and
     checked; "quick" or "none"), ``snapshot`` ("host", "device" or
@@ -129,6 +131,7 @@ class Store:
                  *, fsync: bool = True, readonly: bool = False,
                  chunk_bytes: Optional[int] = None,
                  host_memory_limit: Optional[int] = None,
+                 pinned_limit: Optional[int] = None,
                  verify_after_save: str = "stored",
                  snapshot: str = "host", trust_group: bool = False,
                  rewind: bool = False, record_command_line: bool = True,
@@ -179,6 +182,9 @@ class Store:
         if host_memory_limit is not None:
             opts.host_memory_limit = _in_range("host_memory_limit",
                                                host_memory_limit, 0, 2**64 - 1)
+        if pinned_limit is not None:
+            opts.pinned_limit = _in_range("pinned_limit", pinned_limit, 0,
+                                          2**64 - 1)
         opts.fsync = 1 if fsync else 0
         opts.verify_after_save = _choice("verify_after_save", _VERIFY,
                                          verify_after_save)

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -311,12 +312,43 @@ int fsio_readlink(const fsio *fs, const char *path, char **target)
     }
 }
 
+/* 1 when the POSIX access ACL of `path` (or `fd`) gives write permission,
+ * after its mask, to a named user other than `owner` or to a named group.
+ * The xattr is the kernel's posix_acl_xattr layout: a 4-byte version,
+ * then 8-byte entries {le16 tag, le16 perm, le32 id}.  No ACL (ENODATA),
+ * or no ACL support: 0.  One too large to read: 1 (assume the worst). */
+static int acl_writers(const char *path, int fd, unsigned owner)
+{
+    unsigned char b[4 + 8 * 128];
+    ssize_t n = fd >= 0 ? fgetxattr(fd, "system.posix_acl_access", b, sizeof b)
+                        : lgetxattr(path, "system.posix_acl_access", b, sizeof b);
+    if (n < 0)
+        return errno == ERANGE;
+    if (n < 4 || (n - 4) % 8 != 0)
+        return 0;
+    unsigned mask = 7, named = 0;
+    for (ssize_t i = 4; i < n; i += 8) {
+        unsigned tag = b[i] | (unsigned)b[i + 1] << 8, perm = b[i + 2] | (unsigned)b[i + 3] << 8;
+        uint32_t id = b[i + 4] | (uint32_t)b[i + 5] << 8 | (uint32_t)b[i + 6] << 16 |
+                      (uint32_t)b[i + 7] << 24;
+        if (tag == 0x10) /* ACL_MASK */
+            mask = perm;
+        else if ((tag == 0x02 && id != owner) || tag == 0x08) /* ACL_USER, ACL_GROUP */
+            named |= perm;
+    }
+    return (named & mask & 2) != 0;
+}
+
 int fsio_info_of(const fsio *fs, const char *path, int fd, fsio_info *info)
 {
     FAULT(fs, FSIO_STAT, path);
     struct stat st;
     if ((fd >= 0 ? fstat(fd, &st) : lstat(path, &st)) != 0)
         return -errno;
+    /* Links carry no ACL; an ACL without named entries is the mode itself
+     * and is never stored as an attribute, so most files cost one failed
+     * getxattr (ENODATA). */
+    info->acl_writers = S_ISLNK(st.st_mode) ? 0 : acl_writers(path, fd, (unsigned)st.st_uid);
     info->kind = S_ISREG(st.st_mode) ? FSIO_KIND_FILE : S_ISDIR(st.st_mode) ? FSIO_KIND_DIR
                : S_ISLNK(st.st_mode) ? FSIO_KIND_LINK : FSIO_KIND_OTHER;
     info->uid = (unsigned)st.st_uid;

@@ -105,6 +105,9 @@ typedef struct fsio_info {
     uint64_t dev, ino; /* identity */
     int64_t ctime_ns;  /* last status change: a rename changes it, so an
                           inode number reused by a new directory differs */
+    int acl_writers;   /* a POSIX access ACL lets a named user other than
+                          the owner, or a named group, write it (mode's
+                          group bits then show only the ACL's mask) */
 } fsio_info;
 /* Of `path`, not following a link (fd < 0), or of the open `fd`. */
 int fsio_info_of(const fsio *fs, const char *path, int fd, fsio_info *info);

@@ -51,6 +51,13 @@ static int check_mode(const trust *t, const char *path, const fsio_info *in, con
         return ckpt_seterr(CKPT_EACCES, "%s %s is writable by every user (mode %04o): "
                            "anyone could plant or swap checkpoints there; run "
                            "chmod o-w on it", what, path, in->mode);
+    if (in->acl_writers && !t->group)
+        return ckpt_seterr(CKPT_EACCES, "%s %s has a POSIX ACL that lets other users or "
+                           "groups write it (getfacl lists them): they could plant or swap "
+                           "checkpoints there; remove those entries (setfacl -x, or -b for "
+                           "all), or trust the group (CKPT_OPEN_TRUST_GROUP, ckpt "
+                           "--trust-group, Store(trust_group=True)) if it is shared on "
+                           "purpose", what, path);
     if ((in->mode & 0020) && !t->group && !private_group(in->uid, in->gid))
         return ckpt_seterr(CKPT_EACCES, "%s %s is writable by its group (gid %u, mode "
                            "%04o): run chmod g-w on it, or trust the group "
@@ -149,6 +156,8 @@ int trust_check_ancestors(const fsio *fs, const char *root, int group)
             who = "every user";
         else if ((in.mode & 0020) && !sticky && !group && !private_group(in.uid, in.gid))
             who = "its group";
+        else if (in.acl_writers && !sticky && !group)
+            who = "users or groups its POSIX ACL names (getfacl lists them)";
         if (who)
             rc = ckpt_seterr(CKPT_EACCES, "the directory %s, above the checkpoint root %s, "
                              "is writable by %s (gid %u, mode %04o) and no sticky bit of yours "
@@ -157,7 +166,7 @@ int trust_check_ancestors(const fsio *fs, const char *root, int group)
                              "send its checkpoints elsewhere; keep the root in a directory "
                              "only you may write (or one with the sticky bit, as /tmp)%s",
                              dir, root, who, in.gid, in.mode,
-                             who[0] == 'i' ? ", or trust the group (CKPT_OPEN_TRUST_GROUP, "
+                             who[0] != 'e' ? ", or trust the group (CKPT_OPEN_TRUST_GROUP, "
                              "ckpt --trust-group, Store(trust_group=True)) if it is a "
                              "shared project directory" : "");
         if (end == len)

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include "helpers.h"
@@ -499,6 +500,67 @@ Test(trust, a_directory_above_the_root_that_others_may_write_is_refused)
     cr_assert(strstr(ckpt_error_last(), "CKPT_OPEN_TRUST_GROUP"), "%s", ckpt_error_last());
     cr_assert_eq(open_flags(root, CKPT_OPEN_TRUST_GROUP, &st), CKPT_OK, "trusting the group: %s",
                  ckpt_error_last());
+    ckpt_store_free(st);
+}
+
+/* Set a POSIX access ACL on `path` naming user `uid` with `perm` (and a
+ * mask of `mask`), in the kernel's xattr layout (what setfacl writes);
+ * skips the test where the file system keeps no ACLs. */
+static void set_acl(const char *path, unsigned uid, unsigned perm, unsigned mask)
+{
+    struct { uint16_t tag, perm; uint32_t id; } e[5] = {
+        {0x01, 7, 0xffffffffu},  /* ACL_USER_OBJ */
+        {0x02, (uint16_t)perm, uid}, /* ACL_USER */
+        {0x04, 5, 0xffffffffu},  /* ACL_GROUP_OBJ r-x */
+        {0x10, (uint16_t)mask, 0xffffffffu}, /* ACL_MASK */
+        {0x20, 0, 0xffffffffu},  /* ACL_OTHER */
+    };
+    unsigned char buf[4 + sizeof e];
+    uint32_t version = 2;
+    memcpy(buf, &version, 4); /* little-endian, as the machines CI runs on */
+    memcpy(buf + 4, e, sizeof e);
+    if (setxattr(path, "system.posix_acl_access", buf, sizeof buf, 0) != 0) {
+        if (errno == ENOTSUP || errno == EOPNOTSUPP)
+            cr_skip_test("this file system keeps no POSIX ACLs");
+        cr_assert_fail("setxattr %s: %s", path, strerror(errno));
+    }
+}
+
+/* The group bits of a directory with an ACL show only its mask: a named
+ * user given write by the ACL could rename steps (or the root) away,
+ * which the mode alone does not tell when the owning group is private. */
+Test(trust, a_posix_acl_letting_another_user_write_is_refused)
+{
+    char shared[4096], root[4096];
+    snprintf(shared, sizeof shared, "%s/proj", tc_root);
+    snprintf(root, sizeof root, "%s/proj/run", tc_root);
+    cr_assert_eq(mkdir(shared, 0700), 0);
+    cr_assert_eq(mkdir(root, 0700), 0);
+    ckpt_store *st;
+    /* read and search only for another user: nothing to fear */
+    set_acl(root, OTHER_UID, 5, 5);
+    cr_assert_eq(open_flags(root, 0, &st), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_store_free(st);
+    /* write, but masked off: not effective */
+    set_acl(root, OTHER_UID, 7, 5);
+    cr_assert_eq(open_flags(root, 0, &st), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_store_free(st);
+    /* write for another user on the root */
+    set_acl(root, OTHER_UID, 7, 7);
+    assert_refused(open_flags(root, 0, &st), "root with an ACL writer", "POSIX ACL");
+    assert_refused(open_flags(root, CKPT_OPEN_READONLY, &st), "reader", "POSIX ACL");
+    cr_assert_eq(open_flags(root, CKPT_OPEN_TRUST_GROUP, &st), CKPT_OK, "trusting: %s",
+                 ckpt_error_last());
+    ckpt_store_free(st);
+    /* on the directory above it */
+    cr_assert_eq(removexattr(root, "system.posix_acl_access"), 0);
+    cr_assert_eq(chmod(root, 0700), 0);
+    set_acl(shared, OTHER_UID, 7, 7);
+    assert_refused(open_flags(root, 0, &st), "parent with an ACL writer",
+                   "above the checkpoint root");
+    cr_assert(strstr(ckpt_error_last(), "POSIX ACL"), "%s", ckpt_error_last());
+    cr_assert_eq(chmod(shared, 01770), 0); /* sticky, ours: renames are ours alone */
+    cr_assert_eq(open_flags(root, 0, &st), CKPT_OK, "sticky parent: %s", ckpt_error_last());
     ckpt_store_free(st);
 }
 

@@ -29,9 +29,28 @@ static void user_name(unsigned uid, char *buf, size_t size)
         snprintf(buf, size, "uid %u", uid);
 }
 
+/* 1 when a local account (/etc/passwd) other than `uid` has `gid` as its
+ * primary group: such members are not listed in the group entry.  Only
+ * the local file is read: enumerating a directory service (LDAP) on every
+ * open would cost too much on a large site, and its users get private
+ * groups of their own anyway.  Unreadable: 1 (assume the worst). */
+static int other_primary_member(unsigned uid, unsigned gid)
+{
+    FILE *f = fopen("/etc/passwd", "re");
+    if (!f)
+        return 1;
+    struct passwd pw, *res = NULL;
+    char buf[4096];
+    int found = 0;
+    while (!found && fgetpwent_r(f, &pw, buf, sizeof buf, &res) == 0 && res)
+        found = (unsigned)pw.pw_gid == gid && (unsigned)pw.pw_uid != uid;
+    fclose(f);
+    return found;
+}
+
 /* The user-private-group convention (Debian's USERGROUPS_ENAB): a group
- * named as its owner, having no other members, shares nothing when
- * group-writable. */
+ * named as its owner, having no other members (listed, or having it as
+ * their primary group), shares nothing when group-writable. */
 static int private_group(unsigned uid, unsigned gid)
 {
     struct passwd pw, *pres = NULL;
@@ -41,7 +60,7 @@ static int private_group(unsigned uid, unsigned gid)
         getgrgid_r((gid_t)gid, &gr, b2, sizeof b2, &gres) != 0 || !gres)
         return 0;
     return (unsigned)pw.pw_gid == gid && strcmp(gr.gr_name, pw.pw_name) == 0 &&
-           (!gr.gr_mem || !gr.gr_mem[0]);
+           (!gr.gr_mem || !gr.gr_mem[0]) && !other_primary_member(uid, gid);
 }
 
 /* CKPT_OK unless others may write `in`. */

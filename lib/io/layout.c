@@ -186,8 +186,14 @@ int layout_lock(layout *l)
     if (!path)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
     /* Private (0600): no other user can open it, so none can hold the flock
-     * to block this writer; never through a planted link. */
-    int fd = fsio_open(&l->fs, path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK, 0600);
+     * to block this writer; never through a planted link.  In a root shared
+     * with a trusted group (dir_mode 0770) every member's writer must open
+     * it: 0660, whatever the umask (as make_dir). */
+    int shared = (l->dir_mode & 0020) != 0;
+    int fd = fsio_open(&l->fs, path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK,
+                       shared ? 0660 : 0600);
+    if (fd >= 0 && shared)
+        fchmod(fd, 0660); /* best effort: fails (harmlessly) on another member's */
     int rc = fd < 0 ? ckpt_seterr_errno(-fd, "cannot open the lock file %s", path) : 0;
     if (!rc && (rc = lock_file_ok(l, fd, path)))
         fsio_close(&l->fs, fd);

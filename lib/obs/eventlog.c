@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -65,10 +66,15 @@ static double wall_now(void)
 static int open_log(eventlog *el, const char *path, uint64_t *size)
 {
     const fsio *fs = &plain_fs;
+    /* In a root shared with a trusted group every member's writer appends:
+     * group-writable, whatever the umask (as the lock file). */
+    int shared = (el->lay->dir_mode & 0020) != 0;
     int fd = fsio_open(fs, path, O_RDWR | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK |
-                                     O_CLOEXEC, el->lay->file_mode);
+                                     O_CLOEXEC, shared ? 0660 : el->lay->file_mode);
     if (fd < 0)
         return fd == -ELOOP ? -FSIO_ENOTREG : fd;
+    if (shared)
+        fchmod(fd, 0660); /* best effort: fails (harmlessly) on another member's */
     fsio_info in;
     int rc = fsio_info_of(fs, NULL, fd, &in);
     if (!rc && in.kind != FSIO_KIND_FILE)

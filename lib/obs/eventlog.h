@@ -13,7 +13,8 @@
  * Logging is best effort: a failure to log never fails the call that is
  * logged, and never changes the calling thread's last error.  The log is
  * not fsynced: a power loss may lose the newest lines, never a committed
- * step.  Files are created with the store's file mode (0640) and checked
+ * step.  Files are created with the store's file mode (0640; 0660 in a
+ * root shared with a trusted group, whose members append in turn) and checked
  * like a step's files (trust.h): a symbolic link, FIFO or a file another
  * user owns or may write is not written to. */
 #ifndef CKPT_EVENTLOG_H

@@ -429,6 +429,34 @@ def test_export_errors(tmp):
 
 
 
+def test_export_is_as_private_as_the_checkpoint(tmp):
+    """The export holds every tensor and the environment record (the
+    command line too): created 0640 at most, like the step's own files,
+    whatever the umask; a stricter umask stays in force."""
+    need_hdf5()
+    root = source_root(tmp)
+    out = os.path.join(tmp, "open.h5")
+    expect_rc(run("sh", "-c", 'umask 0 && exec "$@"', "sh", CKPT, "export", root, out), 0)
+    mode = os.stat(out).st_mode & 0o777
+    check(mode & 0o027 == 0, "export readable or writable by others: %o" % mode)
+    strict = os.path.join(tmp, "strict.h5")
+    expect_rc(run("sh", "-c", 'umask 077 && exec "$@"', "sh", CKPT, "export", root, strict), 0)
+    check(os.stat(strict).st_mode & 0o777 == 0o600, "umask 077 not kept")
+
+
+def test_import_refuses_a_fifo_without_blocking(tmp):
+    """A FIFO planted where the HDF5 file is expected: refused at once
+    (HDF5 would block opening it), naming what it is."""
+    need_hdf5()
+    fifo = os.path.join(tmp, "in.h5")
+    os.mkfifo(fifo)
+    r = expect_rc(ckpt("import", fifo, os.path.join(tmp, "dest"), "--step", 1, timeout=20), 3)
+    check("not a regular file" in r.err and "FIFO" in r.err, "FIFO refusal", r)
+    check(not os.path.exists(os.path.join(tmp, "dest")), "a root was made")
+    r = expect_rc(ckpt("import", tmp, os.path.join(tmp, "dest"), "--step", 1), 3)
+    check("directory" in r.err, "directory refusal", r)
+
+
 def test_export_never_writes_through_a_planted_link(tmp):
     """The temporary file export writes (OUT.tmp-PID-N) is created
     exclusively: a link planted at that name by another user, pointing at a

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -593,4 +594,69 @@ Test(trust, a_trusted_group_root_is_group_writable_whatever_the_umask)
     snprintf(step, sizeof step, "%s/proj/shared/step-000000000001", tc_root);
     cr_assert_eq(stat(step, &sb), 0);
     cr_expect_eq(sb.st_mode & 0777, 0770, "step mode %04o", (unsigned)(sb.st_mode & 07777));
+}
+
+/* A root shared with a trusted group is written by its members in turn:
+ * the second member's writer opens the lock file (and appends to the event
+ * log) that the first one made, so both are group-writable there, whatever
+ * the umask (they were 0600 and 0640: only the first member could ever
+ * write the root again). */
+Test(trust, another_member_of_a_trusted_group_writes_the_root_next)
+{
+    need_root();
+    char proj[4096], root[4096];
+    snprintf(proj, sizeof proj, "%s/proj", tc_root);
+    snprintf(root, sizeof root, "%s/proj/shared", tc_root);
+    cr_assert_eq(mkdir(proj, 0700), 0);
+    cr_assert_eq(chown(tc_root, 0, shared_gid()), 0);
+    cr_assert_eq(chmod(tc_root, 0750), 0); /* nobody may enter, as a member */
+    cr_assert_eq(chown(proj, 0, shared_gid()), 0);
+    cr_assert_eq(chmod(proj, 02770), 0);
+    mode_t old = umask(022);
+    ckpt_store *st;
+    cr_assert_eq(open_flags(root, CKPT_OPEN_TRUST_GROUP, &st), CKPT_OK, "%s",
+                 ckpt_error_last());
+    float w[2] = {1, 2};
+    int64_t shape[1] = {2};
+    ckpt_tensor t = {"w", w, sizeof w, CKPT_F32, 1, shape, CKPT_MEM_HOST};
+    cr_assert_eq(ckpt_save_sync(st, 1, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_store_free(st);
+    umask(old);
+
+    /* the other member: a child as user nobody in the shared group */
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        gid_t g = shared_gid();
+        char msg[512] = "ok";
+        if (setgroups(1, &g) != 0 || setgid(g) != 0 || setuid(OTHER_UID) != 0) {
+            snprintf(msg, sizeof msg, "cannot become uid %d: %s", OTHER_UID, strerror(errno));
+        } else {
+            ckpt_store *s2 = NULL;
+            int rc = open_flags(root, CKPT_OPEN_TRUST_GROUP, &s2);
+            if (rc == CKPT_OK)
+                rc = ckpt_save_sync(s2, 2, &t, 1, NULL);
+            if (rc != CKPT_OK)
+                snprintf(msg, sizeof msg, "%s: %s", ckpt_status_name(rc), ckpt_error_last());
+            ckpt_store_free(s2);
+        }
+        ssize_t unused = write(fds[1], msg, strlen(msg) + 1);
+        (void)unused;
+        _exit(0);
+    }
+    close(fds[1]);
+    char got[512] = "";
+    ssize_t n = read(fds[0], got, sizeof got - 1);
+    close(fds[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    cr_assert(n > 0, "the child said nothing");
+    cr_assert_str_eq(got, "ok", "the second member's writer: %s", got);
+    char step[4096];
+    snprintf(step, sizeof step, "%s/proj/shared/step-000000000002", tc_root);
+    struct stat sb;
+    cr_assert_eq(stat(step, &sb), 0, "step 2 of the second member is missing");
+    cr_expect_eq(sb.st_uid, (uid_t)OTHER_UID);
 }

@@ -401,6 +401,13 @@ int cmd_export(cli_ctx *ctx, int argc, char **argv)
     /* Created exclusively (O_EXCL: a planted file or link at the name is
      * never opened, truncated or followed); a few names are tried. */
     file = -1;
+    /* As private as the checkpoint's own files (0640; FORMAT.md): the
+     * export holds every tensor and the environment record (the command
+     * line included).  HDF5 creates with 0666 less the umask, so the umask
+     * is narrowed around the create rather than the file chmod'ed after,
+     * when another user could already have opened it. */
+    mode_t umask_was = umask(0);
+    umask(umask_was | 027);
     for (unsigned attempt = 0; file < 0 && attempt < 16; attempt++) {
         snprintf(tmp, tlen, "%s.tmp-%ld-%u", out, (long)getpid(), attempt);
         H5E_BEGIN_TRY { file = H5Fcreate(tmp, H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT); }
@@ -408,6 +415,7 @@ int cmd_export(cli_ctx *ctx, int argc, char **argv)
     }
     if (file < 0) /* once more, for HDF5's reason in the message */
         file = H5Fcreate(tmp, H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
+    umask(umask_was);
     created = file >= 0;
     if (file < 0) {
         ret = cli_fail(ctx, CLI_EXIT_ERROR, 0, "cannot create %s: %s", tmp,

@@ -1,8 +1,10 @@
 /* ckpt import: an HDF5 file's datasets as a checkpoint step. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -375,19 +377,34 @@ int cmd_import(cli_ctx *ctx, int argc, char **argv)
     char *meta = NULL, why[512];
     cli_progress prog = {0};
     uint64_t raw = 0;
-    int st;
+    int st, in_fd = -1;
 
     h5_setup();
-    if (access(in, R_OK) != 0) {
+    /* Opened without blocking and checked before HDF5 sees it: a FIFO (or
+     * a device) planted at the name would block HDF5's open forever.  HDF5
+     * then opens this very file through /proc/self/fd, so it cannot be
+     * swapped for another in between. */
+    in_fd = open(in, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat sb;
+    if (in_fd < 0 || fstat(in_fd, &sb) != 0) {
         ret = cli_fail(ctx, CLI_EXIT_ERROR, 0, "cannot read %s: %s", in, strerror(errno));
         goto done;
     }
-    if (H5Fis_hdf5(in) <= 0) {
+    if (!S_ISREG(sb.st_mode)) {
+        ret = cli_fail(ctx, CLI_EXIT_ERROR, 0, "%s is not a regular file (a %s): an HDF5 "
+                       "file is expected", in, S_ISFIFO(sb.st_mode) ? "FIFO"
+                       : S_ISDIR(sb.st_mode) ? "directory" : "device or socket");
+        goto done;
+    }
+    char via[64];
+    snprintf(via, sizeof via, "/proc/self/fd/%d", in_fd);
+    const char *h5path = access(via, R_OK) == 0 ? via : in; /* no /proc: the name */
+    if (H5Fis_hdf5(h5path) <= 0) {
         H5Eclear2(H5E_DEFAULT);
         ret = cli_fail(ctx, CLI_EXIT_ERROR, 0, "%s is not an HDF5 file (no HDF5 signature)", in);
         goto done;
     }
-    l.file = H5Fopen(in, H5F_ACC_RDONLY, H5P_DEFAULT);
+    l.file = H5Fopen(h5path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (l.file < 0) {
         ret = cli_fail(ctx, CLI_EXIT_ERROR, 0, "cannot open %s: %s", in,
                        h5_reason(why, sizeof why));
@@ -508,6 +525,8 @@ done:
     free(meta);
     if (l.file >= 0)
         H5Fclose(l.file);
+    if (in_fd >= 0)
+        close(in_fd);
     imp_free(&l);
     return ret;
 }

@@ -628,3 +628,27 @@ def test_writing_commands_refuse_a_link_another_user_planted(tmp):
     os.symlink(root, own)
     r = expect_rc(ckpt("gc", own, "--keep-last", "1"), 0)
     check("removed step-000000000010" in r.out, "gc through one's own link", r)
+
+
+def test_reading_through_a_link_another_user_planted_says_so(tmp):
+    """A reader follows a link another user planted (a writer refuses it),
+    but it may lead a job script to another run than its path names:
+    `ckpt latest` still answers on stdout and names the link and its owner
+    on stderr; one's own link gets no note."""
+    if os.geteuid() != 0:
+        pytest.skip("making a link owned by another user needs root")
+    root = valid_root(tmp, (10,))
+    shared = os.path.join(tmp, "shared")
+    os.mkdir(shared)
+    os.chmod(shared, 0o1777)
+    mine = os.path.join(shared, "mine")
+    os.symlink(root, mine)
+    own = expect_rc(ckpt("latest", mine, "--step"), 0)
+    check(own.out == "10\n" and "symbolic link" not in own.err, "one's own link", own)
+    planted = os.path.join(shared, "job")
+    os.symlink(root, planted)
+    os.lchown(planted, 65534, 65534)
+    r = expect_rc(ckpt("latest", planted, "--step"), 0)
+    check(r.out == "10\n", "stdout changed", r)
+    check("goes through the symbolic link %s" % planted in r.err and "uid 65534" in r.err,
+          "no note naming the planted link", r)

@@ -68,3 +68,31 @@ def test_reading_another_users_root_warns_whose_it_is(tmp_path):
         st = libckpt.Store(root, readonly=True)
     with st:
         assert st.load().step == 1
+
+
+def test_reading_through_another_users_link_warns(tmp_path):
+    """Store(readonly=True) through a link another user planted (a writer
+    refuses it) still reads, and warns naming the link and its owner; a
+    link of one's own gets no warning."""
+    if os.geteuid() != 0:
+        pytest.skip("making a link owned by another user needs root")
+    import warnings
+    root = tmp_path / "r"
+    with libckpt.Store(root, fsync=False) as st:
+        st.save(1, {"w": np.arange(4, dtype=np.float32)}).wait()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    (shared / "mine").symlink_to(root)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        libckpt.Store(shared / "mine", readonly=True).close()
+    planted = shared / "job"
+    planted.symlink_to(root)
+    os.lchown(planted, 65534, 65534)
+    with pytest.warns(libckpt.ForeignRootWarning,
+                      match="goes through the symbolic link .*job.*uid 65534"):
+        with libckpt.Store(planted, readonly=True) as st:
+            assert st.load()[0] == 1
+    with pytest.raises(libckpt.AccessError, match="symbolic link"):
+        libckpt.Store(planted, fsync=False)

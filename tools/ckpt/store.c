@@ -11,12 +11,89 @@
 
 #include "cli.h"
 
-/* Absolute paths in what the commands print (job scripts cd around). */
+/* The first symbolic link on the way to `dir` that belongs to neither the
+ * caller nor root, walked one component at a time as the kernel resolves
+ * it: 1 with the link's path in `link` (its target in `target`, its owner
+ * in *uid), else 0.  A reader may follow such a link (a writer refuses
+ * it); a job script is told, since it may lead to another run. */
+static int foreign_link(const char *dir, char *link, size_t llen, char *target, size_t tlen,
+                        unsigned *uid)
+{
+    char cur[PATH_MAX], rest[PATH_MAX];
+    if (dir[0] == '/')
+        snprintf(cur, sizeof cur, "/");
+    else if (!getcwd(cur, sizeof cur))
+        return 0;
+    snprintf(rest, sizeof rest, "%s", dir);
+    for (int hops = 0; rest[0] && hops < 40;) {
+        char *p = rest;
+        while (*p == '/')
+            p++;
+        size_t n = strcspn(p, "/");
+        if (n == 0)
+            break;
+        char name[NAME_MAX + 1];
+        if (n > NAME_MAX)
+            return 0;
+        memcpy(name, p, n);
+        name[n] = 0;
+        memmove(rest, p + n, strlen(p + n) + 1);
+        if (!strcmp(name, "."))
+            continue;
+        if (!strcmp(name, "..")) {
+            char *slash = strrchr(cur, '/');
+            if (slash && slash != cur)
+                *slash = 0;
+            else
+                snprintf(cur, sizeof cur, "/");
+            continue;
+        }
+        char next[PATH_MAX];
+        if (snprintf(next, sizeof next, "%s%s%s", cur, strcmp(cur, "/") ? "/" : "", name) >=
+            (int)sizeof next)
+            return 0;
+        struct stat sb;
+        if (lstat(next, &sb) != 0)
+            return 0;
+        if (!S_ISLNK(sb.st_mode)) {
+            snprintf(cur, sizeof cur, "%s", next);
+            continue;
+        }
+        char to[PATH_MAX];
+        ssize_t k = readlink(next, to, sizeof to - 1);
+        if (k < 0)
+            return 0;
+        to[k] = 0;
+        if (sb.st_uid != geteuid() && sb.st_uid != 0) {
+            snprintf(link, llen, "%s", next);
+            snprintf(target, tlen, "%s", to);
+            *uid = (unsigned)sb.st_uid;
+            return 1;
+        }
+        char joined[2 * PATH_MAX];
+        snprintf(joined, sizeof joined, "%s/%s", to, rest);
+        if (strlen(joined) >= sizeof rest)
+            return 0;
+        snprintf(rest, sizeof rest, "%s", joined);
+        if (to[0] == '/')
+            snprintf(cur, sizeof cur, "/");
+        hops++;
+    }
+    return 0;
+}
+
+static void user_label(unsigned uid, char *buf, size_t len)
+{
+    struct passwd *pw = getpwuid(uid);
+    snprintf(buf, len, "uid %u%s%s%s", uid, pw ? " (" : "", pw ? pw->pw_name : "",
+             pw ? ")" : "");
+}
+
 /* Roots are handed to the library as the user gave them, never resolved
  * here first: the library checks the symbolic links on the way (a writer
  * refuses one planted by another user, docs/RELIABILITY.md), which a
- * realpath() in front of it would hide. */
-
+ * realpath() in front of it would hide.  What the commands print names
+ * the absolute path the library resolved (job scripts cd around). */
 int cli_open_readonly(cli_ctx *ctx, const char *dir, ckpt_store **out)
 {
     ckpt_store_options opts = CKPT_STORE_OPTIONS_INIT;
@@ -35,12 +112,21 @@ int cli_open_readonly(cli_ctx *ctx, const char *dir, ckpt_store **out)
      * script that reads first does not take it silently for its own. */
     struct stat sb;
     const char *abs = ckpt_store_path(*out);
+    char who[300], link[PATH_MAX], target[PATH_MAX];
+    unsigned luid;
     if (stat(abs, &sb) == 0 && sb.st_uid != geteuid() && sb.st_uid != 0) {
-        struct passwd *pw = getpwuid(sb.st_uid);
-        fprintf(stderr, "ckpt %s: note: %s belongs to uid %u%s%s%s, not to you: its "
+        user_label((unsigned)sb.st_uid, who, sizeof who);
+        fprintf(stderr, "ckpt %s: note: %s belongs to %s, not to you: its "
                 "checkpoints are that user's (checksums prove integrity, not origin)\n",
-                ctx->cmd, abs, (unsigned)sb.st_uid, pw ? " (" : "", pw ? pw->pw_name : "",
-                pw ? ")" : "");
+                ctx->cmd, abs, who);
+    } else if (foreign_link(dir, link, sizeof link, target, sizeof target, &luid)) {
+        /* one's own root reached through a stranger's link: maybe not the
+         * run the script means (a writer would refuse this path) */
+        user_label(luid, who, sizeof who);
+        fprintf(stderr, "ckpt %s: note: %s goes through the symbolic link %s (-> %s), "
+                "which belongs to %s: it leads to %s, which may be another run than "
+                "this path names (a writer refuses such a link)\n", ctx->cmd, dir, link,
+                target, who, abs);
     }
     return 0;
 }

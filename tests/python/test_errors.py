@@ -223,3 +223,57 @@ def test_a_nul_in_a_tensor_name_is_refused(tmp_path):
         with pytest.raises(libckpt.InvalidArgumentError, match="NUL"):
             st.save(1, {"a\0b": np.zeros(2, np.float32)})
         assert st.steps() == []
+
+
+def test_bad_tensor_names_are_refused_by_their_path(store):
+    """The library refuses an empty or over-255-byte name by its position
+    only: the binding names the state's path first, in save and restore."""
+    long_key = "m" * 300
+    for state, path in (({long_key: np.zeros(2)}, "state[%r]" % long_key),
+                        ({"a": {"é" * 130: np.zeros(2)}}, "state['a']")):
+        with pytest.raises(libckpt.InvalidArgumentError,
+                           match=r"flattens to a tensor name of \d+ bytes"
+                           ) as e:
+            store.save(1, state)
+        assert path[:40] in str(e.value)
+        with pytest.raises(libckpt.InvalidArgumentError, match="255 bytes"):
+            store.restore(state)
+    with pytest.raises(libckpt.InvalidArgumentError,
+                       match=r"state\[''\] flattens to an empty tensor name"):
+        store.save(1, {"": np.zeros(2)})
+    # 255 bytes exactly is a name
+    store.save(1, {"é" * 127 + "x": np.ones(2)}).wait()
+    assert store.load()[1]["é" * 127 + "x"].tolist() == [1.0, 1.0]
+
+
+def test_metadata_errors_say_metadata(store):
+    with pytest.raises(libckpt.InvalidArgumentError, match="^metadata: .*NaN"):
+        store.save(1, {"w": np.zeros(2)}, metadata={"x": float("nan")})
+    with pytest.raises(TypeError, match="^metadata: .*ndarray.*put tensors"):
+        store.save(1, {"w": np.zeros(2)}, metadata={"x": np.zeros(1)})
+    # the state keeps what metadata cannot
+    store.save(1, {"w": np.zeros(2), "x": float("nan")}).wait()
+
+
+def test_handles_refuse_pickling_saying_what_to_do(store):
+    import pickle
+    h = store.save(1, {"w": np.zeros(2)})
+    h.wait()
+    with store.open() as ck:
+        for obj, what in ((store, "pass its path"), (h, "step number"),
+                          (ck, "open it there")):
+            with pytest.raises(TypeError, match="cannot be pickled.*" + what):
+                pickle.dumps(obj)
+
+
+def test_a_step_that_is_not_an_integer_names_the_call(store):
+    with pytest.raises(TypeError, match=r"Store\.save: step must be an "
+                                        r"integer, not float"):
+        store.save(2.0, {"w": np.zeros(2)})
+
+
+def test_a_state_that_contains_itself_is_a_type_error(store):
+    state = {"w": np.zeros(2)}
+    state["me"] = state
+    with pytest.raises(TypeError, match=r"state\['me'\] contains itself"):
+        store.save(1, state)

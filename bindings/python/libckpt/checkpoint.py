@@ -140,6 +140,11 @@ class Checkpoint:
     def closed(self) -> bool:
         return self._h.closed
 
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            "a Checkpoint cannot be pickled or sent to another process: pass "
+            "the root's path and the step, and open it there")
+
     def __enter__(self) -> "Checkpoint":
         return self
 

@@ -181,6 +181,11 @@ class SaveHandle:
             self._settle()
             self._h.close()
 
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            "a SaveHandle cannot be pickled or sent to another process: wait "
+            "for it in the process that saved, and pass the step number")
+
     def __enter__(self) -> "SaveHandle":
         return self
 

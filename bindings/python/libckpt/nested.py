@@ -501,7 +501,7 @@ def _encode(obj: Any, path: Path, flat: Flat, name: str) -> Any:
         flat.plain[path] = obj
         return value
     if id(obj) in flat._active:  # would recurse forever
-        raise ValueError("%s contains itself" % path_str(path))
+        raise TypeError("%s contains itself" % path_str(path))
     flat._active.add(id(obj))
     try:
         if kind is dict or kind is collections.OrderedDict or (

@@ -61,12 +61,39 @@ def _step_number(step: int, function: str) -> int:
     to 5 silently."""
     if isinstance(step, bool):  # an int subclass, but never a step
         raise TypeError("%s: step must be an integer, not bool" % function)
-    step = operator.index(step)
+    try:
+        step = operator.index(step)
+    except TypeError:
+        raise TypeError("%s: step must be an integer, not %s"
+                        % (function, type(step).__name__)) from None
     if not 0 <= step <= ffi.CKPT_STEP_MAX:
         raise InvalidArgumentError(
             "step %d is out of range (0..%d)" % (step, ffi.CKPT_STEP_MAX),
             function=function)
     return step
+
+
+def _check_names(flat: Any) -> None:
+    """Refuse, naming the state's path, a tensor name the library would
+    refuse by its position only: empty, or over CKPT_NAME_MAX (255) bytes
+    of UTF-8.  Cheap when all are short (one pass in C over the lengths)."""
+    names = flat.names
+    if not names:
+        return
+    if "" in flat._names:
+        i = flat._names[""]
+        raise InvalidArgumentError(
+            "%s flattens to an empty tensor name; give it a non-empty key"
+            % nested.path_str(flat.path_of(i)))
+    if max(map(len, names)) * 4 <= 255:  # 4 bytes per character at most
+        return
+    for i, name in enumerate(names):
+        size = len(name.encode("utf-8", "surrogatepass"))
+        if size > 255:
+            raise InvalidArgumentError(
+                "%s flattens to a tensor name of %d bytes (%r...): names are "
+                "1..255 bytes of UTF-8; use shorter keys"
+                % (nested.path_str(flat.path_of(i)), size, name[:40]))
 
 
 def _user_label(uid: int) -> str:
@@ -334,6 +361,12 @@ class Store:
     def closed(self) -> bool:
         return self._h.closed
 
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            "a Store cannot be pickled or sent to another process (it holds "
+            "C handles and, writing, the root's lock): pass its path and open "
+            "a Store there (readonly=True to read while this one writes)")
+
     def __enter__(self) -> "Store":
         return self
 
@@ -442,6 +475,19 @@ class Store:
                     "metadata nests deeper than Python can walk (its "
                     "recursion limit is %d)" % sys.getrecursionlimit()
                 ) from None
+            # The tree is JSON-ready (flatten encoded every plain value):
+            # what json refuses is in the metadata, stored as plain JSON.
+            except ValueError as e:
+                raise InvalidArgumentError(
+                    "metadata: %s; metadata is stored as plain JSON, without "
+                    "NaN or infinities: put such values in the state, which "
+                    "keeps them" % e) from None
+            except TypeError as e:
+                raise TypeError(
+                    "metadata: %s; metadata is stored as plain JSON (dicts "
+                    "with str keys, lists, str, int, float, bool, None): put "
+                    "tensors and other values in the state" % e) from None
+            _check_names(flat)
             # Freed while the collector is paused, so that a collection
             # started when it resumes finds almost nothing young alive
             # instead of the whole flattened state (a 12,000-tensor model
@@ -613,6 +659,7 @@ class Store:
     def _restore(self, state: Any, step: Optional[int], strict: bool
                  ) -> RestoreResult:
         flat = nested.flatten(state)
+        _check_names(flat)
         arr, keep, stream, _ = _tensors.prepare(flat.names, flat.objs,
                                                 writable=True)
         n = len(flat.names)

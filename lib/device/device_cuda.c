@@ -1027,10 +1027,15 @@ int dcuda_fence(dcuda *cu, device_event *ev, void *stream)
         int rc = guard_enter_on(cu, s->dev, &prev);
         if (rc != CKPT_OK)
             return rc;
+    } else {
+        /* An explicit stream may be waited on from any device, but on a
+         * thread with no context yet the runtime would first create one on
+         * device 0 (a fence from a thread other than the one that saved):
+         * quietly make the tensors' device current, as for waits. */
+        prev = wait_enter(cu, s->dev);
     }
     cu_err err = cu->api->StreamWaitEvent(stream, s->e, 0);
-    if (implicit)
-        guard_leave(cu, prev);
+    guard_leave(cu, prev);
     if (err != CU_SUCCESS) {
         char buf[256];
         return ckpt_seterr(CKPT_EDEVICE, "cannot make CUDA stream %p wait for the "

@@ -780,3 +780,56 @@ Test(semantics, auto_host_buffers_create_no_context_when_none_exists)
     free(h);
     expect_no_leaks(&M);
 }
+
+/* ckpt_save_fence with an explicit stream of GPU 1, from a thread that
+ * never made a CUDA call: the wait may be enqueued from any device, but
+ * the runtime would first give the thread a context on GPU 0. */
+struct fencer {
+    ckpt_save *s;
+    void *stream;
+    int rc;
+    char err[512];
+};
+
+static void *fencer_run(void *arg)
+{
+    struct fencer *f = arg;
+    f->rc = ckpt_save_fence(f->s, f->stream);
+    snprintf(f->err, sizeof f->err, "%s", ckpt_error_last());
+    return NULL;
+}
+
+Test(semantics, fencing_from_a_fresh_thread_creates_no_context_on_gpu0)
+{
+    M.set_device_count(2);
+    cr_assert_eq(M.SetDevice(1), 0);
+    void *d = dmalloc_on(1, N);
+    pattern_fill(d, N, 61);
+    void *s1;
+    cr_assert_eq(M.StreamCreate(&s1), 0);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0);
+    ckpt_tensor t = tensor("w", d, N, CKPT_MEM_DEVICE);
+    ckpt_save_options so = CKPT_SAVE_OPTIONS_INIT;
+    so.cuda_stream = s1;
+    M.forget_contexts();
+    ckpt_save *s;
+    cr_assert_eq(ckpt_save_begin(&s, st, 1, &t, 1, &so), CKPT_OK, "%s", ckpt_error_last());
+    struct fencer f = { .s = s, .stream = s1, .rc = -1 };
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, fencer_run, &f), 0);
+    pthread_join(th, NULL);
+    cr_assert_eq(f.rc, CKPT_OK, "%s", f.err);
+    cr_assert_eq(ckpt_save_wait(s), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_save_free(s);
+    mock_cuda_counters c;
+    M.get_counters(&c);
+    cr_expect_eq(c.context_mask, 0x2u, "contexts created on devices 0x%x, want only "
+                 "GPU 1 (0x2)", c.context_mask);
+    expect_saved(st, 1, "w", N, 61);
+    ckpt_store_free(st);
+    cr_assert_eq(M.StreamSynchronize(s1), 0);
+    M.StreamDestroy(s1);
+    M.Free(d);
+    M.SetDevice(0);
+    expect_no_leaks(&M);
+}

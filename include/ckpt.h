@@ -705,7 +705,9 @@ CKPT_API int ckpt_save_options_init(ckpt_save_options *opts, unsigned int versio
  * flight this first waits for it (its outcome stays with its handle).
  * Returns once every host tensor has been copied into the snapshot buffer
  * and every device copy is queued: from then on the caller may change its
- * host buffers; for device buffers use ckpt_save_fence() or
+ * host buffers.  Host tensors, pinned ones included, are copied at once,
+ * not ordered after the work on `opts->cuda_stream`: a non_blocking copy
+ * into a pinned host tensor must be synchronized before the save; for device buffers use ckpt_save_fence() or
  * ckpt_save_wait_snapshot().  Device tensors of one save must all be on
  * one CUDA device (the store follows it from save to save), and
  * `opts->cuda_stream` must belong to that device and must not be capturing

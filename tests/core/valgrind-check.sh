@@ -10,9 +10,11 @@
 #
 #   meson test -C BUILD --suite core --setup corevalgrind
 set -u
+# --vgdb=no: no gdbserver pipes in /tmp, which a test's child that drops
+# privileges (test_trust.c becomes another user) could not unlink at exit.
 logdir=$(mktemp -d "${TMPDIR:-/tmp}/ckpt-vg-XXXXXX") || exit 99
 supp=$(dirname "$0")/valgrind.supp
-valgrind -q --trace-children=yes --child-silent-after-fork=no \
+valgrind -q --vgdb=no --trace-children=yes --child-silent-after-fork=no \
     --leak-check=full --errors-for-leak-kinds=definite \
     --show-leak-kinds=definite --suppressions="$supp" \
     --log-file="$logdir/vg.%p.log" "$@"

@@ -504,7 +504,8 @@ CKPT_API int ckpt_store_options_init(ckpt_store_options *opts, unsigned int vers
  * cleans, then every rank learns the outcome, and all fail together.
  *
  * Returns CKPT_OK; CKPT_EINVAL (NULL `out` or `path`, empty `path`, a bad
- * option, or `path` is not a directory); CKPT_EVERSION (unknown
+ * option, `path` is not a directory, or it is a committed step directory
+ * `step-N` holding a manifest: the message names its root); CKPT_EVERSION (unknown
  * `opts->version` or coordinator version); CKPT_EPEER (another rank failed
  * to open, or a collective failed); CKPT_ENOTFOUND (a read-only root, or the parent of a
  * new root, does not exist); CKPT_EBUSY (another store handle holds the

@@ -27,6 +27,31 @@ static int make_dir(layout *l, const char *path)
     return rc;
 }
 
+/* A committed step directory given where its root belongs (a job script
+ * that passed `ckpt latest`'s path back, say): a writer would put a lock,
+ * an event log and steps inside a committed step, and a reader would find
+ * no checkpoints and say nothing useful.  Refused with the root named. */
+static int refuse_step_dir(layout *l)
+{
+    const char *slash = strrchr(l->root, '/');
+    int64_t step;
+    if (!slash || !layout_parse_step_name(slash + 1, &step))
+        return 0;
+    char *manifest = util_join(l->root, "manifest.json");
+    int kind = FSIO_KIND_NONE;
+    int rc = manifest ? fsio_kind(&l->fs, manifest, 0, &kind) : -ENOMEM;
+    free(manifest);
+    if (rc == -ENOMEM)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    if (kind != FSIO_KIND_FILE)
+        return 0;
+    int plen = slash == l->root ? 1 : (int)(slash - l->root);
+    return ckpt_seterr(CKPT_EINVAL,
+                       "%s is step %lld of the checkpoint root %.*s, not a root: open %.*s "
+                       "(and name step %lld there)",
+                       l->root, (long long)step, plen, l->root, plen, l->root, (long long)step);
+}
+
 int layout_open(layout *l, const char *path, int writing, int trust_group)
 {
     l->lock_fd = -1;
@@ -57,6 +82,8 @@ int layout_open(layout *l, const char *path, int writing, int trust_group)
         return ckpt_seterr_errno(-rc, "cannot stat the checkpoint root %s", l->root);
     if (in.kind != FSIO_KIND_DIR)
         return ckpt_seterr(CKPT_EINVAL, "%s is not a directory", path);
+    if ((rc = refuse_step_dir(l)))
+        return rc;
     trust_init(&l->tr, &in, trust_group);
     return trust_check_root(&l->tr, l->root, &in, writing);
 }

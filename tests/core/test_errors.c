@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "helpers.h"
 
@@ -202,6 +203,35 @@ Test(errors, unknown_step, .init = setup_saved, .fini = teardown_saved)
     cr_assert_eq(ckpt_load(st, 77, "encoder.weight", &data, &bytes, NULL), CKPT_ENOTFOUND);
     cr_assert_eq(ckpt_restore(st, -5, got.t, got.count, NULL, NULL), CKPT_EINVAL);
     tc_state_free(&got);
+}
+
+/* A committed step directory given as a root (a job script passing back
+ * the path `ckpt latest` printed): refused for reading and for writing,
+ * with the root named, and nothing is created inside the step. */
+Test(errors, step_directory_is_not_a_root, .init = setup_saved, .fini = teardown_saved)
+{
+    char step_dir[4096], inner[4200];
+    snprintf(step_dir, sizeof step_dir, "%s/step-000000000001", tc_root);
+    for (int writing = 0; writing < 2; writing++) {
+        ckpt_store_options o = CKPT_STORE_OPTIONS_INIT;
+        o.flags = writing ? 0u : CKPT_OPEN_READONLY;
+        ckpt_store *inner_st = NULL;
+        ckpt_error_clear();
+        assert_failed(ckpt_store_open(&inner_st, step_dir, &o), CKPT_EINVAL, "not a root");
+        cr_assert_null(inner_st);
+        cr_assert(strstr(ckpt_error_last(), "step 1"), "%s", ckpt_error_last());
+    }
+    snprintf(inner, sizeof inner, "%s/.lock", step_dir);
+    cr_assert(!tc_exists(inner), "a lock was created inside the committed step");
+    cr_assert_eq(ckpt_verify(st, 1, CKPT_VERIFY_FULL, NULL), CKPT_OK);
+    /* a directory named like a step but holding no manifest is a root */
+    char plain[4200];
+    snprintf(plain, sizeof plain, "%s/other", tc_root);
+    cr_assert_eq(mkdir(plain, 0700), 0);
+    snprintf(plain, sizeof plain, "%s/other/step-000000000005", tc_root);
+    ckpt_store *ok = NULL;
+    cr_assert_eq(ckpt_store_open(&ok, plain, NULL), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_store_free(ok);
 }
 
 /* ------------------------------------------------------------ bad saves */

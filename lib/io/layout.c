@@ -65,6 +65,16 @@ int layout_open(layout *l, const char *path, int writing, int trust_group)
     int rc = trust_resolve(&l->fs, path, writing, trust_group, &l->root), created = 0;
     if (rc == CKPT_ENOTFOUND && writing) {
         int e = make_dir(l, path);
+        if (e == -ENOENT) {
+            /* Only the root is created: a parent made here would take
+             * modes and an owner nobody chose (and mkdir -p hides a typo). */
+            const char *slash = strrchr(path, '/');
+            int plen = !slash ? 1 : slash == path ? 1 : (int)(slash - path);
+            return ckpt_seterr(CKPT_ENOTFOUND, "cannot create the checkpoint root %s: its "
+                               "parent directory %.*s does not exist (libckpt creates the "
+                               "root, not the directories above it: mkdir -p them first)",
+                               path, plen, slash ? path : ".");
+        }
         if (e && e != -EEXIST)
             return ckpt_seterr_errno(-e, "cannot create the checkpoint root %s", path);
         created = e == 0;

@@ -234,6 +234,21 @@ Test(errors, step_directory_is_not_a_root, .init = setup_saved, .fini = teardown
     ckpt_store_free(ok);
 }
 
+/* A root whose parent is missing: not created (nor its parents), and the
+ * message names the missing parent, not only ENOENT. */
+Test(errors, a_missing_parent_is_named)
+{
+    char path[4200], parent[4096];
+    snprintf(parent, sizeof parent, "%s/no-such-dir", tc_root);
+    snprintf(path, sizeof path, "%s/run1", parent);
+    ckpt_store *s = NULL;
+    ckpt_error_clear();
+    assert_failed(ckpt_store_open(&s, path, NULL), CKPT_ENOTFOUND, "does not exist");
+    cr_assert(strstr(ckpt_error_last(), parent), "%s", ckpt_error_last());
+    cr_assert_null(s);
+    cr_assert(!tc_exists(parent));
+}
+
 /* ------------------------------------------------------------ bad saves */
 
 static void assert_save_einval(const ckpt_tensor *t, size_t n, int64_t step,

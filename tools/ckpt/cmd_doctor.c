@@ -384,7 +384,8 @@ int cmd_doctor(cli_ctx *ctx, int argc, char **argv)
     } else {
         size_t i;
         json_t *f;
-        printf("ckpt doctor %s (%zu steps, %zu valid)\n", root, count, nvalid);
+        printf("ckpt doctor %s (%zu step%s, %zu valid)\n", root, count, count == 1 ? "" : "s",
+               nvalid);
         json_array_foreach(findings, i, f) {
             char tag[16];
             snprintf(tag, sizeof tag, "[%s]", json_string_value(json_object_get(f, "severity")));

@@ -34,7 +34,7 @@ static void usage(FILE *f)
                "  --help      show this help, or a command's with `ckpt COMMAND --help`\n"
                "  --version   show the versions of ckpt and of the loaded libckpt\n\n");
     cli_print_exit_codes(f);
-    fprintf(f, "\nSee docs/CLI.md for the JSON schemas.\n");
+    fprintf(f, "\nThe JSON schemas and the exit codes are described in %s.\n", CKPT_CLI_DOC);
 }
 
 int main(int argc, char **argv)

@@ -171,7 +171,9 @@ def _note_foreign_root(path: Any) -> None:
 
 class Store:
     """A checkpoint root directory opened for writing (or, with
-    ``readonly=True``, for reading).
+    ``readonly=True``, for reading).  A writer creates the root when it is
+    missing, not its parents (:class:`libckpt.NotFoundError` names the
+    missing one).
 
     ``keep_last`` committed steps are kept (0 keeps all), ``level`` is the
     zstd level (None: the library's default, 1), ``threads`` the number of

@@ -3,6 +3,7 @@
 #include "ckpt_mpi.h"
 
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -60,25 +61,58 @@ static int cb_barrier(void *user, int timeout_ms)
     return wait_for(m, &req, timeout_ms);
 }
 
+/* MPI cannot cancel a collective: one given up on at its deadline stays
+ * posted, and a late rank's data still lands in its buffers, at any time
+ * later.  So no collective is posted on the caller's memory (coord.c frees
+ * its buffers once it gives up; a value to reduce would be a stack slot):
+ * each works in a block of its own, copied back when it completes, freed
+ * when it fails to start, and left allocated on purpose when abandoned
+ * (once per communicator at most: an abandoned one is never used again). */
+static int finish(ckpt_mpi *m, MPI_Request *req, int timeout_ms, void *block, void *out,
+                  const void *result, size_t result_bytes)
+{
+    if (wait_for(m, req, timeout_ms) != 0)
+        return -1; /* `block` stays: MPI may still write into it */
+    if (result_bytes)
+        memcpy(out, result, result_bytes);
+    free(block);
+    return 0;
+}
+
 static int cb_broadcast(void *user, void *buf, size_t bytes, int root, int timeout_ms)
 {
     ckpt_mpi *m = user;
     MPI_Request req;
-    if (!usable(m) || bytes > (size_t)INT32_MAX ||
-        MPI_Ibcast(buf, (int)bytes, MPI_BYTE, root, m->comm, &req) != MPI_SUCCESS)
+    if (!usable(m) || bytes > (size_t)INT32_MAX)
         return -1;
-    return wait_for(m, &req, timeout_ms);
+    unsigned char *block = malloc(bytes ? bytes : 1);
+    if (!block)
+        return -1;
+    if (m->rank == root)
+        memcpy(block, buf, bytes);
+    if (MPI_Ibcast(block, (int)bytes, MPI_BYTE, root, m->comm, &req) != MPI_SUCCESS) {
+        free(block);
+        return -1;
+    }
+    return finish(m, &req, timeout_ms, block, buf, block, m->rank == root ? 0 : bytes);
 }
 
 static int cb_allreduce_min(void *user, int64_t *value, int timeout_ms)
 {
     ckpt_mpi *m = user;
     MPI_Request req;
-    int64_t in = *value;
-    if (!usable(m) ||
-        MPI_Iallreduce(&in, value, 1, MPI_INT64_T, MPI_MIN, m->comm, &req) != MPI_SUCCESS)
+    if (!usable(m))
         return -1;
-    return wait_for(m, &req, timeout_ms);
+    int64_t *block = malloc(2 * sizeof *block); /* [0] in, [1] out */
+    if (!block)
+        return -1;
+    block[0] = *value;
+    if (MPI_Iallreduce(&block[0], &block[1], 1, MPI_INT64_T, MPI_MIN, m->comm, &req) !=
+        MPI_SUCCESS) {
+        free(block);
+        return -1;
+    }
+    return finish(m, &req, timeout_ms, block, value, &block[1], sizeof *value);
 }
 
 static int cb_gather(void *user, const void *send, size_t bytes, void *recv, int root,
@@ -86,11 +120,20 @@ static int cb_gather(void *user, const void *send, size_t bytes, void *recv, int
 {
     ckpt_mpi *m = user;
     MPI_Request req;
+    size_t nrecv = m->rank == root ? (size_t)m->size : 0;
     if (!usable(m) || bytes > (size_t)INT32_MAX ||
-        MPI_Igather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, root, m->comm,
-                    &req) != MPI_SUCCESS)
+        (bytes && nrecv > (SIZE_MAX - bytes) / bytes))
         return -1;
-    return wait_for(m, &req, timeout_ms);
+    unsigned char *block = malloc(bytes + bytes * nrecv + 1); /* send, then recv */
+    if (!block)
+        return -1;
+    memcpy(block, send, bytes);
+    if (MPI_Igather(block, (int)bytes, MPI_BYTE, nrecv ? block + bytes : NULL, (int)bytes,
+                    MPI_BYTE, root, m->comm, &req) != MPI_SUCCESS) {
+        free(block);
+        return -1;
+    }
+    return finish(m, &req, timeout_ms, block, recv, block + bytes, bytes * nrecv);
 }
 
 int ckpt_mpi_new(ckpt_mpi **out, MPI_Comm comm)

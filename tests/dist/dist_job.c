@@ -16,12 +16,20 @@
  *                                       tensor of an OLDW-rank step by name
  *   dist_job busy ROOT                  a second job on a root this one
  *                                       holds gets CKPT_EBUSY on every rank
+ *   dist_job late ROOT STEP LATE        rank LATE starts saving STEP two
+ *                                       timeouts after the others, whose
+ *                                       saves fail (CKPT_EPEER) and who then
+ *                                       live on, allocating, while its data
+ *                                       arrives (run_dist.sh runs rank 0 under
+ *                                       valgrind: nothing may land in memory
+ *                                       libckpt gave back)
  * Exit 0 when every check passed, 1 otherwise (the message says which). */
 #include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ckpt.h"
@@ -174,6 +182,52 @@ static int do_kill(ckpt_mpi *m, const char *root, int64_t step, int victim)
     _exit(rc == CKPT_EPEER ? 0 : 1);
 }
 
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+static int do_late(ckpt_mpi *m, const char *root, int64_t step, int late)
+{
+    const char *t = getenv("DIST_TIMEOUT_MS");
+    long timeout_ms = t ? atol(t) : 20000;
+    MPI_Barrier(MPI_COMM_WORLD); /* a rank under valgrind starts late */
+    ckpt_store *st;
+    if (open_store(&st, root, m, 0))
+        FAIL("open %s", root);
+    owned o = {0};
+    fill(&o, g_rank, step, 1);
+    if (g_rank == late)
+        sleep_ms(2 * timeout_ms);
+    ckpt_save *s;
+    int rc = ckpt_save_begin(&s, st, step, o.t, 2, NULL);
+    if (rc == CKPT_OK) {
+        rc = ckpt_save_wait(s);
+        ckpt_save_free(s);
+    }
+    printf("rank %d: save of step %lld returned %s: %s\n", g_rank, (long long)step,
+           ckpt_status_name(rc), rc ? ckpt_error_last() : "");
+    fflush(stdout);
+    /* Live on while the late rank's data arrives: Open MPI moves data into
+     * posted buffers only inside MPI calls, as a job's next collectives
+     * would make (MPI_Iprobe here). */
+    if (g_rank != late)
+        for (long waited = 0; waited < 3 * timeout_ms; waited += 10) {
+            for (int k = 0; k < 8; k++)
+                free(calloc(1, 512u * (unsigned)(k + 1)));
+            int flag;
+            MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+            sleep_ms(10);
+        }
+    ckpt_store_free(st);
+    printf("rank %d: done\n", g_rank);
+    fflush(stdout);
+    /* The communicator was abandoned: no collective of MPI's would end. */
+    _exit(rc == CKPT_EPEER ? 0 : 1);
+}
+
 static int do_restore(ckpt_mpi *m, const char *root, int64_t step, size_t skipped)
 {
     ckpt_store *st;
@@ -306,6 +360,8 @@ int main(int argc, char **argv)
         rc = do_restore(m, root, atoll(argv[3]), (size_t)atoi(argv[4]));
     else if (strcmp(mode, "reshard") == 0 && argc == 5)
         rc = do_reshard(m, root, atoll(argv[3]), atoi(argv[4]));
+    else if (strcmp(mode, "late") == 0 && argc == 5)
+        rc = do_late(m, root, atoll(argv[3]), atoi(argv[4]));
     else if (strcmp(mode, "busy") == 0)
         rc = do_busy(m, root);
     else

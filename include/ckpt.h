@@ -366,8 +366,12 @@ typedef enum ckpt_snapshot_mode {
  * the same status.  A rank that fails makes every rank's save fail (its
  * status, with a message naming the rank); a rank that dies or hangs makes
  * the others fail with CKPT_EPEER once a collective has waited timeout_ms.
- * Nothing is committed then, and the next writer's open removes the
- * temporary directory.  After a timeout the coordinator is out of step
+ * A rank that dies before its part is durable, or a late one, leaves the
+ * step uncommitted, and the next writer's open removes the temporary
+ * directory; but when rank 0 dies (or its answer is lost) after the
+ * rename, the step is committed although the other ranks' waits returned
+ * CKPT_EPEER: after CKPT_EPEER the outcome is unknown to that rank (its
+ * message says so), and ckpt_store_latest or the next restore tells.  After a timeout the coordinator is out of step
  * (a collective may still be pending): every later collective call on the
  * store fails with CKPT_EPEER; open a new store with a fresh coordinator.
  *

@@ -283,10 +283,23 @@ static int exchange(ckpt_store *st, ckpt_save *s, int64_t step, int status)
         }
     }
     free(reps);
+    if (rc && st->rank == 0)
+        return rc; /* rank 0 commits only once every part has reached it */
     if (!rc)
-        rc = coord_bcast(&d->c, &res, sizeof res, 0, "save: rank 0's commit");
-    if (rc)
-        return rc; /* CKPT_EPEER: nothing known about the commit, and none here */
+        rc = coord_bcast(&d->c, &res, sizeof res, 0,
+                         "save: waiting for rank 0's decision on the commit");
+    if (rc) {
+        /* CKPT_EPEER on another rank: rank 0 decides once every rank's part
+         * has reached it, so any rank may be the one missing, and rank 0
+         * may have committed before it failed. */
+        char why[1024];
+        snprintf(why, sizeof why, "%s", ckpt_error_last());
+        return ckpt_seterr(rc, "%s; rank 0 decides only once every rank's part has reached "
+                           "it, so the rank missing may be any, and whether step %lld was "
+                           "committed is unknown here (rank 0 may have committed it before "
+                           "failing): ckpt latest, or the next restore, tells", why,
+                           (long long)step);
+    }
     if (res.status)
         return ckpt_seterr(res.status, "step %lld not committed: %s", (long long)step,
                            res.message);

@@ -29,7 +29,8 @@ typedef struct skip_reason {
  * part and shard only, whatever the world size (docs/SCALING.md).  Rank
  * 0, and any rank that needs another's tensors (resharding), opens the
  * global manifest, which checks every shard's index: a step whose commit
- * record is damaged is skipped by rank 0, so by all. */
+ * record is damaged is skipped by rank 0, so by all.  A damaged part sends
+ * its rank to the global manifest too. */
 static int restore_rank_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
                              const ckpt_restore_options *o, int *caller_error)
 {
@@ -50,6 +51,11 @@ static int restore_rank_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, 
         for (size_t i = 0; i < count && own; i++)
             own = reader_find(ck, t[i].name) >= 0;
     }
+    /* The part is a shortcut, the global manifest the record of the
+     * commit (what ckpt verify and ckpt latest check): a damaged part does
+     * not make the step unrestorable when the global manifest is intact. */
+    if (rc && reader_is_damage(rc))
+        rc = CKPT_OK, own = 0;
     if (!rc && own)
         rc = restore_from(ck, t, count, o, caller_error);
     reader_close(ck);

@@ -89,6 +89,14 @@ grep -q rank-00002.shard "$tmp/verify" || fail "ckpt verify did not name the dam
 rm -rf "$root" && mv "$tmp/good" "$root"
 run 2 "$job" reshard "$root" 2 4 || fail "2 ranks loading a 4-rank checkpoint"
 "$job" single "$root" 2 4 || fail "one process loading a 4-rank checkpoint"
+
+# Rank 1's part manifest of step 2 damaged (a tensor renamed: its checksum
+# fails): the global manifest, the commit record that ckpt verify checks,
+# is intact, so every rank restores step 2 (rank 1 through the global one).
+sed -i '0,/"r1.b"/s//"r1.c"/' "$root/step-000000000002/rank-00001.json"
+grep -q '"r1.c"' "$root/step-000000000002/rank-00001.json" || fail "the part manifest was not changed"
+"$ckpt" verify --step 2 "$root" >/dev/null || fail "ckpt verify of step 2"
+run 4 "$job" restore "$root" 2 0 || fail "a damaged part manifest made the ranks skip step 2"
 # A rank starts its save two timeouts late: the others' saves fail
 # (CKPT_EPEER) and they live on while its data arrives.  MPI cannot cancel
 # the collectives they gave up on, so those must not point into memory

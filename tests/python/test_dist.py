@@ -100,6 +100,42 @@ def test_save_restore_agreed_and_resharded(root):
         assert store.verify()["status"] == "valid"
 
 
+def test_resharded_load_falls_back_to_an_older_step_of_other_shapes(root):
+    """The newest step is damaged in one rank's shard and the step before
+    holds other shapes: load_resharded sizes each step it tries from that
+    step's own manifest, so every rank (and one process) gets the older
+    step whole instead of a MismatchError."""
+    def grown(rank, step):  # step 2's tensors are twice step 1's
+        w = weights(rank, step)
+        return np.concatenate([w, w]) if step == 2 else w
+
+    def save(rank, coord):
+        with open_store(root, keep_last=0, coordinator=coord, timeout=30) as st:
+            for step in (1, 2):
+                st.save(step, {"rank%d.w" % rank: grown(rank, step)}).wait()
+    run_ranks(save)
+    shard = root / "step-000000000002" / "rank-00001.shard"
+    data = bytearray(shard.read_bytes())
+    data[80] ^= 0x40  # in rank 1's first chunk
+    shard.write_bytes(bytes(data))
+
+    def load(rank, coord):  # each rank takes the other rank's tensor
+        with open_store(root, coordinator=coord, timeout=30) as st:
+            name = "rank%d.w" % (1 - rank)
+            step, got = load_resharded(st, [name])
+            assert np.array_equal(got[name], grown(1 - rank, 1))
+            return step
+    assert run_ranks(load) == [1, 1]
+    with open_store(root, readonly=True) as st:
+        with pytest.warns(libckpt.SkippedCheckpointWarning, match="step 2"):
+            step, got = load_resharded(st, lambda name: True)
+        assert step == 1 and sorted(got) == ["rank0.w", "rank1.w"]
+        for r in range(WORLD):
+            assert np.array_equal(got["rank%d.w" % r], grown(r, 1))
+        with pytest.raises(libckpt.NotFoundError, match="rank7.w"):
+            load_resharded(st, ["rank7.w"])
+
+
 def test_a_failing_collective_is_a_peer_error(root):
     coord = ThreadCoordinator(1, {"barrier": threading.Barrier(WORLD)},
                               fail="broadcast")

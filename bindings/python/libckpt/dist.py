@@ -178,17 +178,83 @@ def load_resharded(store: Any, select: Union[Callable[[str], bool],
                                              Iterable[str]],
                    framework: str = "auto") -> Tuple[int, Dict[str, Any]]:
     """Load the tensors ``select`` names (a list of names, or a predicate
-    on a name), whichever ranks saved them, from the newest checkpoint:
-    the resharding recipe of docs/SCALING.md.  Returns ``(step, {name:
-    tensor})``.  On a store with several ranks this is collective (every
-    rank calls it, each with its own selection) and every rank gets the
-    same step, the newest that every rank could read in full; on a
-    one-process store (``Store(path, readonly=True)``) it loads from the
-    newest step that restores.  ``framework``: "auto" (as each tensor was
-    saved), "np" or "pt", on the CPU, as for Store.load."""
-    from .checkpoint import _allocate, _auto_kind, check_framework
+    on a name), whichever ranks saved them, from the newest checkpoint
+    that holds them intact: the resharding recipe of docs/SCALING.md.
+    Returns ``(step, {name: tensor})``.  On a store with several ranks
+    this is collective (every rank calls it, each with its own selection)
+    and every rank gets the same step, the newest that every rank could
+    read in full; on a one-process store (``Store(path, readonly=True)``)
+    it loads from the newest step that restores.  Each step tried is
+    sized from its own manifest (a step skipped for damage may hold other
+    shapes than an older one), and skipped steps are warned about
+    (:class:`libckpt.SkippedCheckpointWarning`).  A name of a list that
+    the step tried does not hold raises :class:`libckpt.NotFoundError`.
+    ``framework``: "auto" (as each tensor was saved), "np" or "pt", on
+    the CPU, as for Store.load."""
+    import warnings
+    from .checkpoint import check_framework
+    from .errors import (AccessError, CorruptError, IoError,
+                         NoCheckpointError, NotFoundError, PeerError,
+                         SkippedCheckpointWarning, VersionError)
     check_framework(framework, None)
-    with store.open() as ck:  # names, dtypes and shapes of the newest step
+    damage = (CorruptError, IoError, VersionError, NotFoundError, AccessError)
+    coord = getattr(store, "_coordinator", None)
+    timeout = getattr(store, "_timeout", 600.0)
+    together = coord is not None and coord.world_size > 1
+    mine = store._step_numbers()
+    skipped = []
+    below = None  # the steps tried so far are all above this
+    while True:
+        step = max((n for n in mine if below is None or n < below), default=-1)
+        if together:  # the same step on every rank, tried in the same order
+            step = coord.allreduce_min(step, timeout)
+        if step < 0:
+            break
+        state, failure, fatal = None, None, None
+        try:
+            state = _load_step(store, step, select, framework)
+        except _MissingNames as e:
+            fatal = e.error
+        except damage as e:
+            failure = e
+        except Exception as e:  # noqa: BLE001 - every rank must hear of it
+            fatal = e
+        outcome = -1 if fatal is not None else 0 if failure is not None else 1
+        if together:
+            outcome = coord.allreduce_min(outcome, timeout)
+        if fatal is not None:
+            raise fatal
+        if outcome < 0:
+            raise PeerError("load_resharded: another rank failed on step %d "
+                            "(its own error says why)" % step)
+        if outcome == 1:
+            for n, why in skipped:
+                warnings.warn("load_resharded skipped step %d: %s" % (n, why),
+                              SkippedCheckpointWarning, stacklevel=2)
+            return step, state
+        skipped.append((step, failure if failure is not None
+                        else "another rank could not load its tensors"))
+        below = step
+    raise NoCheckpointError(
+        "load_resharded: no step in %s holds the selection intact%s"
+        % (store.path, "".join("; step %d: %s" % w for w in skipped)))
+
+
+class _MissingNames(Exception):
+    """A listed name not in the step tried: the caller's mistake."""
+
+    def __init__(self, error: Exception):
+        super().__init__(str(error))
+        self.error = error
+
+
+def _load_step(store: Any, step: int, select: Any, framework: str
+               ) -> Dict[str, Any]:
+    """The selected tensors of `step`, allocated from its manifest and
+    restored (every chunk checked)."""
+    from .checkpoint import _allocate, _auto_kind
+    from .errors import NotFoundError
+    with store.open(step) as ck:
         infos = ck.tensors()
         origin = ck._origin if framework == "auto" else {}
     wanted = (set(select) if not callable(select) else None)
@@ -196,14 +262,13 @@ def load_resharded(store: Any, select: Union[Callable[[str], bool],
               if (select(i.name) if wanted is None else i.name in wanted)]
     if wanted is not None and len(chosen) != len(wanted):
         missing = wanted - {i.name for i in chosen}
-        from .errors import NotFoundError
-        raise NotFoundError("not in the newest checkpoint: %s"
-                            % ", ".join(sorted(missing)))
+        raise _MissingNames(NotFoundError(
+            "not in step %d: %s" % (step, ", ".join(sorted(missing)))))
     state = {}
     for i in chosen:
         code = ffi.lib.ckpt_dtype_from_name(i.dtype.encode("ascii"))
         kind = (framework if framework != "auto"
                 else _auto_kind(origin.get(i.name, "np"), code, True))
         state[i.name] = _allocate(i, code, kind)[0]
-    step = store.restore(state, strict=True)
-    return int(step), state
+    store.restore(state, step=step, strict=True)
+    return state

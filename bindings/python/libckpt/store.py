@@ -234,6 +234,8 @@ class Store:
             opts.rank = operator.index(rank or 0)
         if timeout is not None:
             opts.timeout_ms = max(1, int(timeout * 1000))
+        # for the collectives the binding runs itself (dist.load_resharded)
+        self._timeout = (opts.timeout_ms or 600000) / 1000.0
         if readonly:
             opts.flags |= ffi.CKPT_OPEN_READONLY
         if trust_group:  # a project root shared by a group (RELIABILITY.md)

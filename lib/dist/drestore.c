@@ -125,14 +125,30 @@ int dist_restore(ckpt_store *s, int status, const ckpt_tensor *t, size_t count,
         ckpt_error_capture(&mine_err, fatal);
         int64_t worst = fatal;
         int rc = coord_allreduce_min(c, &worst, "restore: every rank's status");
-        if (!rc && worst && fatal) {
-            free(steps);
-            return ckpt_error_restore(&mine_err);
-        }
         if (!rc && worst) {
+            /* Every rank is here: the lowest failing rank says why, so
+             * that the others name it (a tensor no rank of this job holds,
+             * say, when the step was saved by fewer ranks). */
+            int64_t culprit = fatal ? c->rank : c->world;
+            skip_reason why;
+            memset(&why, 0, sizeof why);
+            int rc2 = coord_allreduce_min(c, &culprit, "restore: who failed");
+            if (!rc2 && culprit < c->world) {
+                if (culprit == c->rank) {
+                    why.status = fatal;
+                    snprintf(why.message, sizeof why.message, "%.500s", mine_err.message);
+                }
+                why.rank = (int32_t)culprit;
+                rc2 = coord_bcast(c, &why, sizeof why, (int)culprit, "restore: why it failed");
+            }
             free(steps);
-            return ckpt_seterr((int)worst, "rank %d: another rank's restore failed (%s)",
-                               c->rank, ckpt_status_name((int)worst));
+            if (fatal)
+                return ckpt_error_restore(&mine_err);
+            if (rc2 || culprit >= c->world || !why.status)
+                return ckpt_seterr((int)worst, "rank %d: another rank's restore failed (%s)",
+                                   c->rank, ckpt_status_name((int)worst));
+            return ckpt_seterr(why.status, "rank %d: rank %d's restore failed, so every "
+                               "rank's did: %s", c->rank, why.rank, why.message);
         }
         agreed = mine;
         if (!rc)

@@ -136,6 +136,27 @@ def test_resharded_load_falls_back_to_an_older_step_of_other_shapes(root):
             load_resharded(st, ["rank7.w"])
 
 
+def test_a_rank_that_cannot_restore_is_named_by_every_rank(root):
+    """Rank 1 asks for a tensor the step does not hold (a job restarted
+    with more ranks than saved): rank 1 gets NotFoundError naming it, and
+    rank 0's restore fails with the same status, naming rank 1 and its
+    reason instead of only 'another rank failed'."""
+    def save(rank, coord):
+        with open_store(root, coordinator=coord, timeout=30) as st:
+            st.save(1, {"rank%d.w" % rank: weights(rank, 1)}).wait()
+    run_ranks(save)
+
+    def restore(rank, coord):
+        name = "rank%d.w" % (rank if rank == 0 else 5)
+        with open_store(root, coordinator=coord, timeout=30) as st:
+            with pytest.raises(libckpt.NotFoundError) as err:
+                st.restore({name: np.zeros_like(weights(rank, 1))})
+            return str(err.value)
+    msgs = run_ranks(restore)
+    assert "rank5.w" in msgs[1]
+    assert "rank 1's restore failed" in msgs[0] and "rank5.w" in msgs[0], msgs[0]
+
+
 def test_a_failing_collective_is_a_peer_error(root):
     coord = ThreadCoordinator(1, {"barrier": threading.Barrier(WORLD)},
                               fail="broadcast")

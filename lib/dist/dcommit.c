@@ -34,6 +34,7 @@ typedef struct part_report {
 
 /* Rank 0's answer to all. */
 typedef struct commit_result {
+    int64_t step;       /* rank 0's: the directory it commits or removes */
     int32_t status;
     int32_t rank;       /* the rank whose failure it is, or -1 */
     char message[504];
@@ -254,9 +255,12 @@ static void decide(ckpt_save *s, const part_report *reps, commit_result *res)
 }
 
 /* The report and the answer, for a save that ran (`s`) or failed to begin
- * (`s` NULL).  Returns the agreed status with its message. */
-static int exchange(ckpt_store *st, ckpt_save *s, int64_t step, int status)
+ * (`s` NULL).  Returns the agreed status with its message; *alone is set
+ * on a rank other than 0 that knows nothing was committed and saved
+ * another step than rank 0: its temporary directory is no one else's. */
+static int exchange(ckpt_store *st, ckpt_save *s, int64_t step, int status, int *alone)
 {
+    *alone = 0;
     struct dist_state *d = st->dist;
     part_report rep;
     memset(&rep, 0, sizeof rep);
@@ -272,6 +276,7 @@ static int exchange(ckpt_store *st, ckpt_save *s, int64_t step, int status)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
     commit_result res;
     memset(&res, 0, sizeof res);
+    res.step = step;
     int rc = coord_gather(&d->c, &rep, sizeof rep, reps, 0, "save: every rank's part");
     if (!rc && st->rank == 0) {
         if (s)
@@ -300,18 +305,22 @@ static int exchange(ckpt_store *st, ckpt_save *s, int64_t step, int status)
                            "failing): ckpt latest, or the next restore, tells", why,
                            (long long)step);
     }
-    if (res.status)
+    if (res.status) {
+        *alone = st->rank != 0 && res.step != step;
         return ckpt_seterr(res.status, "step %lld not committed: %s", (long long)step,
                            res.message);
+    }
     return CKPT_OK;
 }
 
 int dist_finish(ckpt_save *s, int status)
 {
     ckpt_store *st = s->store;
-    int rc = exchange(st, s, s->m.step, status);
-    if (st->rank != 0) {
-        /* The directory is rank 0's to commit or remove. */
+    int alone;
+    int rc = exchange(st, s, s->m.step, status, &alone);
+    if (st->rank != 0 && !alone) {
+        /* The directory is rank 0's to commit or remove (one of another
+         * step is this rank's: the caller removes it, as rank 0 its own). */
         free(s->tmp);
         s->tmp = NULL;
     } else if (rc == CKPT_OK) {
@@ -348,7 +357,8 @@ int dist_save_failed(ckpt_store *st, int64_t step, int status)
     pthread_mutex_lock(&st->api_lock);
     save_drain(st); /* the collectives of the previous save come first */
     ckpt_error_restore(&e);
-    int rc = exchange(st, NULL, step, status);
+    int alone; /* no directory: this rank's save never began */
+    int rc = exchange(st, NULL, step, status, &alone);
     pthread_mutex_unlock(&st->api_lock);
     (void)rc;
     return ckpt_error_restore(&e); /* this rank's own reason */

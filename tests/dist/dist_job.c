@@ -4,6 +4,8 @@
  *
  *   dist_job save ROOT STEP...          save each step, then restore LATEST
  *                                       (agreed) and check it is the last
+ *                                       (DIST_ODD_RANK=r: rank r saves
+ *                                       STEP + 1, and every save must fail)
  *   dist_job kill ROOT STEP VICTIM      every rank saves STEP; VICTIM kills
  *                                       itself with SIGKILL mid-save
  *   dist_job restore ROOT STEP SKIPPED  restore LATEST: must be STEP on every
@@ -122,8 +124,9 @@ static int do_save(ckpt_mpi *m, const char *root, int nsteps, char **steps)
         FAIL("open %s", root);
     owned o = {0};
     int64_t last = -1;
+    const char *odd = getenv("DIST_ODD_RANK"); /* that rank saves each step + 1 */
     for (int i = 0; i < nsteps; i++) {
-        last = atoll(steps[i]);
+        last = atoll(steps[i]) + (odd && atoi(odd) == g_rank ? 1 : 0);
         fill(&o, g_rank, last, 1);
         ckpt_save *s;
         int rc = ckpt_save_begin(&s, st, last, o.t, 2, NULL);

@@ -97,6 +97,17 @@ sed -i '0,/"r1.b"/s//"r1.c"/' "$root/step-000000000002/rank-00001.json"
 grep -q '"r1.c"' "$root/step-000000000002/rank-00001.json" || fail "the part manifest was not changed"
 "$ckpt" verify --step 2 "$root" >/dev/null || fail "ckpt verify of step 2"
 run 4 "$job" restore "$root" 2 0 || fail "a damaged part manifest made the ranks skip step 2"
+# Rank 2 saves step 6 while the others save step 5: every rank's save
+# fails naming it, and no temporary directory stays behind (rank 2's of
+# step 6 is its own to remove, as rank 0's of step 5 is rank 0's).
+odd_root=$tmp/odd
+DIST_ODD_RANK=2 run 4 -x DIST_ODD_RANK "$job" save "$odd_root" 5 && fail "saves of different steps committed"
+[ "$(grep -c 'rank 2 saved step 6 while rank 0 saved step 5' "$tmp/out")" = 4 ] ||
+    fail "not every rank named rank 2's step"
+! ls -a "$odd_root" | grep -q '^\.tmp-' || fail "a temporary directory stayed: $(ls -a "$odd_root")"
+[ ! -e "$odd_root/step-000000000005" ] && [ ! -e "$odd_root/step-000000000006" ] ||
+    fail "a step was committed"
+
 # A rank starts its save two timeouts late: the others' saves fail
 # (CKPT_EPEER) and they live on while its data arrives.  MPI cannot cancel
 # the collectives they gave up on, so those must not point into memory

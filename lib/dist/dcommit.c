@@ -37,8 +37,10 @@ typedef struct commit_result {
     int64_t step;       /* rank 0's: the directory it commits or removes */
     int32_t status;
     int32_t rank;       /* the rank whose failure it is, or -1 */
-    char message[504];
+    char message[496];  /* 512 bytes in all: docs/SCALING.md */
 } commit_result;
+_Static_assert(sizeof(commit_result) == 512, "the commit answer is 512 bytes");
+_Static_assert(sizeof(part_report) == 512, "a rank's report is 512 bytes");
 
 static void note_message(char *dst, size_t size, const char *msg)
 {
@@ -241,7 +243,7 @@ static void decide(ckpt_save *s, const part_report *reps, commit_result *res)
                      (long long)reps[r].step, (long long)s->m.step);
         } else {
             res->status = reps[r].status;
-            snprintf(res->message, sizeof res->message, "rank %d failed: %.480s", r,
+            snprintf(res->message, sizeof res->message, "rank %d failed: %.470s", r,
                      reps[r].message);
         }
         return;
@@ -257,7 +259,10 @@ static void decide(ckpt_save *s, const part_report *reps, commit_result *res)
 /* The report and the answer, for a save that ran (`s`) or failed to begin
  * (`s` NULL).  Returns the agreed status with its message; *alone is set
  * on a rank other than 0 that knows nothing was committed and saved
- * another step than rank 0: its temporary directory is no one else's. */
+ * another step than rank 0: rank 0 never commits or removes its temporary
+ * directory, so it removes it (ranks of the same other step share one and
+ * all remove it: every part is written before rank 0 answers, and removing
+ * a tree another rank removed is no error). */
 static int exchange(ckpt_store *st, ckpt_save *s, int64_t step, int status, int *alone)
 {
     *alone = 0;
@@ -284,7 +289,7 @@ static int exchange(ckpt_store *st, ckpt_save *s, int64_t step, int status, int 
         else { /* rank 0 itself could not begin */
             res.status = status;
             res.rank = 0;
-            snprintf(res.message, sizeof res.message, "rank 0 failed: %.480s", rep.message);
+            snprintf(res.message, sizeof res.message, "rank 0 failed: %.470s", rep.message);
         }
     }
     free(reps);

@@ -68,7 +68,13 @@ int layout_open(layout *l, const char *path, int writing, int trust_group)
         if (e == -ENOENT) {
             /* Only the root is created: a parent made here would take
              * modes and an owner nobody chose (and mkdir -p hides a typo). */
-            const char *slash = strrchr(path, '/');
+            size_t end = strlen(path);
+            while (end > 1 && path[end - 1] == '/')
+                end--; /* "a/b/" names b */
+            const char *slash = NULL;
+            for (size_t i = 0; i < end; i++)
+                if (path[i] == '/')
+                    slash = path + i;
             int plen = !slash ? 1 : slash == path ? 1 : (int)(slash - path);
             return ckpt_seterr(CKPT_ENOTFOUND, "cannot create the checkpoint root %s: its "
                                "parent directory %.*s does not exist (libckpt creates the "

@@ -247,6 +247,11 @@ Test(errors, a_missing_parent_is_named)
     cr_assert(strstr(ckpt_error_last(), parent), "%s", ckpt_error_last());
     cr_assert_null(s);
     cr_assert(!tc_exists(parent));
+    snprintf(path, sizeof path, "%s/run1/", parent); /* a trailing slash names run1 */
+    assert_failed(ckpt_store_open(&s, path, NULL), CKPT_ENOTFOUND, "does not exist");
+    cr_assert(strstr(ckpt_error_last(), "parent directory /") &&
+                  !strstr(ckpt_error_last(), "run1 does not"),
+              "%s", ckpt_error_last());
 }
 
 /* ------------------------------------------------------------ bad saves */

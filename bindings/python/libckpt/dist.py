@@ -196,18 +196,29 @@ def load_resharded(store: Any, select: Union[Callable[[str], bool],
     from .errors import (AccessError, CorruptError, IoError,
                          NoCheckpointError, NotFoundError, PeerError,
                          SkippedCheckpointWarning, VersionError)
-    check_framework(framework, None)
     damage = (CorruptError, IoError, VersionError, NotFoundError, AccessError)
     coord = getattr(store, "_coordinator", None)
     timeout = getattr(store, "_timeout", 600.0)
     together = coord is not None and coord.world_size > 1
-    mine = store._step_numbers()
+    early = None  # a failure before the first collective: told, then raised
+    try:
+        check_framework(framework, None)
+        mine = store._step_numbers()
+    except Exception as e:  # noqa: BLE001 - every rank must hear of it
+        early, mine = e, []
     skipped = []
     below = None  # the steps tried so far are all above this
     while True:
-        step = max((n for n in mine if below is None or n < below), default=-1)
+        step = (-2 if early is not None else
+                max((n for n in mine if below is None or n < below),
+                    default=-1))
         if together:  # the same step on every rank, tried in the same order
             step = coord.allreduce_min(step, timeout)
+        if early is not None:
+            raise early
+        if step == -2:
+            raise PeerError("load_resharded: another rank failed before "
+                            "choosing a step (its own error says why)")
         if step < 0:
             break
         state, failure, fatal = None, None, None

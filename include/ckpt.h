@@ -952,7 +952,11 @@ CKPT_API int ckpt_restore_open(ckpt_store *store, int64_t step, const ckpt_tenso
  * Every problem found goes to `*report` (may be NULL; handed out also on
  * failure, with the step checked): with FULL each bad chunk, naming its
  * file, tensor and offset; a step that fails quick verification gives one
- * problem.  Waits for a save in flight first.
+ * problem.  A step saved by several ranks also has its part manifests
+ * checked: one that is damaged or disagrees with the global manifest is
+ * listed (status of the damage, message starting "warning:") without
+ * failing the step, since restore passes over it.  Waits for a save in
+ * flight first.
  *
  * Returns CKPT_OK if it is good; CKPT_ECORRUPT if a byte is wrong,
  * CKPT_EINCOMPLETE if a file is missing or truncated, CKPT_EVERSION if it

@@ -78,8 +78,8 @@ done:
 static int write_part(ckpt_save *s, part_report *rep)
 {
     ckpt_store *st = s->store;
-    char name[DIST_PART_NAME_SIZE];
-    dist_part_name(st->rank, name);
+    char name[MANIFEST_PART_NAME_SIZE];
+    manifest_part_name(st->rank, name);
     char *text = NULL;
     size_t len;
     int rc = manifest_encode(&s->m, &text, &len);
@@ -135,8 +135,8 @@ static int gather_parts(ckpt_save *s, const part_report *reps, manifest *g)
     int rc = CKPT_OK;
     size_t ntensors = 0, name_bytes = 0;
     for (int r = 0; r < world && !rc; r++) {
-        char name[DIST_PART_NAME_SIZE], shard[SHARD_NAME_SIZE];
-        dist_part_name((uint32_t)r, name);
+        char name[MANIFEST_PART_NAME_SIZE], shard[SHARD_NAME_SIZE];
+        manifest_part_name((uint32_t)r, name);
         shard_file_name((uint32_t)r, shard);
         char *path = util_join(s->tmp, name), *text = NULL;
         size_t len = 0;

@@ -16,9 +16,6 @@
 
 /* Bytes of a version-1 ckpt_store_options: it ends before `rank`. */
 #define DIST_OPTIONS_V1_SIZE offsetof(ckpt_store_options, rank)
-/* A rank's part manifest in the step directory: "rank-00001.json". */
-#define DIST_PART_NAME_SIZE 32u
-
 struct dist_state {
     coord c;
     unsigned char token[16]; /* rank 0's, agreed at open: names this job's saves */
@@ -48,8 +45,5 @@ int dist_finish(struct ckpt_save *save, int status);
  * caller holds s->api_lock and drained the save in flight. */
 int dist_restore(ckpt_store *s, int status, const ckpt_tensor *t, size_t count,
                  const ckpt_restore_options *o, ckpt_report *r);
-
-/* The part manifest name of `rank`. */
-void dist_part_name(uint32_t rank, char name[DIST_PART_NAME_SIZE]);
 
 #endif

@@ -36,11 +36,6 @@ int dist_resolve_options(ckpt_store_options *o)
     return CKPT_OK;
 }
 
-void dist_part_name(uint32_t rank, char name[DIST_PART_NAME_SIZE])
-{
-    snprintf(name, DIST_PART_NAME_SIZE, "rank-%05u.json", rank);
-}
-
 void dist_free(struct dist_state *d)
 {
     if (!d)

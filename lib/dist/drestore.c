@@ -37,8 +37,8 @@ static int restore_rank_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, 
     *caller_error = 0;
     if (s->rank == 0)
         return restore_step(s, step, t, count, o, caller_error, NULL);
-    char part[DIST_PART_NAME_SIZE];
-    dist_part_name(s->rank, part);
+    char part[MANIFEST_PART_NAME_SIZE];
+    manifest_part_name(s->rank, part);
     char *dir = layout_step_path(&s->lay, step), *path = dir ? util_join(dir, part) : NULL;
     int kind = FSIO_KIND_NONE, own = 0, rc = CKPT_OK;
     ckpt_checkpoint *ck = NULL;

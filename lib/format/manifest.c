@@ -123,6 +123,11 @@ static char *splice_member(char *body, const char *line, size_t old_len, char *v
     return out;
 }
 
+void manifest_part_name(uint32_t rank, char name[MANIFEST_PART_NAME_SIZE])
+{
+    snprintf(name, MANIFEST_PART_NAME_SIZE, "rank-%05u.json", rank);
+}
+
 int manifest_encode(const manifest *m, char **text, size_t *len)
 {
     json_t *root = build(m);

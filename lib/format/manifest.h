@@ -15,6 +15,9 @@
 #define MANIFEST_VERSION 1
 #define MANIFEST_NAME "manifest.json"
 #define MANIFEST_MAX_BYTES (256u << 20)
+/* A rank's part manifest beside the global one in a step saved by several
+ * ranks, "rank-00001.json" (docs/FORMAT.md): the one place they are named. */
+#define MANIFEST_PART_NAME_SIZE 32u
 
 typedef struct manifest_tensor {
     char *name;
@@ -72,6 +75,9 @@ typedef struct manifest {
 #define MANIFEST_MAX_CONTAINERS (1u << 19)
 #define MANIFEST_META_MAX_VALUES (MANIFEST_MAX_VALUES - (1u << 19))
 #define MANIFEST_META_MAX_CONTAINERS (MANIFEST_MAX_CONTAINERS - (1u << 17))
+
+/* The part manifest name of `rank` ("rank-00001.json"). */
+void manifest_part_name(uint32_t rank, char name[MANIFEST_PART_NAME_SIZE]);
 
 /* Serialise with the trailing checksum member.  *text is malloc'd. */
 int manifest_encode(const manifest *m, char **text, size_t *len);

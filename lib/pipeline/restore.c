@@ -9,6 +9,7 @@
 #include "error.h"
 #include "layout.h"
 #include "reader.h"
+#include "util.h"
 
 /* Match caller tensors to the checkpoint: caller errors, never damage. */
 static int match(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count, int allow_missing,
@@ -222,6 +223,66 @@ int restore_run(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
     return rc;
 }
 
+/* Does part manifest `p` (rank `rank`'s) describe what the global one
+ * gives that rank: the same tensors, in the same order, on its shard? */
+static int part_agrees(const manifest *g, const manifest *p, uint32_t rank)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < g->ntensors; i++) {
+        const manifest_tensor *a = &g->tensors[i];
+        if (a->shard != rank)
+            continue;
+        if (k >= p->ntensors)
+            return 0;
+        const manifest_tensor *b = &p->tensors[k++];
+        if (strcmp(a->name, b->name) || a->dtype != b->dtype || a->bytes != b->bytes ||
+            a->chunks != b->chunks || a->ndim != b->ndim ||
+            memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof a->shape[0]))
+            return 0;
+    }
+    return k == p->ntensors && p->step == g->step && !memcmp(p->id, g->id, sizeof g->id);
+}
+
+/* The part manifests of a step saved by several ranks (each rank restores
+ * through its own: lib/dist/drestore.c).  One that is damaged or does not
+ * match the global manifest is passed over by restore, whose record of
+ * the commit is the global manifest: the step stays valid, so the problem
+ * is listed with a message saying so and does not fail the verification
+ * (its status is still the damage's, for scripts that want to act on it).
+ * A missing part is the same to restore and is not listed: a job may
+ * remove them to save space. */
+static void verify_parts(ckpt_store *s, ckpt_checkpoint *ck, ckpt_report *r)
+{
+    for (uint32_t rank = 0; ck->m.world_size > 1 && rank < ck->m.world_size; rank++) {
+        char part[MANIFEST_PART_NAME_SIZE];
+        manifest_part_name(rank, part);
+        char *path = util_join(ck->dir, part);
+        int kind = FSIO_KIND_NONE;
+        int absent = !path || fsio_kind(&s->lay.fs, path, 0, &kind) != 0 ||
+                     kind == FSIO_KIND_NONE;
+        free(path);
+        if (absent)
+            continue;
+        ckpt_checkpoint *pk = NULL;
+        int rc = reader_open_manifest(s, ck->dir, part, ck->m.step, &pk);
+        char why[768];
+        if (rc)
+            snprintf(why, sizeof why, "%s", ckpt_error_last());
+        else if (!part_agrees(&ck->m, &pk->m, rank))
+            rc = CKPT_ECORRUPT, snprintf(why, sizeof why, "it does not list what %s gives "
+                                         "rank %u", MANIFEST_NAME, rank);
+        reader_close(pk);
+        if (!rc || !reader_is_damage(rc))
+            continue; /* no memory, say: nothing learnt about the part */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "warning: %s/%s, rank %u's part manifest: %s; restore "
+                 "passes over it (rank %u reads %s instead), so the step stays valid",
+                 ck->label, part, rank, why, rank, MANIFEST_NAME);
+        report_add(r, ck->m.step, rc, msg, part, "", -1);
+    }
+    ckpt_error_clear();
+}
+
 static int verify_step(ckpt_store *s, int64_t step, ckpt_verify_level level, ckpt_report *r)
 {
     ckpt_checkpoint *ck;
@@ -232,6 +293,8 @@ static int verify_step(ckpt_store *s, int64_t step, ckpt_verify_level level, ckp
     }
     if (level == CKPT_VERIFY_FULL)
         rc = reader_verify_all(ck, r);
+    if (!rc)
+        verify_parts(s, ck, r);
     reader_close(ck);
     return rc;
 }

@@ -325,6 +325,51 @@ Test(ranks, damaged_shard_of_one_rank_makes_all_fall_back)
     }
 }
 
+/* A damaged part manifest does not make the step invalid (restore passes
+ * over it to the global manifest), but verification names it, at quick and
+ * full level, as a warning that leaves the status CKPT_OK. */
+Test(ranks, verify_names_a_damaged_part_and_keeps_the_step_valid)
+{
+    job jobs[WORLD] = {0};
+    run_ranks(jobs, save_two);
+    char *dir = tc_step_dir(tc_root, 2), *part = tc_join(dir, "rank-00001.json");
+    tc_flip_byte(part, 20);
+    ckpt_store *ro = tc_open_ro(tc_root);
+    for (int level = CKPT_VERIFY_QUICK; level <= CKPT_VERIFY_FULL; level++) {
+        ckpt_report *rep = NULL;
+        cr_assert_eq(ckpt_verify(ro, 2, (ckpt_verify_level)level, &rep), CKPT_OK, "%s",
+                     ckpt_error_last());
+        cr_assert_eq(ckpt_report_count(rep), 1, "level %d: one warning", level);
+        const ckpt_problem *p = ckpt_report_get(rep, 0);
+        cr_assert_eq(p->status, CKPT_ECORRUPT);
+        cr_assert_str_eq(p->file, "rank-00001.json");
+        cr_assert(strstr(p->message, "warning") && strstr(p->message, "stays valid"), "%s",
+                  p->message);
+        ckpt_report_free(rep);
+    }
+    /* An intact part of the wrong save is named too. */
+    char *first = tc_step_dir(tc_root, 1), *old = tc_join(first, "rank-00001.json");
+    tc_copy_file(old, part);
+    ckpt_report *rep = NULL;
+    cr_assert_eq(ckpt_verify(ro, 2, CKPT_VERIFY_QUICK, &rep), CKPT_OK);
+    cr_assert_eq(ckpt_report_count(rep), 1);
+    cr_assert(strstr(ckpt_report_get(rep, 0)->message, "rank-00001.json"));
+    ckpt_report_free(rep);
+    /* An intact step has nothing to say. */
+    cr_assert_eq(ckpt_verify(ro, 1, CKPT_VERIFY_FULL, &rep), CKPT_OK);
+    cr_assert_eq(ckpt_report_count(rep), 0, "%s",
+                 ckpt_report_count(rep) ? ckpt_report_get(rep, 0)->message : "");
+    ckpt_report_free(rep);
+    ckpt_store_free(ro);
+    memset(jobs, 0, sizeof jobs);
+    run_ranks(jobs, restore_only);
+    for (int r = 0; r < WORLD; r++) {
+        cr_assert_eq(jobs[r].status, CKPT_OK, "rank %d: %s", r, jobs[r].message);
+        cr_assert_eq(jobs[r].restored, 2);
+    }
+    free(old), free(first), free(part), free(dir);
+}
+
 /* Rank 1 hands in a bad tensor: its begin fails, yet it answers, and rank
  * 0's save fails with its reason; nothing is committed. */
 static int one_rank_fails(job *j, ckpt_store *st)

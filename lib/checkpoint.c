@@ -154,7 +154,7 @@ CKPT_API int ckpt_checkpoint_restore(ckpt_checkpoint *ck, const ckpt_tensor *t, 
         return rc;
     int caller_error;
     pthread_mutex_lock(&ck->store->api_lock);
-    rc = restore_from(ck, t, count, &o, &caller_error);
+    rc = restore_from(ck, t, count, &o, &caller_error, NULL);
     pthread_mutex_unlock(&ck->store->api_lock);
     return rc;
 }

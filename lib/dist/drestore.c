@@ -32,11 +32,12 @@ typedef struct skip_reason {
  * record is damaged is skipped by rank 0, so by all.  A damaged part sends
  * its rank to the global manifest too. */
 static int restore_rank_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
-                             const ckpt_restore_options *o, int *caller_error)
+                             const ckpt_restore_options *o, int *caller_error,
+                             unsigned char *hit)
 {
     *caller_error = 0;
     if (s->rank == 0)
-        return restore_step(s, step, t, count, o, caller_error, NULL);
+        return restore_step(s, step, t, count, o, caller_error, NULL, hit);
     char part[MANIFEST_PART_NAME_SIZE];
     manifest_part_name(s->rank, part);
     char *dir = layout_step_path(&s->lay, step), *path = dir ? util_join(dir, part) : NULL;
@@ -57,13 +58,13 @@ static int restore_rank_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, 
     if (rc && reader_is_damage(rc))
         rc = CKPT_OK, own = 0;
     if (!rc && own)
-        rc = restore_from(ck, t, count, o, caller_error);
+        rc = restore_from(ck, t, count, o, caller_error, hit);
     reader_close(ck);
     free(path);
     free(dir);
     if (rc || own)
         return rc;
-    return restore_step(s, step, t, count, o, caller_error, NULL);
+    return restore_step(s, step, t, count, o, caller_error, NULL, hit);
 }
 
 /* The newest step <= bound this rank restores; -1 if none.  A failure
@@ -71,21 +72,24 @@ static int restore_rank_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, 
  * *fatal. */
 static int64_t newest_restorable(ckpt_store *s, const int64_t *steps, size_t n, int64_t bound,
                                  int64_t have, const ckpt_tensor *t, size_t count,
-                                 const ckpt_restore_options *o, ckpt_report *r, int *fatal)
+                                 const ckpt_restore_options *o, ckpt_report *r,
+                                 restore_marks *mk, int *fatal)
 {
     for (size_t i = n; i-- > 0;) {
         if (steps[i] > bound)
             continue;
         if (steps[i] == have)
-            return have; /* restored in an earlier round: the buffers hold it */
+            return have; /* restored in an earlier round: the buffers (and hits) hold it */
         int caller_error;
-        int rc = restore_rank_step(s, steps[i], t, count, o, &caller_error);
+        memset(mk->hit, 0, count);
+        int rc = restore_rank_step(s, steps[i], t, count, o, &caller_error, mk->hit);
         if (rc == CKPT_OK)
             return steps[i];
         if (caller_error || !reader_is_damage(rc)) {
             *fatal = rc;
             return -1;
         }
+        restore_marks_abandon(mk, steps[i]);
         reader_report_failure(r, steps[i], rc, ckpt_error_last());
     }
     return -1;
@@ -104,8 +108,8 @@ static void my_reason(const ckpt_report *r, int64_t agreed, skip_reason *why)
     snprintf(why->message, sizeof why->message, "it has no newer step");
 }
 
-int dist_restore(ckpt_store *s, int status, const ckpt_tensor *t, size_t count,
-                 const ckpt_restore_options *o, ckpt_report *r)
+static int agree_restore(ckpt_store *s, int status, const ckpt_tensor *t, size_t count,
+                         const ckpt_restore_options *o, ckpt_report *r, restore_marks *mk)
 {
     coord *c = &s->dist->c;
     int64_t *steps = NULL;
@@ -116,7 +120,7 @@ int dist_restore(ckpt_store *s, int status, const ckpt_tensor *t, size_t count,
     int64_t bound = INT64_MAX, have = -2, agreed = -1;
     for (;;) {
         int64_t mine = fatal ? -1 : newest_restorable(s, steps, n, bound, have, t, count, o,
-                                                      r, &fatal);
+                                                      r, mk, &fatal);
         if (mine >= 0)
             have = mine;
         /* Anyone failing outright fails everyone (a caller's mistake on
@@ -162,6 +166,8 @@ int dist_restore(ckpt_store *s, int status, const ckpt_tensor *t, size_t count,
         }
         if (all_there || agreed < 0)
             break;
+        if (mine > agreed) /* restored, but this rank goes down: abandoned */
+            restore_marks_abandon(mk, mine);
         /* Some rank stopped lower: the lowest such rank says why. */
         int64_t culprit = mine == agreed ? c->rank : c->world;
         skip_reason why;
@@ -198,4 +204,42 @@ int dist_restore(ckpt_store *s, int status, const ckpt_tensor *t, size_t count,
     }
     r->step = agreed;
     return CKPT_OK;
+}
+
+/* Every rank restored the agreed step: a rank whose buffers still hold
+ * bytes of a step it abandoned, in tensors the agreed step lacks
+ * (allow_missing), fails, and so does every other rank, so that no rank
+ * trains on while one stops. */
+static int agree_leftovers(ckpt_store *s, const ckpt_tensor *t, size_t count,
+                           restore_marks *mk, int64_t agreed)
+{
+    coord *c = &s->dist->c;
+    int mine = restore_leftovers(t, count, mk, agreed);
+    ckpt_error_state e;
+    ckpt_error_capture(&e, mine);
+    int64_t worst = mine;
+    int rc = coord_allreduce_min(c, &worst, "restore: buffers of abandoned steps");
+    if (rc)
+        return rc;
+    if (mine)
+        return ckpt_error_restore(&e);
+    if (worst)
+        return ckpt_seterr((int)worst, "rank %d: another rank restored step %lld, but a "
+                           "tensor of it that the step lacks holds bytes of a newer step it "
+                           "abandoned; that rank names it", c->rank, (long long)agreed);
+    return CKPT_OK;
+}
+
+int dist_restore(ckpt_store *s, int status, const ckpt_tensor *t, size_t count,
+                 const ckpt_restore_options *o, ckpt_report *r)
+{
+    restore_marks mk;
+    int rc = restore_marks_init(&mk, count);
+    if (rc && !status)
+        status = rc; /* still takes part in the collectives, failing */
+    rc = agree_restore(s, status, t, count, o, r, &mk);
+    if (rc == CKPT_OK && (rc = agree_leftovers(s, t, count, &mk, r->step)))
+        r->step = -1;
+    restore_marks_free(&mk);
+    return rc;
 }

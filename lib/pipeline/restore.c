@@ -13,7 +13,7 @@
 
 /* Match caller tensors to the checkpoint: caller errors, never damage. */
 static int match(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count, int allow_missing,
-                 reader_target *targets, size_t *ntargets)
+                 reader_target *targets, size_t *ntargets, unsigned char *hit)
 {
     ckpt_store *s = ck->store;
     size_t k = 0;
@@ -56,6 +56,8 @@ static int match(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count, int al
         if (rc)
             return ckpt_seterr(rc, "tensor '%s': %s", t[i].name, ckpt_error_last());
         targets[k++] = (reader_target){(uint32_t)idx, t[i].data, mem, NULL, ordinal};
+        if (hit)
+            hit[i] = 1;
     }
     *ntargets = k;
     return CKPT_OK;
@@ -141,14 +143,15 @@ static int separate_shared(ckpt_checkpoint *ck, reader_target *tg, size_t n, voi
 }
 
 int restore_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
-                 const ckpt_restore_options *o, int *caller_error, ckpt_checkpoint **keep)
+                 const ckpt_restore_options *o, int *caller_error, ckpt_checkpoint **keep,
+                 unsigned char *hit)
 {
     ckpt_checkpoint *ck;
     *caller_error = 0;
     int rc = reader_open_step(s, step, &ck);
     if (rc)
         return rc;
-    rc = restore_from(ck, t, count, o, caller_error);
+    rc = restore_from(ck, t, count, o, caller_error, hit);
     if (rc == CKPT_OK && keep)
         *keep = ck;
     else
@@ -157,7 +160,7 @@ int restore_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count
 }
 
 int restore_from(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count,
-                 const ckpt_restore_options *o, int *caller_error)
+                 const ckpt_restore_options *o, int *caller_error, unsigned char *hit)
 {
     int rc;
     *caller_error = 0;
@@ -166,7 +169,7 @@ int restore_from(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count,
     void **scratch = NULL;
     if (!targets) {
         rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
-    } else if ((rc = match(ck, t, count, o->allow_missing, targets, &n))) {
+    } else if ((rc = match(ck, t, count, o->allow_missing, targets, &n, hit))) {
         *caller_error = 1;
     } else {
         for (size_t i = 0; i < n; i++)
@@ -183,35 +186,96 @@ int restore_from(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count,
     return rc;
 }
 
+int restore_leftovers(const ckpt_tensor *t, size_t count, restore_marks *mk, int64_t restored)
+{
+    size_t left = 0, first = 0;
+    for (size_t i = 0; i < count; i++)
+        if (mk->dirty[i] && !mk->hit[i] && !left++)
+            first = i;
+    if (!left)
+        return CKPT_OK;
+    char more[48] = "";
+    if (left > 1)
+        snprintf(more, sizeof more, " and %zu more", left - 1);
+    return ckpt_seterr(CKPT_ECORRUPT, "restored step %lld, which lacks tensor '%s'%s: the "
+                       "abandoned restore of step %lld had already written into %s buffer, "
+                       "which now holds neither its old contents nor a checkpoint's; set %s "
+                       "again and restore step %lld by number, which leaves %s untouched",
+                       (long long)restored, t[first].name, more, (long long)mk->abandoned,
+                       left > 1 ? "their" : "its", left > 1 ? "them" : "it",
+                       (long long)restored, left > 1 ? "them" : "it");
+}
+
+int restore_marks_init(restore_marks *mk, size_t count)
+{
+    mk->abandoned = -1;
+    mk->dirty = calloc(count ? count : 1, 2);
+    mk->hit = mk->dirty ? mk->dirty + (count ? count : 1) : NULL;
+    mk->count = count;
+    return mk->dirty ? CKPT_OK : ckpt_seterr(CKPT_ENOMEM, "out of memory");
+}
+
+void restore_marks_abandon(restore_marks *mk, int64_t step)
+{
+    for (size_t i = 0; i < mk->count; i++)
+        mk->dirty[i] |= mk->hit[i];
+    if (mk->abandoned < 0)
+        mk->abandoned = step;
+}
+
+void restore_marks_free(restore_marks *mk)
+{
+    free(mk->dirty);
+    mk->dirty = mk->hit = NULL;
+}
+
 int restore_run(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
                 const ckpt_restore_options *o, ckpt_report *r, ckpt_checkpoint **keep)
 {
     int64_t *steps = NULL;
     size_t n = 0;
-    int rc = CKPT_OK;
-    if (step == CKPT_LATEST) {
+    restore_marks mk;
+    int rc = restore_marks_init(&mk, count);
+    if (!rc && step == CKPT_LATEST) {
         rc = layout_scan(&s->lay, &steps, &n);
-    } else if (!(steps = malloc(sizeof *steps))) {
+    } else if (!rc && !(steps = malloc(sizeof *steps))) {
         rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
-    } else {
+    } else if (!rc) {
         steps[0] = step;
         n = 1;
     }
     int restored = 0;
     for (size_t i = n; i-- > 0 && !rc;) {
         int caller_error;
-        int r1 = restore_step(s, steps[i], t, count, o, &caller_error, keep);
+        ckpt_checkpoint *ck = NULL;
+        memset(mk.hit, 0, count);
+        int r1 = restore_step(s, steps[i], t, count, o, &caller_error, keep ? &ck : NULL,
+                              mk.hit);
         if (r1 == CKPT_OK) {
+            /* A buffer written by the attempt at a newer, damaged step and
+             * absent from this one holds that step's unverified bytes. */
+            if ((rc = restore_leftovers(t, count, &mk, steps[i]))) {
+                reader_close(ck);
+                break;
+            }
+            if (keep)
+                *keep = ck;
             r->step = steps[i];
             restored = 1;
             break;
         }
         if (caller_error || !reader_is_damage(r1) || step != CKPT_LATEST) {
             rc = r1;
+            /* The caller learns why the newer steps were not the ones. */
+            if (caller_error && r->count)
+                ckpt_seterr(r1, "%s (newer step %lld skipped: %s)", ckpt_error_last(),
+                            (long long)r->items[0].step, r->items[0].message);
             break;
         }
+        restore_marks_abandon(&mk, steps[i]);
         reader_report_failure(r, steps[i], r1, ckpt_error_last());
     }
+    restore_marks_free(&mk);
     if (!rc && !restored) {
         if (r->count)
             rc = ckpt_seterr(CKPT_ENOCKPT, "no valid checkpoint in %s: %zu skipped, newest "

@@ -17,13 +17,38 @@ int restore_run(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
 
 /* Restore the tensors from the one step `step` (>= 0).  *caller_error is
  * set when the failure is the caller's (a name not found, a mismatch), not
- * damage to the step.  Same locking and `keep` as restore_run. */
+ * damage to the step.  Same locking and `keep` as restore_run.  `hit`
+ * (NULL, or `count` bytes): set to 1 for each caller tensor the step
+ * holds, whose buffer the restore writes (also when it then fails). */
 int restore_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
-                 const ckpt_restore_options *o, int *caller_error, ckpt_checkpoint **keep);
+                 const ckpt_restore_options *o, int *caller_error, ckpt_checkpoint **keep,
+                 unsigned char *hit);
 
 /* The same from a step opened already (reader.h). */
 int restore_from(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count,
-                 const ckpt_restore_options *o, int *caller_error);
+                 const ckpt_restore_options *o, int *caller_error, unsigned char *hit);
+
+/* Which caller buffers restores of abandoned steps wrote into.  A restore
+ * that falls back from a step (found damaged while its chunks were being
+ * written into the caller's buffers; on several ranks, also a step the
+ * other ranks did not restore) leaves its bytes in every buffer the step
+ * restored to in the end does not hold: with allow_missing such a tensor
+ * would pass for untouched.  Each attempt fills `hit`; an abandoned one
+ * adds it to `dirty`. */
+typedef struct restore_marks {
+    unsigned char *dirty, *hit; /* `count` bytes each, one allocation */
+    size_t count;
+    int64_t abandoned;          /* the newest step abandoned, -1 if none */
+} restore_marks;
+
+int restore_marks_init(restore_marks *mk, size_t count);
+/* The attempt that filled `hit`, at `step`, was abandoned. */
+void restore_marks_abandon(restore_marks *mk, int64_t step);
+void restore_marks_free(restore_marks *mk);
+/* After restoring `restored` (its hits in mk->hit): CKPT_ECORRUPT naming
+ * the buffers abandoned attempts wrote and `restored` does not hold, which
+ * the caller must set again; CKPT_OK if none. */
+int restore_leftovers(const ckpt_tensor *t, size_t count, restore_marks *mk, int64_t restored);
 
 /* Verify `step` (CKPT_NEWEST, CKPT_LATEST or a number) at `level`; every
  * problem goes to `r`, whose step is set to the step checked.  Same locking

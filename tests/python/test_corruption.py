@@ -226,3 +226,31 @@ def test_load_verifies_a_tensor_its_state_does_not_name(root, monkeypatch):
         with pytest.warns(libckpt.SkippedCheckpointWarning, match="step 2"):
             step, got = store.load()
         assert step == 1 and got["w"].tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_a_new_tensor_is_not_left_holding_a_damaged_step(root):
+    """A model that gained a tensor: step 1 holds "w", step 2 "head" and
+    "w", and step 2 is damaged.  The attempt at step 2 writes into the
+    buffers before the damage is found; step 1 lacks "head", so with
+    strict=False the restore fails naming it (it would otherwise pass for
+    untouched while holding step 2's unverified bytes); step 1 by number
+    leaves it untouched.  With strict=True the NotFoundError says step 2
+    was skipped, and lists it in .skipped."""
+    with open_store(root) as store:
+        store.save(1, {"w": OLD}).wait()
+        store.save(2, {"head": NEW[:50000], "w": NEW}).wait()
+    flip_byte(shard_files(root, 2)[0], None)
+    with open_store(root) as store:
+        head, w = np.full(50000, 7.0), np.zeros_like(OLD)
+        state = {"head": head, "w": w}
+        with pytest.raises(libckpt.CorruptError, match="'head'") as err:
+            store.restore(state, strict=False)
+        assert "restore step 1 by number" in str(err.value)
+        assert [s["step"] for s in err.value.skipped] == [2]
+        head[:] = 7.0
+        got = store.restore(state, step=1, strict=False)
+        assert got == 1 and got.missing_keys == ["head"]
+        assert (head == 7.0).all() and np.array_equal(w, OLD)
+        with pytest.raises(libckpt.NotFoundError, match="newer step 2 skipped") as err:
+            store.restore(state)
+        assert [s["step"] for s in err.value.skipped] == [2]

@@ -21,11 +21,15 @@ class Error(Exception):
     Attributes: ``status`` (the negative ``CKPT_E*`` code, or None for an
     error found by the binding itself), ``code`` (its name, e.g.
     ``"CKPT_ECORRUPT"``), ``message`` (the library's message) and
-    ``function`` (the C function that failed).
+    ``function`` (the C function that failed).  An error of
+    :meth:`libckpt.Store.restore` also has ``skipped``: the newer
+    checkpoints it passed over as damaged before failing (dicts as in
+    :meth:`libckpt.Store.verify` problems; empty when none).
     """
 
     status = None
     code = None
+    skipped = ()
 
     def __init__(self, message, status=None, function=None):
         super().__init__(message)

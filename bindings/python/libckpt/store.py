@@ -650,9 +650,15 @@ class Store:
         lacks is a :class:`NotFoundError`; ``strict=False`` leaves it
         untouched and lists it in ``.missing_keys`` (``allow_missing=True``
         is the older spelling of ``strict=False``).  Newer checkpoints
-        skipped as damaged are reported as by :meth:`load`; when none can
-        be restored, :class:`NoCheckpointError` lists them in
-        ``.skipped``.  On failure the buffers' contents are unspecified."""
+        skipped as damaged are reported as by :meth:`load`; when the
+        restore fails (none can be restored: :class:`NoCheckpointError`)
+        the error lists them in ``.skipped``.  A newer checkpoint found
+        damaged while it was being read may already have written into
+        the buffers: when the older one restored instead lacks such a
+        tensor (``strict=False``), the restore fails with
+        :class:`CorruptError` naming it rather than pass it off as
+        untouched; set it again and restore that step by number.  On
+        failure the buffers' contents are unspecified."""
         if allow_missing is not None:
             strict = not allow_missing
         # The collector stays paused until the state's flattened form is
@@ -691,7 +697,7 @@ class Store:
                     restored = C.ckpt_report_step(report) if report else step
                     skipped = reports.from_report(report)
                     _tensors.copy_back(keep)  # tensors not laid out row-major
-                except NoCheckpointError as e:
+                except Error as e:  # which newer steps were passed over
                     e.skipped = reports.from_report(report)
                     raise
                 finally:

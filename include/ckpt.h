@@ -908,14 +908,19 @@ CKPT_API int ckpt_restore_options_init(ckpt_restore_options *opts,
  * not reasons to fall back.  One buffer may be given under several names
  * (the same `data` and `bytes`: tied weights): the name given last is
  * written into it and the others are still read and verified; buffers
- * that overlap otherwise are CKPT_EINVAL.  On failure the buffers'
- * contents are unspecified.  Waits for a save in flight first.  `opts`
- * may be NULL.
+ * that overlap otherwise are CKPT_EINVAL.  A newer step found damaged
+ * while it was being read may already have written into the buffers it
+ * holds: when the step restored instead lacks one of those tensors
+ * (allow_missing), the restore fails with CKPT_ECORRUPT naming it rather
+ * than pass it off as untouched (set it again and restore that step by
+ * number).  On failure the buffers' contents are unspecified.  Waits for a
+ * save in flight first.  `opts` may be NULL.
  *
  * Returns CKPT_OK; CKPT_ENOCKPT (CKPT_LATEST and no checkpoint could be
  * restored); CKPT_EMISMATCH; CKPT_ENOTFOUND (no such step or tensor);
  * CKPT_ECORRUPT, CKPT_EINCOMPLETE, CKPT_EVERSION (the `step` given failed
- * verification or is of a newer format); CKPT_EVERSION also for an unknown
+ * verification or is of a newer format; CKPT_ECORRUPT also for the
+ * buffers of a damaged newer step above); CKPT_EVERSION also for an unknown
  * `opts->version`; CKPT_EIO, CKPT_EACCES (reading; with CKPT_LATEST a step
  * giving CKPT_EIO is skipped, one giving CKPT_EACCES is not); CKPT_EINVAL
  * (NULL `store`, a step that is neither >= 0 nor CKPT_LATEST, a tensor

@@ -730,7 +730,10 @@ CKPT_API int ckpt_save_options_init(ckpt_save_options *opts, unsigned int versio
  * docs/FORMAT.md for file systems without an atomic swap).  A step below
  * the newest committed one is refused unless the store was opened with
  * CKPT_OPEN_REWIND (restore would otherwise go on choosing the higher,
- * older step: a new run belongs in a new directory).  On a store with
+ * older step: a new run belongs in a new directory).  Damaged steps above
+ * do not count, since restore never takes them: a job that resumed below
+ * one saves on (whether a step above is damaged comes from this store's
+ * restores, else from verifying it in full, once).  On a store with
  * world_size > 1 this is collective, and a rank whose call fails still
  * tells the others (whose saves then fail with its status).  `opts` may
  * be NULL.  On success `*out` is a handle released with ckpt_save_free();

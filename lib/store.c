@@ -107,6 +107,7 @@ static void store_destroy(ckpt_store *s)
     context_stop(s);
     dist_free(s->dist);
     eventlog_free(s->events);
+    free(s->damaged);
     layout_close(&s->lay); /* releases the lock */
     pthread_mutex_destroy(&s->api_lock);
     free(s);

@@ -16,6 +16,7 @@
 #include "layout.h"
 #include "reader.h"
 #include "restore.h"
+#include "retention.h"
 #include "util.h"
 
 typedef struct skip_reason {
@@ -90,6 +91,7 @@ static int64_t newest_restorable(ckpt_store *s, const int64_t *steps, size_t n, 
             return -1;
         }
         restore_marks_abandon(mk, steps[i]);
+        retention_note_damaged(s, steps[i], rc);
         reader_report_failure(r, steps[i], rc, ckpt_error_last());
     }
     return -1;
@@ -190,6 +192,7 @@ static int agree_restore(ckpt_store *s, int status, const ckpt_tensor *t, size_t
                          why.message);
                 report_add(r, steps[i], why.status ? why.status : CKPT_ECORRUPT, msg, "", "",
                            -1);
+                retention_note_damaged(s, steps[i], why.status);
             }
         bound = agreed;
     }

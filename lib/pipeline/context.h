@@ -73,6 +73,11 @@ struct ckpt_store {
     struct eventlog *events;    /* the root's event log; NULL: read-only */
     ckpt_report *cleaned;       /* stale temporaries removed while opening,
                                    until the log exists to record them */
+    /* Committed steps this store found damaged (a restore skipped them,
+     * or retention_check_order verified them): a save may go below them,
+     * since restore never takes them.  Owned by retention.c. */
+    int64_t *damaged;
+    size_t ndamaged;
 };
 
 /* Set up the workers, codecs, pool and device of a store whose options are

@@ -9,6 +9,7 @@
 #include "error.h"
 #include "layout.h"
 #include "reader.h"
+#include "retention.h"
 #include "util.h"
 
 /* Match caller tensors to the checkpoint: caller errors, never damage. */
@@ -273,6 +274,7 @@ int restore_run(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
             break;
         }
         restore_marks_abandon(&mk, steps[i]);
+        retention_note_damaged(s, steps[i], r1);
         reader_report_failure(r, steps[i], r1, ckpt_error_last());
     }
     restore_marks_free(&mk);

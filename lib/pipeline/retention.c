@@ -10,6 +10,41 @@
 #include "report.h"
 #include "util.h"
 
+static int known_damaged(const ckpt_store *st, int64_t step)
+{
+    for (size_t i = 0; i < st->ndamaged; i++)
+        if (st->damaged[i] == step)
+            return 1;
+    return 0;
+}
+
+void retention_note_damaged(ckpt_store *st, int64_t step, int status)
+{
+    if ((status != CKPT_ECORRUPT && status != CKPT_EINCOMPLETE) || known_damaged(st, step))
+        return;
+    int64_t *grown = realloc(st->damaged, (st->ndamaged + 1) * sizeof *grown);
+    if (!grown)
+        return;
+    st->damaged = grown;
+    st->damaged[st->ndamaged++] = step;
+}
+
+/* Is committed step `step` damaged?  Verified in full (every chunk's
+ * hashes, as a restore checks what it reads) unless known already. */
+static int is_damaged(ckpt_store *st, int64_t step)
+{
+    if (known_damaged(st, step))
+        return 1;
+    ckpt_checkpoint *ck = NULL;
+    int rc = reader_open_step(st, step, &ck);
+    if (!rc)
+        rc = reader_verify_all(ck, NULL);
+    reader_close(ck);
+    ckpt_error_clear();
+    retention_note_damaged(st, step, rc);
+    return rc == CKPT_ECORRUPT || rc == CKPT_EINCOMPLETE;
+}
+
 int retention_check_order(ckpt_store *st, int64_t step)
 {
     if (st->opts.flags & CKPT_OPEN_REWIND)
@@ -19,9 +54,13 @@ int retention_check_order(ckpt_store *st, int64_t step)
     int rc = layout_scan(&st->lay, &steps, &n);
     if (rc)
         return rc;
-    int64_t newest = n ? steps[n - 1] : -1;
+    /* The newest step above `step` that restore would take. */
+    int64_t newest = -1;
+    for (size_t i = n; i-- > 0 && newest < 0 && steps[i] > step;)
+        if (!is_damaged(st, steps[i]))
+            newest = steps[i];
     free(steps);
-    if (newest <= step)
+    if (newest < 0)
         return CKPT_OK;
     return ckpt_seterr(CKPT_EINVAL, "step %lld is below step %lld, already committed in %s: "
                        "restore would go on choosing the higher step.  A new run belongs "

@@ -12,8 +12,19 @@
 #include "context.h"
 
 /* CKPT_OK when `step` may be saved now: not below the newest committed step
- * (CKPT_EINVAL naming both and the ways out), or the store rewinds. */
+ * (CKPT_EINVAL naming both and the ways out), or the store rewinds.  Steps
+ * above it that are damaged do not count: restore passes over them, so a
+ * job that resumed below a damaged newest step saves on (the damaged step
+ * stays, for ckpt verify to name, until a save of its number replaces it
+ * or gc retires it).  Whether a step above is damaged is known from this
+ * store's restores (retention_note_damaged), else found by verifying it
+ * in full, once. */
 int retention_check_order(ckpt_store *st, int64_t step);
+
+/* A restore skipped committed step `step` as damaged (CKPT_ECORRUPT,
+ * CKPT_EINCOMPLETE): remember it for retention_check_order.  Out of memory
+ * forgets it (the check then verifies the step). */
+void retention_note_damaged(ckpt_store *st, int64_t step, int status);
 
 /* Retire what is not kept.  `just`: the step just committed (kept and
  * counted; with CKPT_OPEN_REWIND every step above it is retired), or -1.

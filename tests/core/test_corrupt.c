@@ -786,3 +786,44 @@ Test(corrupt, fallback_never_leaves_a_missing_tensor_holding_a_damaged_step)
     free(shard);
     free(dir);
 }
+
+/* A job resumes below a damaged newest step (restore skipped step 4 for
+ * step 2) and saves on: step 3 is accepted, since restore never takes the
+ * damaged step, which stays for verify to name until replaced.  A store
+ * that did not restore finds the damage by verifying the step above.  A
+ * step above that is intact still refuses a save below it. */
+Test(corrupt, a_job_resumed_below_a_damaged_step_saves_on)
+{
+    tc_state s[5];
+    for (int i = 1; i <= 4; i++)
+        tc_state_standard(&s[i], (uint64_t)i);
+    ckpt_store *st = tc_open(tc_root);
+    tc_save_ok(st, 1, &s[1]);
+    tc_save_ok(st, 2, &s[2]);
+    tc_save_ok(st, 4, &s[4]);
+    ckpt_store_free(st);
+    char *dir = tc_step_dir(tc_root, 4), *shard = tc_join(dir, "rank-00000.shard");
+    struct stat sb;
+    cr_assert_eq(stat(shard, &sb), 0);
+    tc_flip_byte(shard, sb.st_size / 2);
+
+    st = tc_open(tc_root);
+    cr_assert_eq(tc_restore_check(st, CKPT_LATEST, &s[2]), 2);
+    cr_assert_eq(tc_save(st, 3, &s[3], NULL), CKPT_OK, "%s", ckpt_error_last());
+    int64_t all[] = {1, 2, 3, 4};
+    tc_assert_steps(st, all, 4);
+    cr_assert_eq(tc_restore_check(st, CKPT_LATEST, &s[3]), 3);
+    ckpt_store_free(st);
+
+    /* No restore first: the save verifies step 4. */
+    st = tc_open(tc_root);
+    cr_assert_eq(tc_save(st, 3, &s[1], NULL), CKPT_OK, "%s", ckpt_error_last());
+    /* Step 3 is intact: a save below it is refused, naming it. */
+    cr_assert_eq(tc_save(st, 2, &s[1], NULL), CKPT_EINVAL);
+    cr_assert(strstr(ckpt_error_last(), "below step 3"), "%s", ckpt_error_last());
+    ckpt_store_free(st);
+    for (int i = 1; i <= 4; i++)
+        tc_state_free(&s[i]);
+    free(shard);
+    free(dir);
+}

@@ -254,3 +254,22 @@ def test_a_new_tensor_is_not_left_holding_a_damaged_step(root):
         with pytest.raises(libckpt.NotFoundError, match="newer step 2 skipped") as err:
             store.restore(state)
         assert [s["step"] for s in err.value.skipped] == [2]
+
+
+def test_a_job_resumed_below_a_damaged_newest_step_saves_on(root):
+    """Steps 10, 20, 30; step 30 damaged.  load() resumes from 20 and the
+    job's next save, 25, is accepted (restore never takes step 30); the
+    next resume takes 25."""
+    with open_store(root) as store:
+        for step in (10, 20, 30):
+            store.save(step, {"w": OLD * step}).wait()
+    flip_byte(shard_files(root, 30)[0], None)
+    with open_store(root) as store:
+        with pytest.warns(libckpt.SkippedCheckpointWarning, match="step 30"):
+            step, got = store.load()
+        assert step == 20
+        store.save(25, {"w": got["w"] + 1}).wait()
+    with open_store(root) as store:
+        with pytest.warns(libckpt.SkippedCheckpointWarning, match="step 30"):
+            step, got = store.load()
+        assert step == 25 and np.array_equal(got["w"], OLD * 20 + 1)

@@ -338,3 +338,17 @@ def test_a_tensor_without_storage_of_its_own_is_refused_by_name(store):
     store.save(1, {"w": torch.zeros(6)}).wait()
     with pytest.raises(TypeError, match="has no storage of its own"):
         store.restore({"w": w})
+
+
+@pytest.mark.filterwarnings("ignore:Lazy modules are a new feature")
+def test_an_uninitialized_lazy_parameter_is_refused_by_name(store):
+    """A lazy module before its first forward pass: torch's own error (from
+    is_contiguous) named no key; the refusal names it and says what to do."""
+    model = torch.nn.Sequential(torch.nn.LazyLinear(4))
+    with pytest.raises(TypeError, match=r"'0\.weight' is an uninitialized "
+                       r"parameter.*first forward pass"):
+        store.save(1, model.state_dict())
+    assert store.steps() == []
+    model(torch.ones(2, 3))  # now it has a shape
+    store.save(1, model.state_dict()).wait()
+    assert store.restore(model.state_dict()) == 1

@@ -137,6 +137,13 @@ def _not_contiguous(name, how):
 
 
 def _from_torch(name, t, torch, writable):
+    is_lazy = getattr(getattr(torch.nn, "parameter", None), "is_lazy", None)
+    if is_lazy is not None and is_lazy(t):  # torch's own error names no key
+        raise TypeError(
+            "tensor %r is an uninitialized parameter of a lazy module "
+            "(torch.nn.LazyLinear and the like): it has no shape or data "
+            "until the module's first forward pass; run one before saving "
+            "or restoring, or leave it out of the state" % name)
     dtype = _torch_dtypes(torch).get(t.dtype)
     if dtype is None:
         raise TypeError("tensor %r: torch dtype %s is not supported"

@@ -352,3 +352,15 @@ def test_an_uninitialized_lazy_parameter_is_refused_by_name(store):
     model(torch.ones(2, 3))  # now it has a shape
     store.save(1, model.state_dict()).wait()
     assert store.restore(model.state_dict()) == 1
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_loading_to_a_device_torch_lacks_fails_before_reading(store):
+    """torch's bare AssertionError ("Torch not compiled with CUDA enabled")
+    came after the whole checkpoint was read; now a NoDeviceError first."""
+    store.save(1, {"w": torch.ones(3)}).wait()
+    with pytest.raises(libckpt.NoDeviceError, match="device='cuda'.*host"):
+        store.load(device="cuda")
+    with pytest.raises(libckpt.NoDeviceError):
+        store.open(device="cuda")
+    assert torch.equal(store.load(device="cpu")[1]["w"], torch.ones(3))

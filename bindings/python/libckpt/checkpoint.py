@@ -15,7 +15,8 @@ import numpy as np
 
 from . import ffi, nested
 from . import tensors as _tensors
-from .errors import CorruptError, InvalidArgumentError, NotFoundError
+from .errors import (CorruptError, InvalidArgumentError, NoDeviceError,
+                     NotFoundError)
 from .handles import _Handle
 
 C = ffi.lib
@@ -57,6 +58,24 @@ def check_framework(framework: str, device: Any) -> None:
     if framework == "np" and device is not None and not _is_cpu(device):
         raise ValueError("device=%r needs framework='pt' or 'auto' (NumPy "
                          "arrays live in host memory)" % (device,))
+    if device is not None and not _is_cpu(device):
+        _check_device(device)
+
+
+def _check_device(device: Any) -> None:
+    """Refuse a device torch cannot allocate on before anything is read
+    (torch's own error, an AssertionError without CUDA, came after the
+    whole checkpoint had been read)."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is None:
+            import torch
+        torch.empty(0, device=device)
+    except Exception as e:
+        raise NoDeviceError(
+            "device=%r: torch cannot place tensors there (%s: %s); load to "
+            "the host instead (device=None or 'cpu')"
+            % (device, type(e).__name__, e)) from None
 
 
 def _info_record() -> Any:

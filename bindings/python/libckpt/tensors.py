@@ -137,7 +137,8 @@ def _not_contiguous(name, how):
 
 
 def _from_torch(name, t, torch, writable):
-    is_lazy = getattr(getattr(torch.nn, "parameter", None), "is_lazy", None)
+    is_lazy = getattr(getattr(getattr(torch, "nn", None), "parameter", None),
+                      "is_lazy", None)
     if is_lazy is not None and is_lazy(t):  # torch's own error names no key
         raise TypeError(
             "tensor %r is an uninitialized parameter of a lazy module "

@@ -251,8 +251,19 @@ def test_metadata_errors_say_metadata(store):
         store.save(1, {"w": np.zeros(2)}, metadata={"x": float("nan")})
     with pytest.raises(TypeError, match="^metadata: .*ndarray.*put tensors"):
         store.save(1, {"w": np.zeros(2)}, metadata={"x": np.zeros(1)})
+    # an int beyond 64 bits: named by its place, not by a column of JSON
+    for big, where in ((2**64 - 1, r"\['seed'\]\[1\]"), (-2**63 - 1, r"")):
+        meta = {"seed": [0, big]} if where else big
+        with pytest.raises(libckpt.InvalidArgumentError,
+                           match="^metadata%s: an integer beyond 64 bits.*"
+                           "put it in the state" % where):
+            store.save(1, {"w": np.zeros(2)}, metadata=meta)
+    assert store.steps() == []
     # the state keeps what metadata cannot
-    store.save(1, {"w": np.zeros(2), "x": float("nan")}).wait()
+    store.save(1, {"w": np.zeros(2), "x": float("nan"), "s": 2**64 - 1},
+               metadata={"edge": [2**63 - 1, -2**63]}).wait()
+    assert store.metadata(1) == {"edge": [2**63 - 1, -2**63]}
+    assert store.load()[1]["s"] == 2**64 - 1
 
 
 def test_handles_refuse_pickling_saying_what_to_do(store):

@@ -162,6 +162,24 @@ def json_deeper_than(value: Any, limit: int) -> bool:
     return False
 
 
+def json_int_beyond_64_bits(value: Any) -> Optional[str]:
+    """Where in `value` (dicts, lists and tuples of plain values) an int
+    lies outside the signed 64 bits a checkpoint's JSON integers hold, as
+    a subscript path ("['seed'][0]"), or None.  The library refuses such
+    metadata too, but names only a column of the text it was given."""
+    stack: List[Tuple[Any, str]] = [(value, "")]
+    while stack:
+        v, where = stack.pop()
+        if isinstance(v, dict):
+            stack.extend((x, "%s[%r]" % (where, k)) for k, x in v.items())
+        elif isinstance(v, (list, tuple)):
+            stack.extend((x, "%s[%d]" % (where, i)) for i, x in enumerate(v))
+        elif (isinstance(v, int) and not isinstance(v, bool)
+              and not -(1 << 63) <= v < (1 << 63)):
+            return where
+    return None
+
+
 def load_metadata(text: bytes) -> Any:
     """A checkpoint's metadata text decoded (json.loads), a document
     nested deeper than Python's JSON decoder goes being CorruptError."""

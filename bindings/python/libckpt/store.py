@@ -459,6 +459,14 @@ class Store:
                 "metadata nests deeper than a checkpoint holds (its JSON "
                 "may nest %d levels, the metadata going one inside)"
                 % nested.JSON_MAX_DEPTH)
+        if isinstance(metadata, (dict, list, tuple, int)):
+            where = nested.json_int_beyond_64_bits(metadata)
+            if where is not None:
+                raise InvalidArgumentError(
+                    "metadata%s: an integer beyond 64 bits, which a "
+                    "checkpoint's metadata cannot hold (JSON integers are "
+                    "stored as signed 64-bit numbers); put it in the state, "
+                    "which keeps any int, or store it as a string" % where)
         # The library waits for the save in flight before a new one: wait
         # here first, where Ctrl-C still interrupts (handles.interruptible),
         # then report a dropped save that failed, at this save as promised.

@@ -429,6 +429,33 @@ def test_export_errors(tmp):
 
 
 
+def test_export_names_tensors_hdf5_cannot_hold(tmp):
+    """Tensor names are HDF5 paths: "a" beside "a/b" (in either order) and
+    a ".." component are refused naming the tensor and why, not with
+    HDF5's "name already exists" or "message type not found"; nothing is
+    left behind."""
+    need_hdf5()
+    import libckpt
+    cases = [({"a/b": np.ones(2), "a": np.zeros(2)}, "tensor 'a' .*'a' is already taken"),
+             ({"a": np.ones(2), "a/b": np.zeros(2)},
+              "tensor 'a/b' .*'a' is already a dataset"),
+             ({"x/../../etc": np.ones(2)}, "'x/../../etc' cannot be an HDF5 dataset path")]
+    for i, (state, words) in enumerate(cases):
+        root = os.path.join(tmp, "names%d" % i)
+        with libckpt.Store(root) as store:
+            store.save(1, state).wait()
+        out = os.path.join(tmp, "names%d.h5" % i)
+        r = ckpt("export", root, out)
+        check(r.rc != 0 and re.search(words, r.err), "export of %s" % list(state), r)
+        check("HDF5-DIAG" not in r.err and not os.path.exists(out), "HDF5 noise or file", r)
+    check(not [f for f in os.listdir(tmp) if ".tmp-" in f], "temporary file left")
+    # a group shared by several tensors is fine
+    root = os.path.join(tmp, "group")
+    with libckpt.Store(root) as store:
+        store.save(1, {"g/x": np.ones(2), "g/y": np.zeros(2)}).wait()
+    expect_rc(ckpt("export", root, os.path.join(tmp, "group.h5")), 0)
+
+
 def test_export_is_as_private_as_the_checkpoint(tmp):
     """The export holds every tensor and the environment record (the
     command line too): created 0640 at most, like the step's own files,

@@ -209,18 +209,48 @@ done:
     return rc;
 }
 
-/* A tensor name must be a relative HDF5 path with no empty or "." part. */
+/* A tensor name must be a relative HDF5 path with no empty, "." or ".."
+ * part (HDF5 gives ".." no meaning: such a name failed deep inside it). */
 static int valid_h5_path(const char *name)
 {
     const char *p = name;
     for (;;) {
         const char *slash = strchr(p, '/');
         size_t len = slash ? (size_t)(slash - p) : strlen(p);
-        if (len == 0 || (len == 1 && p[0] == '.'))
+        if (len == 0 || (len == 1 && p[0] == '.') || (len == 2 && p[0] == '.' && p[1] == '.'))
             return 0;
         if (!slash)
             return 1;
         p = slash + 1;
+    }
+}
+
+/* Whether `name`, or a path above it, is taken in `file` by an earlier
+ * tensor: 1 with `why` saying which, else 0.  A path above it that is a
+ * group (made for an earlier "a/x") is fine. */
+static int h5_path_taken(hid_t file, const char *name, char *why, size_t len)
+{
+    char path[4096];
+    if (strlen(name) >= sizeof path)
+        return 0; /* HDF5 itself says what is wrong */
+    snprintf(path, sizeof path, "%s", name);
+    for (char *slash = path;; slash++) {
+        slash = strchr(slash, '/');
+        if (slash)
+            *slash = '\0';
+        if (H5Lexists(file, path, H5P_DEFAULT) <= 0)
+            return 0; /* nothing there: neither here nor below */
+        H5O_info_t info;
+        int leaf = !slash;
+        if (leaf || (H5Oget_info_by_name(file, path, &info, H5P_DEFAULT) >= 0 &&
+                     info.type != H5O_TYPE_GROUP)) {
+            snprintf(why, len, "'%.300s' is already %s", path,
+                     leaf ? "taken (a group made for a tensor below it, or a tensor of "
+                            "that name)"
+                          : "a dataset (a tensor of that name)");
+            return 1;
+        }
+        *slash = '/';
     }
 }
 
@@ -250,7 +280,7 @@ static int export_tensor(hid_t file, hid_t lcpl, ckpt_checkpoint *ckpt,
     if (!valid_h5_path(ti->name)) {
         snprintf(err, errlen,
                  "tensor '%s' cannot be an HDF5 dataset path (leading, trailing or doubled "
-                 "'/', or a '.' component)",
+                 "'/', or a '.' or '..' component)",
                  ti->name);
         goto done;
     }
@@ -289,6 +319,13 @@ static int export_tensor(hid_t file, hid_t lcpl, ckpt_checkpoint *ckpt,
             if (H5Pset_filter(dcpl, CKPT_H5Z_FILTER_ZSTD, H5Z_FLAG_OPTIONAL, 1, &cd) < 0)
                 goto h5fail;
         }
+    }
+    /* Tensors "a" and "a/b": HDF5 cannot make "a" both a dataset and a
+     * group; say so rather than relay its "name already exists". */
+    if (h5_path_taken(file, ti->name, why, sizeof why)) {
+        snprintf(err, errlen, "tensor '%s' cannot be exported: %s (HDF5 paths cannot hold a "
+                 "dataset and a group of one name); rename one of the tensors", ti->name, why);
+        goto done;
     }
     dset = H5Dcreate2(file, ti->name, type, space, lcpl, dcpl, H5P_DEFAULT);
     if (dset < 0)

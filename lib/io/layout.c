@@ -52,9 +52,47 @@ static int refuse_step_dir(layout *l)
                        l->root, (long long)step, plen, l->root, plen, l->root, (long long)step);
 }
 
+char *layout_pinned_path(const layout *l, const char *name)
+{
+    return util_join(l->at ? l->at : l->root, name);
+}
+
+/* The entry of `path` (a path in the root) as a pinned path. */
+static char *pinned_entry(const layout *l, const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    return layout_pinned_path(l, slash ? slash + 1 : path);
+}
+
+/* Pin the writer's root (layout.h): the directory whose stat `in` was
+ * checked, or a refusal if the path names another one by now. */
+static int pin_root(layout *l, const fsio_info *in)
+{
+    int fd = open(l->root, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return ckpt_seterr_errno(errno, "cannot open the checkpoint root %s", l->root);
+    struct stat sb, via;
+    char at[40];
+    snprintf(at, sizeof at, "/proc/self/fd/%d", fd);
+    if (fstat(fd, &sb) != 0 || sb.st_dev != in->dev || sb.st_ino != in->ino) {
+        close(fd);
+        return ckpt_seterr(CKPT_EACCES, "the checkpoint root %s was replaced while it was "
+                           "being opened: another user may be renaming it", l->root);
+    }
+    if (stat(at, &via) != 0 || via.st_dev != sb.st_dev || via.st_ino != sb.st_ino ||
+        !(l->at = strdup(at))) {
+        close(fd); /* no /proc (or no memory): paths, unpinned */
+        return CKPT_OK;
+    }
+    l->pin_fd = fd;
+    return CKPT_OK;
+}
+
 int layout_open(layout *l, const char *path, int writing, int trust_group)
 {
     l->lock_fd = -1;
+    l->pin_fd = -1;
+    l->at = NULL;
     l->root = NULL;
     /* Private to the owner (and the group's readers) unless shared with a
      * trusted group; the command line in each manifest is no one else's. */
@@ -62,7 +100,7 @@ int layout_open(layout *l, const char *path, int writing, int trust_group)
     l->file_mode = 0640;
     /* Resolved here, one component at a time, so that a writer refuses a
      * link another user planted on the way before creating anything. */
-    int rc = trust_resolve(&l->fs, path, writing, trust_group, &l->root), created = 0;
+    int rc = trust_resolve(&l->fs, path, writing, &l->root), created = 0;
     if (rc == CKPT_ENOTFOUND && writing) {
         int e = make_dir(l, path);
         if (e == -ENOENT) {
@@ -84,7 +122,7 @@ int layout_open(layout *l, const char *path, int writing, int trust_group)
         if (e && e != -EEXIST)
             return ckpt_seterr_errno(-e, "cannot create the checkpoint root %s", path);
         created = e == 0;
-        rc = trust_resolve(&l->fs, path, writing, trust_group, &l->root);
+        rc = trust_resolve(&l->fs, path, writing, &l->root);
     }
     if (rc == CKPT_ENOTFOUND)
         return ckpt_seterr(CKPT_ENOTFOUND, "checkpoint root %s does not exist", path);
@@ -101,7 +139,9 @@ int layout_open(layout *l, const char *path, int writing, int trust_group)
     if ((rc = refuse_step_dir(l)))
         return rc;
     trust_init(&l->tr, &in, trust_group);
-    return trust_check_root(&l->tr, l->root, &in, writing);
+    if ((rc = trust_check_root(&l->tr, l->root, &in, writing)))
+        return rc;
+    return writing ? pin_root(l, &in) : CKPT_OK;
 }
 
 int layout_check_trusted(layout *l, const char *path)
@@ -137,6 +177,12 @@ void layout_close(layout *l)
     if (l->lock_fd >= 0)
         fsio_close(&l->fs, l->lock_fd); /* releases the flock */
     l->lock_fd = -1;
+    if (l->at && l->pin_fd >= 0) /* `at` set: pinned by layout_open (a zeroed
+                                    layout holds fd 0, not its own) */
+        close(l->pin_fd);
+    l->pin_fd = -1;
+    free(l->at);
+    l->at = NULL;
     free(l->root);
     l->root = NULL;
 }
@@ -226,21 +272,30 @@ static int lock_file_ok(layout *l, int fd, const char *path)
 int layout_lock(layout *l)
 {
     char *path = util_join(l->root, LAYOUT_LOCK_NAME);
-    if (!path)
+    char *at = layout_pinned_path(l, LAYOUT_LOCK_NAME); /* in the pinned root */
+    if (!path || !at) {
+        free(path);
+        free(at);
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    }
     /* Private (0600): no other user can open it, so none can hold the flock
      * to block this writer; never through a planted link.  In a root shared
      * with a trusted group (dir_mode 0770) every member's writer must open
      * it: 0660, whatever the umask (as make_dir). */
     int shared = (l->dir_mode & 0020) != 0;
-    int fd = fsio_open(&l->fs, path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK,
+    int fd = fsio_open(&l->fs, at, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK,
                        shared ? 0660 : 0600);
-    if (fd >= 0 && shared)
-        fchmod(fd, 0660); /* best effort: fails (harmlessly) on another member's */
+    free(at);
     int rc = fd < 0 ? ckpt_seterr_errno(-fd, "cannot open the lock file %s", path) : 0;
-    if (!rc && (rc = lock_file_ok(l, fd, path)))
+    if (!rc && (rc = lock_file_ok(l, fd, path))) {
         fsio_close(&l->fs, fd);
-    else if (!rc && (rc = fsio_lock(&l->fs, fd))) {
+    } else if (!rc && shared) {
+        /* Once it is known to be a file of this root alone (a hard link's
+         * target would have taken the mode); best effort: fails
+         * (harmlessly) on another member's. */
+        fchmod(fd, 0660);
+    }
+    if (!rc && (rc = fsio_lock(&l->fs, fd))) {
         fsio_close(&l->fs, fd);
         if (rc == -EWOULDBLOCK) {
             char who[LOCK_NOTE_SIZE + 32];
@@ -337,12 +392,26 @@ int layout_scan(layout *l, int64_t **steps, size_t *count)
     return CKPT_OK;
 }
 
-static char *unique_name(layout *l, const char *prefix, int64_t step)
+/* A fresh entry name for `prefix` (ROOT/name; pinned: through l->at). */
+static char *unique_name(layout *l, const char *prefix, int64_t step, int pinned)
 {
     char name[128];
     snprintf(name, sizeof name, "%sstep-%012lld-%ld-%u", prefix, (long long)step,
              (long)getpid(), ++l->seq);
-    return util_join(l->root, name);
+    return pinned ? layout_pinned_path(l, name) : util_join(l->root, name);
+}
+
+static char *pinned_step_path(const layout *l, int64_t step)
+{
+    char name[LAYOUT_NAME_SIZE];
+    layout_step_name(step, name);
+    return layout_pinned_path(l, name);
+}
+
+/* fsync the root directory itself (the pinned one). */
+static int sync_root(layout *l)
+{
+    return fsio_fsync_path(&l->fs, l->at ? l->at : l->root);
 }
 
 int layout_make_temp(layout *l, int64_t step, char **path)
@@ -354,7 +423,7 @@ int layout_make_temp(layout *l, int64_t step, char **path)
                  l->shared_tag);
         p = util_join(l->root, name);
     } else {
-        p = unique_name(l, LAYOUT_TMP_PREFIX, step);
+        p = unique_name(l, LAYOUT_TMP_PREFIX, step, 0);
     }
     if (!p)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
@@ -381,7 +450,10 @@ int layout_make_temp(layout *l, int64_t step, char **path)
 
 void layout_remove_temp(layout *l, const char *path)
 {
-    fsio_remove_tree(&l->fs, path);
+    char *p = pinned_entry(l, path);
+    if (p)
+        fsio_remove_tree(&l->fs, p);
+    free(p);
 }
 
 int layout_commit(layout *l, const char *tmp, int64_t step)
@@ -389,24 +461,23 @@ int layout_commit(layout *l, const char *tmp, int64_t step)
     int lrc = layout_check_lock(l);
     if (lrc)
         return lrc;
-    char *final = layout_step_path(l, step);
-    if (!final)
-        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
-    int rc = fsio_rename(&l->fs, tmp, final);
+    /* Renamed in the pinned root, whatever its path names by now. */
+    char *final = pinned_step_path(l, step), *from = pinned_entry(l, tmp);
+    int rc = final && from ? fsio_rename(&l->fs, from, final) : -ENOMEM;
     if (rc == -ENOTEMPTY || rc == -EEXIST) {
         /* Replace an existing step atomically: swap, then delete the old
          * one, which now sits under the temporary name. */
-        rc = fsio_exchange(&l->fs, tmp, final);
+        rc = fsio_exchange(&l->fs, from, final);
         if (rc == 0) {
-            fsio_remove_tree(&l->fs, tmp);
+            fsio_remove_tree(&l->fs, from);
         } else if (rc == -EINVAL || rc == -ENOSYS || rc == -ENOTSUP) {
             /* No atomic swap on this file system: move the old one aside
              * under a name the next open puts back if we die in between,
              * and put it back ourselves if the second rename fails. */
-            char *aside = unique_name(l, LAYOUT_REPLACED_PREFIX, step);
+            char *aside = unique_name(l, LAYOUT_REPLACED_PREFIX, step, 1);
             rc = aside ? fsio_rename(&l->fs, final, aside) : -ENOMEM;
             if (rc == 0) {
-                rc = fsio_rename(&l->fs, tmp, final);
+                rc = fsio_rename(&l->fs, from, final);
                 if (rc == 0)
                     fsio_remove_tree(&l->fs, aside);
                 else
@@ -415,24 +486,26 @@ int layout_commit(layout *l, const char *tmp, int64_t step)
             free(aside);
         }
     }
+    free(final);
+    free(from);
     if (rc) {
-        rc = ckpt_seterr_errno(-rc, "cannot commit %s as %s", tmp, final);
-        free(final);
+        char *shown = layout_step_path(l, step);
+        rc = ckpt_seterr_errno(-rc, "cannot commit %s as %s", tmp, shown ? shown : "?");
+        free(shown);
         return rc;
     }
-    free(final);
-    if (l->fsync && (rc = fsio_fsync_path(&l->fs, l->root)))
+    if (l->fsync && (rc = sync_root(l)))
         return ckpt_seterr_errno(-rc, "cannot fsync the checkpoint root %s", l->root);
     return CKPT_OK;
 }
 
 int layout_retire(layout *l, int64_t step)
 {
-    char *path = layout_step_path(l, step), *trash = unique_name(l, LAYOUT_TRASH_PREFIX, step);
+    char *path = pinned_step_path(l, step), *trash = unique_name(l, LAYOUT_TRASH_PREFIX, step, 1);
     int rc = path && trash ? fsio_rename(&l->fs, path, trash) : -ENOMEM;
     if (rc == 0) {
         if (l->fsync)
-            fsio_fsync_path(&l->fs, l->root);
+            sync_root(l);
         char **more = l->defer_removal
                           ? realloc(l->removals, (l->nremovals + 1) * sizeof *more) : NULL;
         if (more) {
@@ -485,12 +558,12 @@ static void recover_replaced(layout *l, const char *name)
     stepname[dash - rest] = '\0';
     if (!layout_parse_step_name(stepname, &step))
         return;
-    char *from = util_join(l->root, name), *to = layout_step_path(l, step);
+    char *from = layout_pinned_path(l, name), *to = pinned_step_path(l, step);
     if (from && to) {
         int kind;
         if (fsio_kind(&l->fs, to, 0, &kind) == -ENOENT) {
             if (fsio_rename(&l->fs, from, to) == 0 && l->fsync)
-                fsio_fsync_path(&l->fs, l->root);
+                sync_root(l);
         } else {
             fsio_remove_tree(&l->fs, from);
         }
@@ -518,7 +591,7 @@ int layout_clean_stale(layout *l, int dry_run, ckpt_report *report)
         if (!has_prefix(names[i], LAYOUT_TMP_PREFIX) &&
             !has_prefix(names[i], LAYOUT_TRASH_PREFIX))
             continue;
-        char *p = util_join(l->root, names[i]);
+        char *p = layout_pinned_path(l, names[i]);
         int e = p ? (dry_run ? 0 : fsio_remove_tree(&l->fs, p)) : -ENOMEM;
         free(p);
         if (e) {

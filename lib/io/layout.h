@@ -47,6 +47,16 @@ typedef struct layout {
     int defer_removal;
     char **removals;
     size_t nremovals;
+    /* A writer's root, pinned when opened: an O_PATH descriptor of the
+     * directory checked, and "/proc/self/fd/N", through which every
+     * rename and removal in the root goes.  The path can be renamed under
+     * us by whoever may rename its last entry (the root's owner always
+     * can, in /tmp or in a home): root running gc on a user's root, or a
+     * writer trusting its group, would otherwise retire the steps of
+     * whatever directory that user swapped in.  -1 and NULL for readers
+     * and where /proc is not mounted (paths are used then). */
+    int pin_fd;
+    char *at;
 } layout;
 
 /* Resolve `path` into l->root (absolute), creating the directory when
@@ -89,6 +99,11 @@ int layout_scan(layout *l, int64_t **steps, size_t *count);
  * shared tag the name is the same on every rank and one that another rank
  * created already is used (when it is a directory this writer trusts). */
 int layout_make_temp(layout *l, int64_t step, char **path);
+/* ROOT/name as a writer renames or removes it: through the pinned root
+ * (l->at) when there is one.  malloc'd; NULL when out of memory.  For
+ * messages, name l->root. */
+char *layout_pinned_path(const layout *l, const char *name);
+
 /* Remove a temporary directory made by layout_make_temp (a failed save).
  * Best effort: what is left is cleaned at the next writer's open. */
 void layout_remove_temp(layout *l, const char *path);

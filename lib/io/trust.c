@@ -132,18 +132,20 @@ int trust_check_path(const trust *t, const fsio *fs, const char *path)
  * on the way to a root the caller writes into?  As the kernel's
  * protected_symlinks rule, made strict for directories others may write:
  * a link of the caller or root; or of the owner of a directory that no one
- * else may write (that user decides where paths through it lead anyway);
- * or, trusting the group, of anyone in a directory not every user may
- * write.  Never a stranger's link in /tmp or a scratch directory. */
-static int link_ok(unsigned self, int group, const fsio *fs, const char *dir,
-                   const fsio_info *in)
+ * else may write (that user decides where paths through it lead anyway).
+ * Never a stranger's link in /tmp or a scratch directory, and not a group
+ * member's either, trusting the group: the group is trusted with the
+ * shared root, and a member's link could lead the caller's writer into a
+ * private root of the caller's (restoring another run, retiring its
+ * steps) that the member cannot touch. */
+static int link_ok(unsigned self, const fsio *fs, const char *dir, const fsio_info *in)
 {
     if (in->uid == self || in->uid == 0)
         return 1;
     fsio_info d;
     if (fsio_info_of(fs, dir[0] ? dir : "/", -1, &d) != 0 || (d.mode & 0002))
         return 0;
-    return group || (d.uid == in->uid && !(d.mode & 0020));
+    return d.uid == in->uid && !(d.mode & 0020);
 }
 
 int trust_check_ancestors(const fsio *fs, const char *root, int group)
@@ -195,7 +197,7 @@ int trust_check_ancestors(const fsio *fs, const char *root, int group)
     return rc;
 }
 
-int trust_resolve(const fsio *fs, const char *path, int writing, int group, char **out)
+int trust_resolve(const fsio *fs, const char *path, int writing, char **out)
 {
     unsigned self = (unsigned)geteuid();
     char *todo = strdup(path);                   /* components still to walk */
@@ -241,7 +243,7 @@ int trust_resolve(const fsio *fs, const char *path, int writing, int group, char
         char *target = NULL;
         if (!rc && (e = fsio_readlink(fs, next, &target)))
             rc = ckpt_seterr_errno(-e, "cannot read the symbolic link %s", next);
-        if (!rc && writing && !link_ok(self, group, fs, done, &in)) {
+        if (!rc && writing && !link_ok(self, fs, done, &in)) {
             char owner[128];
             user_name(in.uid, owner, sizeof owner);
             rc = ckpt_seterr(CKPT_EACCES, "the path %s goes through the symbolic link %s "

@@ -36,14 +36,14 @@ int trust_check_path(const trust *t, const fsio *fs, const char *path);
  * into a malloc'd *out, walking it one component at a time.  With
  * `writing`, every symbolic link met on the way must belong to the caller
  * or root, or to the owner of the directory holding it when no one else
- * may write that directory, or, with `group`, sit in a directory that not
- * every user may write: a link that another user planted in a shared
+ * may write that directory: a link that another user planted in a shared
  * directory (/tmp, scratch) would send this writer's checkpoints wherever
- * it points.
+ * it points.  Trusting the group does not extend to its members' links,
+ * which could lead into the caller's own private roots.
  * CKPT_OK; CKPT_ENOTFOUND when a component does not exist (the caller may
  * create it and resolve again); CKPT_EACCES naming a refused link and its
  * owner; CKPT_EIO etc. otherwise.  Each with a message. */
-int trust_resolve(const fsio *fs, const char *path, int writing, int group, char **out);
+int trust_resolve(const fsio *fs, const char *path, int writing, char **out);
 /* For a writer: every directory above the resolved `root` ("/" to its
  * parent) must keep others from renaming what it holds: writable by no
  * other user, or by its group only with `group` (or a private group), or

@@ -73,8 +73,6 @@ static int open_log(eventlog *el, const char *path, uint64_t *size)
                                      O_CLOEXEC, shared ? 0660 : el->lay->file_mode);
     if (fd < 0)
         return fd == -ELOOP ? -FSIO_ENOTREG : fd;
-    if (shared)
-        fchmod(fd, 0660); /* best effort: fails (harmlessly) on another member's */
     fsio_info in;
     int rc = fsio_info_of(fs, NULL, fd, &in);
     if (!rc && in.kind != FSIO_KIND_FILE)
@@ -91,6 +89,11 @@ static int open_log(eventlog *el, const char *path, uint64_t *size)
         fsio_close(fs, fd);
         return rc;
     }
+    /* Only once it is known to be a plain file of this root alone (a FIFO
+     * or a hard link's target would have taken the mode); best effort:
+     * fails (harmlessly) on another member's. */
+    if (shared)
+        fchmod(fd, 0660);
     return fd;
 }
 
@@ -98,8 +101,8 @@ static int open_log(eventlog *el, const char *path, uint64_t *size)
 static void append_line(eventlog *el, const char *line, size_t len)
 {
     const fsio *fs = &plain_fs;
-    char *path = util_join(el->lay->root, EVENTLOG_NAME);
-    char *old = util_join(el->lay->root, EVENTLOG_OLD_NAME);
+    char *path = layout_pinned_path(el->lay, EVENTLOG_NAME); /* a writer's own root */
+    char *old = layout_pinned_path(el->lay, EVENTLOG_OLD_NAME);
     char *buf = malloc(len + 1);
     uint64_t size = 0;
     int fd = path && old && buf ? open_log(el, path, &size) : -ENOMEM;

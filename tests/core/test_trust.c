@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
+#include "testing.h"
 
 TestSuite(trust, .init = tc_setup, .fini = tc_teardown, .timeout = 120);
 
@@ -659,4 +660,99 @@ Test(trust, another_member_of_a_trusted_group_writes_the_root_next)
     struct stat sb;
     cr_assert_eq(stat(step, &sb), 0, "step 2 of the second member is missing");
     cr_expect_eq(sb.st_uid, (uid_t)OTHER_UID);
+}
+
+/* The root's owner may always rename its entry (in /tmp, in a home): here
+ * the root is swapped for a link to another root right before the first
+ * retirement (from the fault hook, as a racer watching with inotify
+ * would), while gc, which checked the lock, is retiring steps (root
+ * running `ckpt gc --trust-group` on a user's root).  The steps retired
+ * are the opened root's: the other root keeps every step. */
+typedef struct swap_ctx {
+    const char *root, *moved, *other;
+    int swapped;
+} swap_ctx;
+
+static int swap_on_rename(void *ctx, fsio_op op, const char *path)
+{
+    swap_ctx *c = ctx;
+    (void)path;
+    if (op == FSIO_RENAME && !c->swapped) {
+        c->swapped = 1;
+        cr_assert_eq(rename(c->root, c->moved), 0);
+        cr_assert_eq(symlink(c->other, c->root), 0);
+    }
+    return 0;
+}
+
+Test(trust, a_root_swapped_for_a_link_while_open_is_not_followed)
+{
+    char *a = tc_join(tc_root, "a"), *b = tc_join(tc_root, "b");
+    char *moved = tc_join(tc_root, "a.moved");
+    tc_state s;
+    tc_state_standard(&s, 7);
+    ckpt_store *st = tc_open(b);
+    for (int64_t step = 1; step <= 3; step++)
+        tc_save_ok(st, step, &s);
+    ckpt_store_free(st);
+    st = tc_open(a);
+    for (int64_t step = 1; step <= 3; step++)
+        tc_save_ok(st, step, &s);
+    ckpt_store_free(st);
+
+    swap_ctx c = {a, moved, b, 0};
+    ckpt_store_options o;
+    tc_opts(&o);
+    fsio fs = {.fault = swap_on_rename, .ctx = &c};
+    cr_assert_eq(ckpt_store_open_with_fsio(&st, a, &o, &fs), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_store_gc(st, 1, 0, NULL);
+    ckpt_store_free(st);
+    cr_assert(c.swapped, "no rename happened");
+    ckpt_store *ro = tc_open_ro(b);
+    int64_t all[] = {1, 2, 3};
+    tc_assert_steps(ro, all, 3); /* nothing of b retired */
+    ckpt_store_free(ro);
+    ro = tc_open_ro(moved);
+    int64_t last[] = {3};
+    tc_assert_steps(ro, last, 1); /* the root opened was the one cleaned */
+    ckpt_store_free(ro);
+    tc_state_free(&s);
+    free(a), free(b), free(moved);
+}
+
+/* Trusting the group trusts its members with the shared root, not with
+ * the caller's other roots: a member's link in the project directory,
+ * pointing at a private root of the caller's, is refused (it led the
+ * writer into that root: a restore of another run, retention retiring its
+ * steps). */
+Test(trust, a_group_members_link_is_not_followed_trusting_the_group)
+{
+    char *proj = tc_join(tc_root, "proj"), *priv = tc_join(tc_root, "private");
+    char *link = tc_join(proj, "shared-run");
+    cr_assert_eq(mkdir(proj, 0770), 0);
+    cr_assert_eq(chmod(proj, 02770), 0);
+    tc_state s;
+    tc_state_standard(&s, 3);
+    ckpt_store *st = tc_open(priv);
+    tc_save_ok(st, 1, &s);
+    tc_save_ok(st, 2, &s);
+    ckpt_store_free(st);
+    cr_assert_eq(symlink(priv, link), 0);
+    if (lchown(link, 65534, getegid()) != 0)
+        cr_skip_test("needs root to give the link another owner");
+    ckpt_store_options o;
+    tc_opts(&o);
+    o.flags |= CKPT_OPEN_TRUST_GROUP;
+    o.keep_last = 1;
+    st = NULL;
+    int rc = ckpt_store_open(&st, link, &o);
+    cr_assert_eq(rc, CKPT_EACCES, "a member's link was followed: %d %s", rc,
+                 ckpt_error_last());
+    cr_assert(strstr(ckpt_error_last(), "symbolic link"), "%s", ckpt_error_last());
+    ckpt_store *ro = tc_open_ro(priv);
+    int64_t both[] = {1, 2};
+    tc_assert_steps(ro, both, 2);
+    ckpt_store_free(ro);
+    tc_state_free(&s);
+    free(proj), free(priv), free(link);
 }

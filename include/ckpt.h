@@ -284,7 +284,8 @@ typedef struct ckpt_checkpoint ckpt_checkpoint; /* see "checkpoint" below */
 #define CKPT_OPEN_TRUST_GROUP 0x2u
 /* Leave the process's command line out of each manifest's environment
  * record (it is recorded by default; files are created 0640, directories
- * 0750, never readable by other users). */
+ * 0750, or 0600 and 0700 when the root's group is not the owner's private
+ * group: never readable by other users unless the group is trusted). */
 #define CKPT_OPEN_NO_CMDLINE 0x4u
 /* Allow saving a step lower than the newest committed one (going back to
  * an earlier point of the same run): once it commits, every committed step

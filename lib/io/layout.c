@@ -138,6 +138,17 @@ int layout_open(layout *l, const char *path, int writing, int trust_group)
         return ckpt_seterr(CKPT_EINVAL, "%s is not a directory", path);
     if ((rc = refuse_step_dir(l)))
         return rc;
+    /* Private unless told to share: group-readable (0750, 0640) only when
+     * the root's group is the owner's private group.  A user whose primary
+     * group is shared (a lab's "users", another user's group) would
+     * otherwise let every member read the checkpoints. */
+    if (writing && !trust_group && in.uid == (unsigned)geteuid() &&
+        !trust_private_group(in.uid, in.gid)) {
+        l->dir_mode = 0700;
+        l->file_mode = 0600;
+        if (created && (in.mode & 0077) && chmod(l->root, 0700) == 0)
+            in.mode &= ~(unsigned)0077;
+    }
     trust_init(&l->tr, &in, trust_group);
     if ((rc = trust_check_root(&l->tr, l->root, &in, writing)))
         return rc;

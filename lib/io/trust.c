@@ -51,7 +51,7 @@ static int other_primary_member(unsigned uid, unsigned gid)
 /* The user-private-group convention (Debian's USERGROUPS_ENAB): a group
  * named as its owner, having no other members (listed, or having it as
  * their primary group), shares nothing when group-writable. */
-static int private_group(unsigned uid, unsigned gid)
+int trust_private_group(unsigned uid, unsigned gid)
 {
     struct passwd pw, *pres = NULL;
     struct group gr, *gres = NULL;
@@ -77,7 +77,7 @@ static int check_mode(const trust *t, const char *path, const fsio_info *in, con
                            "all), or trust the group (CKPT_OPEN_TRUST_GROUP, ckpt "
                            "--trust-group, Store(trust_group=True)) if it is shared on "
                            "purpose", what, path);
-    if ((in->mode & 0020) && !t->group && !private_group(in->uid, in->gid))
+    if ((in->mode & 0020) && !t->group && !trust_private_group(in->uid, in->gid))
         return ckpt_seterr(CKPT_EACCES, "%s %s is writable by its group (gid %u, mode "
                            "%04o): run chmod g-w on it, or trust the group "
                            "(CKPT_OPEN_TRUST_GROUP, ckpt --trust-group, "
@@ -175,7 +175,7 @@ int trust_check_ancestors(const fsio *fs, const char *root, int group)
         const char *who = NULL;
         if ((in.mode & 0002) && !sticky)
             who = "every user";
-        else if ((in.mode & 0020) && !sticky && !group && !private_group(in.uid, in.gid))
+        else if ((in.mode & 0020) && !sticky && !group && !trust_private_group(in.uid, in.gid))
             who = "its group";
         else if (in.acl_writers && !sticky && !group)
             who = "users or groups its POSIX ACL names (getfacl lists them)";

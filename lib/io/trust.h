@@ -32,6 +32,11 @@ int trust_check_entry(const trust *t, const char *path, const fsio_info *in);
 /* The same, reading the information first (CKPT_EIO etc. when it cannot). */
 int trust_check_path(const trust *t, const fsio *fs, const char *path);
 
+/* The user-private-group convention (Debian's USERGROUPS_ENAB): is `gid` a
+ * group named as user `uid`, with no other members (listed, or having it
+ * as their primary group)?  Such a group shares nothing. */
+int trust_private_group(unsigned uid, unsigned gid);
+
 /* Resolve `path` as realpath(3) does (absolute; no ".", ".." or links)
  * into a malloc'd *out, walking it one component at a time.  With
  * `writing`, every symbolic link met on the way must belong to the caller

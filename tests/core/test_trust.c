@@ -9,6 +9,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <grp.h>
+#include <pwd.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -22,6 +23,7 @@
 
 #include "helpers.h"
 #include "testing.h"
+#include "trust.h"
 
 TestSuite(trust, .init = tc_setup, .fini = tc_teardown, .timeout = 120);
 
@@ -755,4 +757,46 @@ Test(trust, a_group_members_link_is_not_followed_trusting_the_group)
     ckpt_store_free(ro);
     tc_state_free(&s);
     free(proj), free(priv), free(link);
+}
+
+/* A user whose primary group is shared (here nobody, whose group is
+ * nogroup, not a private group): the root, its steps and files are made
+ * private (0700, 0600) whatever the umask lets, instead of readable by
+ * the group (0750, 0640, as for a user-private group). */
+Test(trust, a_shared_primary_group_gets_private_modes)
+{
+    need_root();
+    struct passwd *pw = getpwuid(OTHER_UID);
+    if (!pw || trust_private_group(OTHER_UID, pw->pw_gid))
+        cr_skip_test("needs a user %d without a private group", OTHER_UID);
+    cr_assert_eq(chmod(tc_root, 01777), 0);
+    char *root = tc_join(tc_root, "run");
+    pid_t pid = fork();
+    if (pid == 0) {
+        umask(022);
+        if (setgid(pw->pw_gid) || setuid(OTHER_UID))
+            _exit(10);
+        tc_state s;
+        tc_state_standard(&s, 1);
+        ckpt_store *st = NULL;
+        ckpt_store_options o;
+        tc_opts(&o);
+        if (ckpt_store_open(&st, root, &o) || tc_save(st, 1, &s, NULL))
+            _exit(11);
+        ckpt_store_free(st);
+        _exit(0);
+    }
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: %d", status);
+    char *step = tc_step_dir(root, 1), *man = tc_join(step, "manifest.json");
+    char *shard = tc_join(step, "rank-00000.shard"), *log = tc_join(root, "ckpt-events.jsonl");
+    const char *paths[] = {root, step, man, shard, log};
+    for (size_t i = 0; i < 5; i++) {
+        struct stat sb;
+        cr_assert_eq(stat(paths[i], &sb), 0, "%s", paths[i]);
+        cr_assert_eq(sb.st_mode & 0077, 0, "%s is mode %04o", paths[i],
+                     (unsigned)(sb.st_mode & 07777));
+    }
+    free(root), free(step), free(man), free(shard), free(log);
 }

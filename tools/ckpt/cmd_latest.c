@@ -6,9 +6,11 @@
 
 const cli_cmd cli_cmd_latest = {
     "latest", "Print the path (or step) of the newest checkpoint that verifies",
-    "Uses quick verification unless --full is given.  Prints nothing on stdout\n"
-    "and exits 1 when no checkpoint verifies, so a job script can write:\n"
-    "  if step=$(ckpt latest DIR --step); then resume \"$step\"; fi",
+    "Uses quick verification unless --full is given (quick reads no chunk, so it\n"
+    "may name a step whose data is damaged; --full names the step a restore\n"
+    "takes).  Prints nothing on stdout and exits 1 when no checkpoint verifies,\n"
+    "so a job script can write:\n"
+    "  if step=$(ckpt latest DIR --full --step); then resume \"$step\"; fi",
     1, cmd_latest};
 
 /* The problems of the committed steps newer than `found` (a job script

@@ -370,6 +370,65 @@ Test(ranks, verify_names_a_damaged_part_and_keeps_the_step_valid)
     free(old), free(first), free(part), free(dir);
 }
 
+/* Rank 1's model gained a head at step 2. */
+static void head_state(tc_state *s, int r, int64_t step)
+{
+    rank_state(s, r, step);
+    int64_t shape[1] = {512};
+    if (r == 1 && step >= 2)
+        tc_state_add(s, "rank1.head", CKPT_F32, 1, shape, TC_RANDOM, (uint64_t)step);
+}
+
+static int save_two_with_head(job *j, ckpt_store *st)
+{
+    for (int64_t step = 1; step <= 2; step++) {
+        tc_state s;
+        head_state(&s, j->u.rank, step);
+        int rc = tc_save(st, step, &s, NULL);
+        tc_state_free(&s);
+        if (rc)
+            return rc;
+    }
+    return CKPT_OK;
+}
+
+static int restore_head_allow_missing(job *j, ckpt_store *st)
+{
+    tc_state want, got;
+    head_state(&want, j->u.rank, 2);
+    tc_state_like(&got, &want, 0xee);
+    ckpt_restore_options o;
+    ckpt_restore_options_init(&o, CKPT_RESTORE_OPTIONS_VERSION);
+    o.allow_missing = 1;
+    int rc = ckpt_restore(st, CKPT_LATEST, got.t, got.count, &o, NULL);
+    tc_state_free(&got);
+    tc_state_free(&want);
+    return rc;
+}
+
+/* Step 2 damaged in rank 0's shard: rank 1 restores step 2 through its
+ * own part, then every rank goes down to step 1, which lacks rank 1's
+ * head.  Its buffer holds step 2's bytes, not what the caller had: every
+ * rank's restore fails, rank 1's naming the tensor (with allow_missing it
+ * passed for untouched). */
+Test(ranks, a_rank_gone_down_never_leaves_a_missing_tensor_holding_the_newer_step)
+{
+    job jobs[WORLD] = {0};
+    run_ranks(jobs, save_two_with_head);
+    for (int r = 0; r < WORLD; r++)
+        cr_assert_eq(jobs[r].status, CKPT_OK, "rank %d: %s", r, jobs[r].message);
+    char *dir = tc_step_dir(tc_root, 2), *shard = tc_join(dir, "rank-00000.shard");
+    tc_flip_byte(shard, 80);
+    memset(jobs, 0, sizeof jobs);
+    run_ranks(jobs, restore_head_allow_missing);
+    for (int r = 0; r < WORLD; r++)
+        cr_assert_eq(jobs[r].status, CKPT_ECORRUPT, "rank %d: %d %s", r, jobs[r].status,
+                     jobs[r].message);
+    cr_assert(strstr(jobs[1].message, "'rank1.head'"), "%s", jobs[1].message);
+    free(shard);
+    free(dir);
+}
+
 /* Rank 1 hands in a bad tensor: its begin fails, yet it answers, and rank
  * 0's save fails with its reason; nothing is committed. */
 static int one_rank_fails(job *j, ckpt_store *st)

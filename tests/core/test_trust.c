@@ -770,21 +770,25 @@ Test(trust, a_shared_primary_group_gets_private_modes)
     if (!pw || trust_private_group(OTHER_UID, pw->pw_gid))
         cr_skip_test("needs a user %d without a private group", OTHER_UID);
     cr_assert_eq(chmod(tc_root, 01777), 0);
-    char *root = tc_join(tc_root, "run");
+    char root[4096]; /* on the stack: the child leaves by _exit */
+    snprintf(root, sizeof root, "%s/run", tc_root);
+    gid_t gid = pw->pw_gid;
     pid_t pid = fork();
     if (pid == 0) {
         umask(022);
-        if (setgid(pw->pw_gid) || setuid(OTHER_UID))
+        if (setgid(gid) || setuid(OTHER_UID))
             _exit(10);
         tc_state s;
         tc_state_standard(&s, 1);
         ckpt_store *st = NULL;
         ckpt_store_options o;
         tc_opts(&o);
-        if (ckpt_store_open(&st, root, &o) || tc_save(st, 1, &s, NULL))
-            _exit(11);
+        int rc = ckpt_store_open(&st, root, &o);
+        if (!rc)
+            rc = tc_save(st, 1, &s, NULL);
         ckpt_store_free(st);
-        _exit(0);
+        tc_state_free(&s);
+        _exit(rc ? 11 : 0);
     }
     int status = 0;
     cr_assert_eq(waitpid(pid, &status, 0), pid);
@@ -798,5 +802,5 @@ Test(trust, a_shared_primary_group_gets_private_modes)
         cr_assert_eq(sb.st_mode & 0077, 0, "%s is mode %04o", paths[i],
                      (unsigned)(sb.st_mode & 07777));
     }
-    free(root), free(step), free(man), free(shard), free(log);
+    free(step), free(man), free(shard), free(log);
 }

@@ -349,7 +349,7 @@ int layout_check_lock(layout *l)
         rc = ckpt_seterr_errno(-rc, "cannot check the lock file %s", path);
     else if (rc || !same)
         rc = ckpt_seterr(CKPT_EBUSY, "the lock file %s was removed or replaced while this "
-                         "writer held it: another writer may be using %s, so nothing is "
+                         "writer held it: another writer may be using %s, so nothing more is "
                          "committed or removed", path, l->root);
     free(path);
     return rc;

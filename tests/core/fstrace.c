@@ -220,13 +220,34 @@ static int fd_node(const fstrace *t, int fd)
     return fd >= 0 && fd < FT_MAX_FD ? t->fd_node[fd] : -1;
 }
 
+/* A writer renames and removes in its root through the pinned
+ * "/proc/self/fd/N/..." (lib/io/layout.h): the path of the directory that
+ * descriptor holds, in `buf`, so the model sees the root's names. */
+static const char *unpin(const char *path, char *buf, size_t size)
+{
+    const char *pre = "/proc/self/fd/";
+    size_t n = strlen(pre);
+    if (!path || strncmp(path, pre, n) != 0)
+        return path;
+    const char *rest = path + n + strspn(path + n, "0123456789");
+    char link[64];
+    snprintf(link, sizeof link, "%.*s", (int)(rest - path), path);
+    ssize_t len = readlink(link, buf, size - 1);
+    if (len <= 0 || (size_t)len + strlen(rest) >= size)
+        return path;
+    snprintf(buf + len, size - (size_t)len, "%s", rest);
+    return buf;
+}
+
 void ft_on_event(void *ctx, const fsio_event *ev)
 {
     fstrace *t = ctx;
     pthread_mutex_lock(&t->mu);
     if (!t->recording)
         goto out;
-    const char *p = rel(t, ev->path), *p2 = rel(t, ev->path2);
+    char b1[4096], b2[4096];
+    const char *p = rel(t, unpin(ev->path, b1, sizeof b1));
+    const char *p2 = rel(t, unpin(ev->path2, b2, sizeof b2));
     if (ev->path && !p)
         goto out; /* outside the root */
     ft_event *e;

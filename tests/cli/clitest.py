@@ -180,3 +180,20 @@ def ckpt_json(schema, *args, rc=None, **kw):
     else:
         validate(doc, schema)
     return r, doc
+
+
+def python_env():
+    """An instrumented libckpt (the sanitizer build) loads into the plain
+    interpreter only with the sanitizer runtimes preloaded, as
+    scripts/test.sh does for the python suite; no leak checking there
+    (CPython keeps memory until exit)."""
+    lib = os.environ.get("LIBCKPT_LIBRARY", "")
+    try:
+        linked = subprocess.run(["ldd", lib], capture_output=True, text=True).stdout
+    except OSError:
+        return None
+    if "libasan" not in linked:
+        return None
+    rt = [subprocess.run(["gcc", "-print-file-name=" + n], capture_output=True,
+                         text=True).stdout.strip() for n in ("libasan.so", "libubsan.so")]
+    return {"LD_PRELOAD": " ".join(rt), "ASAN_OPTIONS": "detect_leaks=0"}

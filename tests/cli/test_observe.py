@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from clitest import CKPT, SOURCE_ROOT, ckpt, ckpt_json, data_files, expect_rc, run
+from clitest import CKPT, SOURCE_ROOT, ckpt, ckpt_json, data_files, expect_rc, python_env, run
 from clitest import check as _check
 
 
@@ -225,23 +225,6 @@ s.save(int(sys.argv[2]), {"w": np.arange(8.0)}).wait()
 s.close()
 print(sorted(libckpt.store.framework_versions()))
 """
-
-
-def python_env():
-    """An instrumented libckpt (the sanitizer build) loads into the plain
-    interpreter only with the sanitizer runtimes preloaded, as
-    scripts/test.sh does for the python suite; no leak checking there
-    (CPython keeps memory until exit)."""
-    lib = os.environ.get("LIBCKPT_LIBRARY", "")
-    try:
-        linked = subprocess.run(["ldd", lib], capture_output=True, text=True).stdout
-    except OSError:
-        return None
-    if "libasan" not in linked:
-        return None
-    rt = [subprocess.run(["gcc", "-print-file-name=" + n], capture_output=True,
-                         text=True).stdout.strip() for n in ("libasan.so", "libubsan.so")]
-    return {"LD_PRELOAD": " ".join(rt), "ASAN_OPTIONS": "detect_leaks=0"}
 
 
 def save_from_python(root, step, framework, *fake):

@@ -929,8 +929,9 @@ CKPT_API int ckpt_restore_options_init(ckpt_restore_options *opts,
  * giving CKPT_EIO is skipped, one giving CKPT_EACCES is not); CKPT_EINVAL
  * (NULL `store`, a step that is neither >= 0 nor CKPT_LATEST, a tensor
  * breaking a rule of ckpt_tensor, a name given twice, buffers overlapping,
- * a device pointer the runtime calls host memory); CKPT_ENODEVICE, CKPT_EDEVICE (device
- * buffers); CKPT_ENOMEM.  Thread-safe.
+ * a device pointer the runtime calls host memory, a cuda_stream capturing a
+ * CUDA graph: refused before any copy, and no older step is tried);
+ * CKPT_ENODEVICE, CKPT_EDEVICE (device buffers); CKPT_ENOMEM.  Thread-safe.
  */
 CKPT_API int ckpt_restore(ckpt_store *store, int64_t step, const ckpt_tensor *tensors,
                           size_t count, const ckpt_restore_options *opts,

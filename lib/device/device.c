@@ -273,10 +273,10 @@ int device_snapshot_reserve(device *dev, const ckpt_tensor *t, const ckpt_memory
     return cu ? dcuda_snapshot_reserve(cu, t, mem, count, ordinal, staged) : CKPT_OK;
 }
 
-int device_refuse_capture(device *dev, void *caller_stream)
+int device_refuse_capture(device *dev, void *caller_stream, const char *op)
 {
     dcuda *cu = cuda_of(dev);
-    return cu ? dcuda_refuse_capture(cu, caller_stream) : CKPT_OK;
+    return cu ? dcuda_refuse_capture(cu, caller_stream, op) : CKPT_OK;
 }
 
 int device_snapshot_start(device *dev, void *caller_stream)

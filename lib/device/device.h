@@ -74,10 +74,12 @@ int device_classify(device *dev, const void *ptr, ckpt_memory declared,
  * `mem` need only live during the call. */
 int device_snapshot_reserve(device *dev, const ckpt_tensor *t, const ckpt_memory *mem,
                             size_t count, int ordinal, int *staged);
-/* CKPT_EINVAL, naming it, when caller_stream is capturing a CUDA graph (a
- * save checks before allocating anything: pinned allocations during a
- * capture would break it); CKPT_OK otherwise, and without CUDA. */
-int device_refuse_capture(device *dev, void *caller_stream);
+/* CKPT_EINVAL, naming it and `op` ("save", "restore"), when caller_stream
+ * is capturing a CUDA graph (a save checks before allocating anything:
+ * pinned allocations during a capture would break it; a restore before any
+ * copy: its copies would be recorded into the application's graph instead
+ * of running); CKPT_OK otherwise, and without CUDA. */
+int device_refuse_capture(device *dev, void *caller_stream, const char *op);
 /* Order the copies that follow after all work enqueued on caller_stream
  * (refusing a capturing one, as device_refuse_capture). */
 int device_snapshot_start(device *dev, void *caller_stream);

@@ -723,7 +723,7 @@ done:
     return rc;
 }
 
-int dcuda_refuse_capture(dcuda *cu, void *stream)
+int dcuda_refuse_capture(dcuda *cu, void *stream, const char *op)
 {
     int capturing = 0;
     if (!stream || !cu->api->StreamIsCapturing)
@@ -734,12 +734,14 @@ int dcuda_refuse_capture(dcuda *cu, void *stream)
     }
     if (!capturing)
         return CKPT_OK;
-    /* Recording our start event there would pull the copy stream into the
-     * capture: the copies would be recorded into the application's graph
-     * instead of running, and its capture would fail unjoined. */
-    return ckpt_seterr(CKPT_EINVAL, "the CUDA stream %p given to the save is capturing a "
-                       "CUDA graph: a checkpoint cannot be part of a graph; save before "
-                       "cudaStreamBeginCapture or after cudaStreamEndCapture", stream);
+    /* A save's start event recorded there would pull the copy stream into
+     * the capture, and a restore's copies would be enqueued on it: either
+     * way the copies would be recorded into the application's graph
+     * instead of running (a restore's from staging memory reused at once),
+     * and the capture would fail or keep them. */
+    return ckpt_seterr(CKPT_EINVAL, "the CUDA stream %p given to the %s is capturing a "
+                       "CUDA graph: a checkpoint cannot be part of a graph; %s before "
+                       "cudaStreamBeginCapture or after cudaStreamEndCapture", stream, op, op);
 }
 
 int dcuda_snapshot_start(dcuda *cu, void *caller_stream)
@@ -764,7 +766,7 @@ int dcuda_snapshot_start(dcuda *cu, void *caller_stream)
         return rc;
     const char *what = "cannot order the snapshot after the caller's CUDA stream";
     const char *name = "";
-    if ((rc = dcuda_refuse_capture(cu, caller_stream)) != CKPT_OK) {
+    if ((rc = dcuda_refuse_capture(cu, caller_stream, "save")) != CKPT_OK) {
         guard_leave(cu, prev);
         return rc;
     }

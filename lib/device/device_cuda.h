@@ -32,7 +32,7 @@ int dcuda_snapshot_reserve(dcuda *cu, const ckpt_tensor *t, const ckpt_memory *m
 /* CKPT_EINVAL, naming it, when `stream` (not NULL) is capturing a CUDA
  * graph; CKPT_OK otherwise (or when the runtime cannot tell).  Makes no
  * call a capture forbids, so it may run before anything else of a save. */
-int dcuda_refuse_capture(dcuda *cu, void *stream);
+int dcuda_refuse_capture(dcuda *cu, void *stream, const char *op);
 int dcuda_snapshot_start(dcuda *cu, void *caller_stream);
 int dcuda_copy_d2h(dcuda *cu, void *dst, const void *src, size_t n, const char *tensor);
 

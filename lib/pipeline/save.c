@@ -769,7 +769,7 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
         rc = save_device(t, mem, ord, count, &ordinal);
     free(ord);
     if (!rc && any_device && opts) /* before any pinned allocation */
-        rc = device_refuse_capture(st->dev, opts->cuda_stream);
+        rc = device_refuse_capture(st->dev, opts->cuda_stream, "save");
     if (!rc)
         rc = build_manifest(s, t, count, opts);
     if (!rc)

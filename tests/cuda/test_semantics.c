@@ -308,6 +308,48 @@ Test(semantics, many_tensors_in_device_mode_do_not_fill_the_stream_from_begin)
     many_tensors(CKPT_SNAPSHOT_DEVICE);
 }
 
+/* A restore onto a caller stream in graph capture: refused before any copy
+ * (the copies would be recorded into the application's graph instead of
+ * running), as the caller's error, so no older step is tried in its place;
+ * the buffer is untouched and the capture ends cleanly. */
+Test(semantics, restore_on_capturing_stream_is_refused_and_capture_survives)
+{
+    void *d = dmalloc_on(0, N);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0);
+    ckpt_tensor t = tensor("w", d, N, CKPT_MEM_DEVICE);
+    for (unsigned step = 1; step <= 2; step++) {
+        pattern_fill(d, N, 20 + step);
+        cr_assert_eq(ckpt_save_sync(st, step, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    }
+    pattern_fill(d, N, 5);
+    void *s, *graph = NULL;
+    cr_assert_eq(M.StreamCreate(&s), 0);
+    cr_assert_eq(M.StreamBeginCapture(s, 0), 0);
+    ckpt_restore_options ro = CKPT_RESTORE_OPTIONS_INIT;
+    ro.cuda_stream = s;
+    ckpt_report *r = NULL;
+    int rc = ckpt_restore(st, CKPT_LATEST, &t, 1, &ro, &r);
+    cr_expect_eq(rc, CKPT_EINVAL, "got %d: %s", rc, ckpt_error_last());
+    cr_expect(strstr(ckpt_error_last(), "capturing a CUDA graph") &&
+              strstr(ckpt_error_last(), "restore"), "%s", ckpt_error_last());
+    cr_expect(ckpt_report_step(r) < 0 && ckpt_report_count(r) == 0, "step %lld restored, "
+              "%zu problems reported, from a capturing stream", (long long)ckpt_report_step(r),
+              ckpt_report_count(r));
+    ckpt_report_free(r);
+    cr_expect_eq(M.StreamEndCapture(s, &graph), 0, "the application's capture broke");
+    M.GraphDestroy(graph);
+    cr_expect_eq(pattern_check(d, N, 5), -1, "the buffer was written by a refused restore");
+    /* outside the capture the same stream restores the newest step */
+    cr_assert_eq(ckpt_restore(st, CKPT_LATEST, &t, 1, &ro, NULL), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_assert_eq(M.StreamSynchronize(s), 0);
+    cr_expect_eq(pattern_check(d, N, 22), -1, "not step 2's bytes after the restore");
+    M.StreamDestroy(s);
+    ckpt_store_free(st);
+    M.Free(d);
+    expect_no_leaks(&M);
+}
+
 /* A caller stream in graph capture: the save is refused before anything is
  * recorded on it, and the application's capture still ends cleanly. */
 Test(semantics, capturing_stream_is_refused_and_capture_survives)

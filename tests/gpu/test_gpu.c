@@ -676,6 +676,28 @@ static int graph_capture(unsigned char *ha)
     CU(cudaMemcpy(d, ha, N, cudaMemcpyHostToDevice));
     CK(ckpt_save_sync(st, 3, &t, 1, &so));
     expect_saved(st, 3, "w", ha, "a save after the capture ended");
+    /* a restore onto the capturing stream is refused too, before any copy
+     * (they would be recorded into the graph), and the capture survives */
+    what = "restore onto a capturing stream";
+    CU(cudaMemset(d, 0x22, N));
+    CU(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    ckpt_restore_options ro = CKPT_RESTORE_OPTIONS_INIT;
+    ro.cuda_stream = s;
+    rc = ckpt_restore(st, CKPT_LATEST, &t, 1, &ro, NULL);
+    snprintf(msg, sizeof msg, "%s", ckpt_error_last());
+    graph = NULL;
+    end = cudaStreamEndCapture(s, &graph);
+    CHECK(rc == CKPT_EINVAL, "%s: got %s (%s), want CKPT_EINVAL", what, ckpt_strerror(rc),
+          msg);
+    CHECK(end == cudaSuccess, "%s: the caller's capture failed to end: %s", what,
+          cudaGetErrorString(end));
+    if (end == cudaSuccess && graph && cudaGraphDestroy)
+        CU(cudaGraphDestroy(graph));
+    (void)cudaGetLastError();
+    unsigned char *untouched = malloc(N);
+    memset(untouched, 0x22, N);
+    expect_device(d, untouched, N, "a buffer after a refused restore");
+    free(untouched);
     ckpt_store_free(st);
     CU(cudaFree(d));
     CU(cudaStreamDestroy(s));

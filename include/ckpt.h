@@ -539,8 +539,10 @@ CKPT_API void ckpt_store_free(ckpt_store *store);
  * process holds a descriptor of it) is then the parent's alone, so a
  * data-loading worker forked from a training process does not keep the
  * root locked after the parent frees its store.  The child must not use
- * or free `store` afterwards (its threads did not survive fork()); the
- * Python binding calls this for every open Store (os.register_at_fork).
+ * or free `store` afterwards (its threads did not survive fork(): freeing
+ * would join them and never return), whether it was open for writing or
+ * reading (then there is no lock to close); the Python binding calls this
+ * for every open Store, reading ones too (os.register_at_fork).
  * Only closes a descriptor: safe in a child of a multithreaded process.
  * Returns CKPT_OK; CKPT_EINVAL (NULL).
  */

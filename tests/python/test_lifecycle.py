@@ -100,6 +100,43 @@ def test_a_forked_child_does_not_keep_the_root_locked(root):
             os.close(fd)
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_can_drop_a_reading_store(root):
+    # A store opened to read (a restore started its worker threads) is still
+    # referenced when a DataLoader worker is forked; if the child closes or
+    # drops its copy, freeing it would join threads that do not exist in
+    # the child and hang there for ever.  The child's copy is given up at
+    # fork, as a writer's is, and the parent's store goes on working.
+    with open_store(root) as w:
+        w.save(1, {"x": np.arange(1 << 20, dtype=np.float32)}).wait()
+    ro = open_store(root, readonly=True)
+    step, state = ro.load()
+    assert step == 1
+    said_r, said_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            ro.close()
+            gc.collect()
+            os.write(said_w, b"closed")
+        finally:
+            os._exit(0)
+    os.close(said_w)
+    try:
+        import select
+        ready, _, _ = select.select([said_r], [], [], 60)
+        verdict = os.read(said_r, 16) if ready else b""
+        if not ready:
+            os.kill(pid, 9)
+        assert verdict == b"closed", "the child hung closing its copy of a reading store"
+        step, again = ro.load()  # the parent's store is untouched
+        assert step == 1 and np.array_equal(again["x"], state["x"])
+    finally:
+        os.waitpid(pid, 0)
+        os.close(said_r)
+        ro.close()
+
+
 @pytest.mark.parametrize("reader", ["load", "verify", "steps"])
 def test_readers_see_the_save_this_store_began(root, reader):
     # save() returns at the snapshot; the calls that read steps wait for

@@ -282,8 +282,7 @@ class Store:
             e.args = (str(e),)
             raise
         self._h = _Handle(ptr, C.ckpt_store_free, "store")
-        if not readonly:
-            _WRITERS.add(self)
+        _OPEN.add(self)
         self._readers: set = set()  # _Handles of open Checkpoints
         self._saves = weakref.WeakSet()  # live SaveHandles
         # Saves whose handles were dropped unfinished: (handle, keep, step).
@@ -802,25 +801,26 @@ class Store:
             C.ckpt_free(arr)
 
 
-# Stores open for writing, for _after_fork_in_child.
-_WRITERS: "weakref.WeakSet[Store]" = weakref.WeakSet()
+# Open stores, for _after_fork_in_child.
+_OPEN: "weakref.WeakSet[Store]" = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
     """In a process made by fork() (a DataLoader worker): give up its copy
-    of every writer's lock, which would otherwise keep the root locked
-    after the parent closes its store, until the worker exits.  The
-    child's copy of the store is left unusable and never freed: its
-    threads did not survive fork().  Takes no lock that a thread of the
+    of every store.  A writer's lock would otherwise keep the root locked
+    after the parent closes its store, until the worker exits; and freeing
+    any store, reading ones too, would join worker threads that did not
+    survive fork() and hang the child for ever.  The child's copies are
+    left unusable and never freed.  Takes no lock that a thread of the
     parent might have held."""
-    for store in list(_WRITERS):
+    for store in list(_OPEN):
         h = store._h
         ptr = h._ptr
         if ptr is not None:
             C.ckpt_store_release_after_fork(ptr)
             h._ptr = None
             h._what = "store (its process was forked from the one that opened it)"
-    _WRITERS.clear()
+    _OPEN.clear()
 
 
 if hasattr(os, "register_at_fork"):

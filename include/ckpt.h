@@ -528,7 +528,11 @@ CKPT_API int ckpt_store_open(ckpt_store **out, const char *path,
  * reported here), for the store's device copies and for the deletion of
  * steps its saves retired, release the lock and free.  NULL is fine.  Every checkpoint opened on the store must have been
  * freed before; save handles may be freed before or after.  Must not run
- * concurrently with any other call on the store.
+ * concurrently with any other call on the store.  In a child made by
+ * fork() from the process that opened the store it only closes the
+ * child's copy of the lock's descriptor (ckpt_store_release_after_fork)
+ * and frees nothing: the store's threads did not survive fork(), and
+ * waiting for them would never return.
  */
 CKPT_API void ckpt_store_free(ckpt_store *store);
 

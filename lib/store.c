@@ -124,6 +124,7 @@ int ckpt_store_open_with_fsio(ckpt_store **out, const char *path,
     if (!s)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
     s->lay.lock_fd = -1;
+    s->owner = getpid();
     pthread_mutex_init(&s->api_lock, NULL);
     if (fs)
         s->lay.fs = *fs;
@@ -167,6 +168,13 @@ CKPT_API int ckpt_store_open(ckpt_store **out, const char *path, const ckpt_stor
 
 CKPT_API void ckpt_store_free(ckpt_store *s)
 {
+    if (s && s->owner != getpid()) {
+        /* A child made by fork(): the store's threads are the parent's, and
+         * joining them would never return.  Give up the lock's descriptor
+         * (ckpt_store_release_after_fork) and leave the copy unfreed. */
+        layout_forget_lock(&s->lay);
+        return;
+    }
     store_destroy(s);
 }
 

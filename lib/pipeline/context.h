@@ -6,6 +6,7 @@
 #define CKPT_CONTEXT_H
 
 #include <pthread.h>
+#include <sys/types.h>
 #include <stdint.h>
 
 #include "adapt.h"
@@ -36,6 +37,8 @@ struct ckpt_store {
     layout lay;                /* the root: path, fsio seam, lock */
     ckpt_store_options opts;   /* resolved: no "default" values left */
     int readonly;
+    pid_t owner;               /* the process that opened it: a child made by
+                                  fork() must not join threads it lacks */
     pthread_mutex_t api_lock;  /* serialises public calls on this store */
     pool *pool;
     pool_group background;     /* jobs nobody waits for (freeing a decoded

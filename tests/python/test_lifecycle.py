@@ -101,22 +101,29 @@ def test_a_forked_child_does_not_keep_the_root_locked(root):
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
-def test_a_forked_child_can_drop_a_reading_store(root):
+@pytest.mark.parametrize("how", ["close", "ckpt_store_free"])
+def test_a_forked_child_can_drop_a_reading_store(root, how):
     # A store opened to read (a restore started its worker threads) is still
     # referenced when a DataLoader worker is forked; if the child closes or
     # drops its copy, freeing it would join threads that do not exist in
-    # the child and hang there for ever.  The child's copy is given up at
-    # fork, as a writer's is, and the parent's store goes on working.
+    # the child and hang there for ever.  The binding gives the child's copy
+    # up at fork, as a writer's; and ckpt_store_free itself, called in the
+    # child on the parent's pointer (C code that forks), only lets go of it.
+    # The parent's store goes on working.
     with open_store(root) as w:
         w.save(1, {"x": np.arange(1 << 20, dtype=np.float32)}).wait()
     ro = open_store(root, readonly=True)
     step, state = ro.load()
     assert step == 1
+    ptr = ro._h._ptr
     said_r, said_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
-            ro.close()
+            if how == "close":
+                ro.close()
+            else:
+                ffi.lib.ckpt_store_free(ptr)
             gc.collect()
             os.write(said_w, b"closed")
         finally:

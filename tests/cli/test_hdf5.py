@@ -476,6 +476,14 @@ def test_export_is_as_private_as_the_checkpoint(tmp):
     strict = os.path.join(tmp, "strict.h5")
     expect_rc(run("sh", "-c", 'umask 077 && exec "$@"', "sh", CKPT, "export", root, strict), 0)
     check(os.stat(strict).st_mode & 0o777 == 0o600, "umask 077 not kept")
+    # a root whose group is shared keeps its files 0600: so does the export
+    for d, _, files in os.walk(root):
+        for f in files:
+            os.chmod(os.path.join(d, f), 0o600)
+    private = os.path.join(tmp, "private.h5")
+    expect_rc(run("sh", "-c", 'umask 0 && exec "$@"', "sh", CKPT, "export", root, private), 0)
+    mode = os.stat(private).st_mode & 0o777
+    check(mode == 0o600, "export of 0600 checkpoint files made %o" % mode)
 
 
 def test_import_refuses_a_fifo_without_blocking(tmp):

@@ -438,13 +438,24 @@ int cmd_export(cli_ctx *ctx, int argc, char **argv)
     /* Created exclusively (O_EXCL: a planted file or link at the name is
      * never opened, truncated or followed); a few names are tried. */
     file = -1;
-    /* As private as the checkpoint's own files (0640; FORMAT.md): the
-     * export holds every tensor and the environment record (the command
-     * line included).  HDF5 creates with 0666 less the umask, so the umask
-     * is narrowed around the create rather than the file chmod'ed after,
-     * when another user could already have opened it. */
+    /* As private as the checkpoint's own files (0640 at most, 0600 in a
+     * root whose group is shared; FORMAT.md): the export holds every
+     * tensor and the environment record (the command line included), so
+     * it takes the manifest's mode, never more than 0640.  HDF5 creates
+     * with 0666 less the umask, so the umask is narrowed around the create
+     * rather than the file chmod'ed after, when another user could already
+     * have opened it. */
+    mode_t allowed = 0640;
+    {
+        const char *stepdir = ckpt_checkpoint_path(ckpt);
+        char mpath[PATH_MAX];
+        struct stat ms;
+        int len = stepdir ? snprintf(mpath, sizeof mpath, "%s/manifest.json", stepdir) : -1;
+        if (len > 0 && len < (int)sizeof mpath && stat(mpath, &ms) == 0)
+            allowed &= ms.st_mode & 0666;
+    }
     mode_t umask_was = umask(0);
-    umask(umask_was | 027);
+    umask(umask_was | 027 | (0666 & ~allowed));
     for (unsigned attempt = 0; file < 0 && attempt < 16; attempt++) {
         snprintf(tmp, tlen, "%s.tmp-%ld-%u", out, (long)getpid(), attempt);
         H5E_BEGIN_TRY { file = H5Fcreate(tmp, H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT); }

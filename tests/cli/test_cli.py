@@ -14,7 +14,8 @@ import pytest
 
 from byteflip import flip_byte
 from clitest import (CKPT, check, ckpt, ckpt_json, data_files, expect_rc, full_schema,
-                     make_step, names, run, schema_errors, schemas, step_dir, validate)
+                     make_step, names, python_env, run, schema_errors, schemas, step_dir,
+                     validate)
 
 STEPS = (10, 20, 30)
 
@@ -652,3 +653,32 @@ def test_reading_through_a_link_another_user_planted_says_so(tmp):
     check(r.out == "10\n", "stdout changed", r)
     check("goes through the symbolic link %s" % planted in r.err and "uid 65534" in r.err,
           "no note naming the planted link", r)
+
+
+RAW_CONTROLS = ("\x1b", "\x07", "\x9b", "\r")
+
+
+def test_control_characters_from_a_root_reach_no_terminal(tmp):
+    """Tensor names and paths are another user's words: a name carrying
+    terminal escapes (a colour, a window title, the one-byte C1 CSI) is
+    printed with them shown as text, on stdout and in messages on stderr;
+    --json output carries them escaped by JSON, unchanged."""
+    import sys
+    root = os.path.join(tmp, "root")
+    bad = ["w\x1b[31mRED\x1b]0;TITLE\x07", "c1\u009b2J", "cr\rX"]
+    code = ("import sys, numpy as np, libckpt\n"
+            "with libckpt.Store(sys.argv[1]) as s:\n"
+            "    s.save(1, {n: np.ones(2) for n in sys.argv[2:]}).wait()\n")
+    r = run(sys.executable, "-c", code, root, *bad, env=python_env())
+    check(r.rc == 0, "save from Python", r)
+    r = expect_rc(ckpt("inspect", root), 0)
+    for c in RAW_CONTROLS:
+        check(c not in r.out, "raw %r in ckpt inspect's output" % c, r)
+    check("w\\x1b[31mRED\\x1b]0;TITLE\\x07" in r.out and "c1\\u009b2J" in r.out and
+          "cr\\x0dX" in r.out, "names not shown escaped", r)
+    _, doc = ckpt_json("inspect", "inspect", root, rc=0)
+    check(sorted(t["name"] for t in doc["tensors"]) == sorted(bad), "JSON names changed")
+    missing = os.path.join(tmp, "no\x1b[2Jroot")
+    r = ckpt("list", missing)
+    check(r.rc != 0 and "no\\x1b[2Jroot" in r.err, "path not shown escaped", r)
+    check("\x1b" not in r.err, "raw escape in a message on stderr", r)

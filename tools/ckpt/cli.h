@@ -108,6 +108,14 @@ const char *cli_fmt_bytes(uint64_t bytes, char buf[32]);
 const char *cli_fmt_time(double unix_s, char buf[32]);
 /* "1:02:03" or "4.2s" */
 const char *cli_fmt_duration(double s, char buf[32]);
+/* What the CLI prints names what other users wrote (tensor names, event
+ * log entries, paths, messages quoting them), and a terminal acts on the
+ * control characters in it (colours, titles, cursor moves).  Replaces
+ * stderr, and stdout unless `json` (JSON escapes them itself), by streams
+ * that show C0 controls but newline and tab, DEL and the C1 controls as
+ * text: \xNN, \u00NN.  Once, in main, before anything is printed; the
+ * progress bar writes its own escapes to the descriptor (progress.c). */
+void cli_guard_terminal(int json);
 
 /* ---------------------------------------------------------- progress */
 

@@ -52,6 +52,7 @@ int main(int argc, char **argv)
     for (int j = 1; j < argc && strcmp(argv[j], "--") != 0; j++)
         if (strcmp(argv[j], "--json") == 0)
             ctx.json = 1;
+    cli_guard_terminal(ctx.json);
 
     for (; i < argc && argv[i][0] == '-'; i++) {
         if (strcmp(argv[i], "--json") == 0) {

@@ -1,10 +1,12 @@
 /* output: errors, JSON documents and human-readable formatting. */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "jsontext.h" /* lib/common, linked in (tools/meson.build) */
@@ -247,4 +249,92 @@ const char *cli_fmt_duration(double s, char buf[32])
         snprintf(buf, 32, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
     }
     return buf;
+}
+
+/* ------------------------------------------------- control characters */
+
+/* A stream's filter: its descriptor, and a 0xC2 byte held back until the
+ * next one says whether the pair is a C1 control (U+0080..U+009F). */
+typedef struct guard {
+    int fd;
+    int held;
+} guard;
+
+static int write_all(int fd, const char *b, size_t n)
+{
+    while (n) {
+        ssize_t w = write(fd, b, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        b += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static ssize_t guard_write(void *cookie, const char *buf, size_t size)
+{
+    guard *g = cookie;
+    char out[4096 + 16];
+    size_t k = 0;
+    for (size_t i = 0; i < size; i++) {
+        unsigned char c = (unsigned char)buf[i];
+        int c1 = g->held && c >= 0x80 && c <= 0x9f;
+        if (g->held && !c1)
+            out[k++] = (char)0xc2;
+        g->held = 0;
+        if (c1)
+            k += (size_t)snprintf(out + k, 16, "\\u%04x", c);
+        else if (c == 0xc2)
+            g->held = 1;
+        else if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f)
+            k += (size_t)snprintf(out + k, 16, "\\x%02x", c);
+        else
+            out[k++] = (char)c;
+        if (k >= 4096) {
+            if (write_all(g->fd, out, k))
+                return -1;
+            k = 0;
+        }
+    }
+    return k && write_all(g->fd, out, k) ? -1 : (ssize_t)size;
+}
+
+static int guard_close(void *cookie)
+{
+    guard *g = cookie;
+    int rc = g->held ? write_all(g->fd, "\xc2", 1) : 0;
+    free(g);
+    return rc;
+}
+
+/* `*stream`, writing to `fd`, replaced by a filtered one (unbuffered for
+ * stderr, line-buffered on a terminal, else fully: as stdio would). */
+static void guard_stream(FILE **stream, int fd)
+{
+    guard *g = malloc(sizeof *g);
+    if (!g)
+        return; /* unfiltered rather than no output */
+    *g = (guard){fd, 0};
+    cookie_io_functions_t io = {NULL, guard_write, NULL, guard_close};
+    FILE *f = fopencookie(g, "w", io);
+    if (!f) {
+        free(g);
+        return;
+    }
+    if (fd == STDERR_FILENO)
+        setvbuf(f, NULL, _IONBF, 0);
+    else if (isatty(fd))
+        setvbuf(f, NULL, _IOLBF, 0);
+    fflush(*stream);
+    *stream = f;
+}
+
+void cli_guard_terminal(int json)
+{
+    guard_stream(&stderr, STDERR_FILENO);
+    if (!json)
+        guard_stream(&stdout, STDOUT_FILENO);
 }

@@ -37,15 +37,18 @@ static void draw(cli_progress *p, int final)
     else
         cli_fmt_duration((double)(p->total - (p->done < p->total ? p->done : p->total)) / rate,
                          eta);
+    /* Straight to the descriptor: the bar's own escapes must reach the
+     * terminal, past the filter on stderr (cli_guard_terminal); stderr is
+     * unbuffered, so the order of lines is kept. */
+    fflush(stderr);
     if (!p->total)
-        fprintf(stderr, "\r\033[K%s %s %s/s %s %s", p->label, done, speed,
+        dprintf(STDERR_FILENO, "\r\033[K%s %s %s/s %s %s", p->label, done, speed,
                 final ? "in" : "elapsed", eta);
     else
-        fprintf(stderr, "\r\033[K%s [%s] %3d%% %s/%s %s/s %s %s", p->label, bar,
+        dprintf(STDERR_FILENO, "\r\033[K%s [%s] %3d%% %s/%s %s/s %s %s", p->label, bar,
                 (int)(100.0 * (double)(p->done < p->total ? p->done : p->total) /
                       (double)p->total),
                 done, total, speed, final ? "in" : "ETA", eta);
-    fflush(stderr);
     p->last_draw = cli_now();
 }
 
@@ -88,7 +91,7 @@ void cli_progress_hide(cli_progress *p)
         return;
     /* Clear the bar so a line printed now starts at column 0; the next
      * update draws it again below. */
-    fputs("\r\033[K", stderr);
     fflush(stderr);
+    dprintf(STDERR_FILENO, "\r\033[K");
     p->last_draw = 0;
 }

@@ -61,6 +61,7 @@ static int write_durable(ckpt_store *st, const char *dir, const char *name, cons
         rc = ckpt_seterr_errno(-fd, "cannot create %s", path);
         goto done;
     }
+    layout_file_made(&st->lay, fd);
     int e = fsio_pwrite(&st->lay.fs, fd, text, len, 0);
     if (e)
         rc = ckpt_seterr_errno(-e, "cannot write %s", path);

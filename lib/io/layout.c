@@ -169,6 +169,12 @@ char **layout_take_removals(layout *l, size_t *n)
     return list;
 }
 
+void layout_file_made(const layout *l, int fd)
+{
+    if (fd >= 0 && (l->dir_mode & 0020))
+        (void)fchmod(fd, (mode_t)l->file_mode);
+}
+
 void layout_forget_lock(layout *l)
 {
     if (l->lock_fd >= 0)

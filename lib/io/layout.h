@@ -74,6 +74,12 @@ void layout_close(layout *l);
  * without unlocking (the flock stays the parent's) and forget it, so the
  * child can commit nothing.  Only close(): safe right after fork(). */
 void layout_forget_lock(layout *l);
+/* A file just created in the root, open as `fd`: in a root shared with a
+ * trusted group it is given l->file_mode whatever the umask (a member with
+ * umask 077 would otherwise leave files the group cannot read, and no
+ * other member could restore the step); elsewhere the umask stands.  Best
+ * effort: a file left narrower fails closed, with a clear error on read. */
+void layout_file_made(const layout *l, int fd);
 
 /* The canonical name of `step` (>= 0) into buf. */
 void layout_step_name(int64_t step, char buf[LAYOUT_NAME_SIZE]);

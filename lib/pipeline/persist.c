@@ -63,6 +63,7 @@ static int write_durable(ckpt_save *s, const char *path, const char *text, size_
                      st->lay.file_mode);
     if (fd < 0)
         return ckpt_seterr_errno(-fd, "cannot create %s", path);
+    layout_file_made(&st->lay, fd);
     int e = fsio_pwrite(&st->lay.fs, fd, text, len, 0);
     if (e)
         rc = ckpt_seterr_errno(-e, "cannot write %s", path);

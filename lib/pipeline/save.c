@@ -817,6 +817,8 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
                                      s->m.step, s->m.id, st->rank)
                   : ckpt_seterr(CKPT_ENOMEM, "out of memory");
         free(path);
+        if (!rc)
+            layout_file_made(&st->lay, shard_writer_fd(s->writer));
     }
     if (!rc && any_device && !stage && st->opts.snapshot_mode == CKPT_SNAPSHOT_DEVICE) {
         if (many)

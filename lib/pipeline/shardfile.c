@@ -24,6 +24,11 @@ struct shard_writer {
     uint64_t count, cap;
 };
 
+int shard_writer_fd(const shard_writer *w)
+{
+    return w ? w->fd : -1;
+}
+
 int shard_writer_open(shard_writer **out, const fsio *fs, const char *path,
                       int mode, int64_t step, const unsigned char id[SHARD_ID_SIZE],
                       uint32_t rank)

@@ -16,6 +16,8 @@ typedef struct shard_writer shard_writer;
 int shard_writer_open(shard_writer **out, const fsio *fs, const char *path,
                       int mode, int64_t step, const unsigned char id[SHARD_ID_SIZE],
                       uint32_t rank);
+/* The shard's descriptor (for its mode: layout_file_made); -1 once closed. */
+int shard_writer_fd(const shard_writer *w);
 /* Append one frame.  With `check` (a buffer of meta->stored_len bytes) the
  * frame is read back from the file and its stored hash checked: a
  * mismatch is CKPT_ECORRUPT naming the file and offset. */

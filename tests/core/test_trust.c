@@ -7,6 +7,7 @@
  * Changing owners needs root (CI runs as root); those tests skip
  * otherwise. */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <grp.h>
 #include <pwd.h>
@@ -597,6 +598,45 @@ Test(trust, a_trusted_group_root_is_group_writable_whatever_the_umask)
     snprintf(step, sizeof step, "%s/proj/shared/step-000000000001", tc_root);
     cr_assert_eq(stat(step, &sb), 0);
     cr_expect_eq(sb.st_mode & 0777, 0770, "step mode %04o", (unsigned)(sb.st_mode & 07777));
+}
+
+/* A member whose umask is 077 saves into a root shared with a trusted
+ * group: the step's files are still group-readable (0640, as FORMAT.md
+ * says), or no other member could restore the step. */
+Test(trust, a_trusted_group_roots_files_are_group_readable_whatever_the_umask)
+{
+    char root[4096];
+    snprintf(root, sizeof root, "%s/shared77", tc_root);
+    mode_t old = umask(077);
+    ckpt_store *st;
+    int rc = open_flags(root, CKPT_OPEN_TRUST_GROUP, &st);
+    if (rc == CKPT_OK) {
+        float w[2] = {1, 2};
+        int64_t shape[1] = {2};
+        ckpt_tensor t = {"w", w, sizeof w, CKPT_F32, 1, shape, CKPT_MEM_HOST};
+        rc = ckpt_save_sync(st, 1, &t, 1, NULL);
+        ckpt_store_free(st);
+    }
+    umask(old);
+    cr_assert_eq(rc, CKPT_OK, "%s", ckpt_error_last());
+    char step[8192];
+    snprintf(step, sizeof step, "%s/step-000000000001", root);
+    DIR *d = opendir(step);
+    cr_assert(d, "%s: %s", step, strerror(errno));
+    int files = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[8192 + 256];
+        snprintf(path, sizeof path, "%s/%s", step, e->d_name);
+        struct stat sb;
+        cr_assert_eq(stat(path, &sb), 0);
+        cr_expect_eq(sb.st_mode & 0777, 0640, "%s: mode %04o", e->d_name,
+                     (unsigned)(sb.st_mode & 0777));
+        files++;
+    }
+    closedir(d);
+    cr_expect_geq(files, 2, "the manifest and the shard");
 }
 
 /* A root shared with a trusted group is written by its members in turn:

@@ -175,6 +175,19 @@ void layout_file_made(const layout *l, int fd)
         (void)fchmod(fd, (mode_t)l->file_mode);
 }
 
+void layout_adopt_file(const layout *l, int fd, int shared)
+{
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0)
+        return;
+    unsigned self = (unsigned)geteuid();
+    if (self == 0 && st.st_uid == 0 && l->tr.root_uid != 0 &&
+        fchown(fd, (uid_t)l->tr.root_uid, (gid_t)-1) == 0)
+        st.st_uid = (uid_t)l->tr.root_uid; /* handed over: theirs from now on */
+    if (shared && st.st_uid == self && (st.st_mode & 0777) != 0660)
+        (void)fchmod(fd, 0660);
+}
+
 void layout_forget_lock(layout *l)
 {
     if (l->lock_fd >= 0)
@@ -306,11 +319,10 @@ int layout_lock(layout *l)
     int rc = fd < 0 ? ckpt_seterr_errno(-fd, "cannot open the lock file %s", path) : 0;
     if (!rc && (rc = lock_file_ok(l, fd, path))) {
         fsio_close(&l->fs, fd);
-    } else if (!rc && shared) {
+    } else if (!rc) {
         /* Once it is known to be a file of this root alone (a hard link's
-         * target would have taken the mode); best effort: fails
-         * (harmlessly) on another member's. */
-        fchmod(fd, 0660);
+         * target would have taken the mode or the owner). */
+        layout_adopt_file(l, fd, shared);
     }
     if (!rc && (rc = fsio_lock(&l->fs, fd))) {
         fsio_close(&l->fs, fd);

@@ -80,6 +80,15 @@ void layout_forget_lock(layout *l);
  * other member could restore the step); elsewhere the umask stands.  Best
  * effort: a file left narrower fails closed, with a clear error on read. */
 void layout_file_made(const layout *l, int fd);
+/* The root's lock file or event log, open as `fd` and known to be a plain
+ * file of the root alone: in a root that trusts its group, made writable
+ * by the group (`shared`: 0660, whatever the umask) if it is the caller's
+ * own; another user's is left as it is (root running an admin's gc must
+ * not hand a user's lock or log to their group).  One the superuser owns
+ * in another user's root (made by such a gc just now, or before) is given
+ * to the root's owner, who could otherwise not open it again.  Best
+ * effort. */
+void layout_adopt_file(const layout *l, int fd, int shared);
 
 /* The canonical name of `step` (>= 0) into buf. */
 void layout_step_name(int64_t step, char buf[LAYOUT_NAME_SIZE]);

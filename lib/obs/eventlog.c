@@ -90,10 +90,8 @@ static int open_log(eventlog *el, const char *path, uint64_t *size)
         return rc;
     }
     /* Only once it is known to be a plain file of this root alone (a FIFO
-     * or a hard link's target would have taken the mode); best effort:
-     * fails (harmlessly) on another member's. */
-    if (shared)
-        fchmod(fd, 0660);
+     * or a hard link's target would have taken the mode or the owner). */
+    layout_adopt_file(el->lay, fd, shared);
     return fd;
 }
 

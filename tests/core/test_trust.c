@@ -9,6 +9,7 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
 #include <inttypes.h>
@@ -110,6 +111,41 @@ Test(trust, a_root_of_another_user_is_not_written)
     cr_assert_eq(open_flags(tc_root, CKPT_OPEN_TRUST_GROUP, &st), CKPT_OK, "%s",
                  ckpt_error_last());
     ckpt_store_free(st);
+}
+
+/* The superuser runs an admin's gc trusting the group over a user's root
+ * (docs/OPERATIONS.md): the user's lock file keeps its private mode (0660
+ * would let the group hold the lock and block the user's writer), and the
+ * event log the gc writes is the user's, not root's (a root:root 0660 file
+ * the user could never open again). */
+Test(trust, an_admins_gc_leaves_a_users_lock_private_and_the_log_theirs)
+{
+    need_root();
+    char lock[4096], log[4096];
+    snprintf(lock, sizeof lock, "%s/.lock", tc_root);
+    snprintf(log, sizeof log, "%s/ckpt-events.jsonl", tc_root);
+    int fd = open(lock, O_RDWR | O_CREAT | O_EXCL, 0600);
+    cr_assert_geq(fd, 0, "%s", strerror(errno));
+    cr_assert_eq(fchown(fd, OTHER_UID, OTHER_UID), 0);
+    close(fd);
+    cr_assert_eq(chown(tc_root, OTHER_UID, OTHER_UID), 0);
+    mode_t old = umask(022);
+    ckpt_store *st;
+    int rc = open_flags(tc_root, CKPT_OPEN_TRUST_GROUP, &st);
+    if (rc == CKPT_OK) {
+        rc = ckpt_store_gc(st, 1, 0, NULL);
+        ckpt_store_free(st);
+    }
+    umask(old);
+    cr_assert_eq(rc, CKPT_OK, "%s", ckpt_error_last());
+    struct stat sb;
+    cr_assert_eq(stat(lock, &sb), 0);
+    cr_expect_eq(sb.st_mode & 0777, 0600, "the user's lock made %04o",
+                 (unsigned)(sb.st_mode & 0777));
+    cr_expect_eq(sb.st_uid, OTHER_UID);
+    cr_assert_eq(stat(log, &sb), 0, "no event log written by the gc");
+    cr_expect_eq(sb.st_uid, OTHER_UID, "the event log belongs to uid %u",
+                 (unsigned)sb.st_uid);
 }
 
 /* A symbolic link planted by another user in a shared sticky directory

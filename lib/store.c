@@ -118,8 +118,10 @@ int ckpt_store_open_with_fsio(ckpt_store **out, const char *path,
 {
     if (out)
         *out = NULL;
-    if (!out || !path || !*path)
-        return ckpt_seterr(CKPT_EINVAL, "ckpt_store_open: out and path must be given");
+    if (!out || !path)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_store_open: out and path must not be NULL");
+    if (!*path)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_store_open: the checkpoint root path is empty");
     ckpt_store *s = calloc(1, sizeof *s);
     if (!s)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");

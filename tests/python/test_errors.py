@@ -288,3 +288,13 @@ def test_a_state_that_contains_itself_is_a_type_error(store):
     state["me"] = state
     with pytest.raises(TypeError, match=r"state\['me'\] contains itself"):
         store.save(1, state)
+
+
+def test_an_empty_root_path_is_named_and_the_function_said_once():
+    # The library's message begins with its function already; str() must
+    # not say it twice, and an empty path is not "not given".
+    for path in ("", b""):
+        with pytest.raises(libckpt.InvalidArgumentError) as info:
+            libckpt.Store(path)
+        assert str(info.value) == "ckpt_store_open: the checkpoint root path is empty"
+    assert str(errors.error_for_status(-1, "ckpt_x: m", "ckpt_x")) == "ckpt_x: m"

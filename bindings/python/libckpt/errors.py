@@ -39,7 +39,9 @@ class Error(Exception):
         self.function = function
 
     def __str__(self):
-        if self.function:
+        # Many of the library's messages already begin with the function
+        # ("ckpt_store_open: ..."): it is not said twice.
+        if self.function and not self.message.startswith(self.function + ":"):
             return "%s: %s" % (self.function, self.message)
         return self.message
 

@@ -188,7 +188,8 @@ void cli_print_help(FILE *f, const cli_cmd *cmd, const cli_opt *opts)
             "accept a root shared by your group (also CKPT_TRUST_GROUP=1)");
     if (cmd->json)
         fprintf(f, "  %-22s %s\n", "--json",
-                "print one JSON document on stdout (errors too); its schema is in CLI.md (ckpt --help says where)");
+                "print one JSON document on stdout (errors too); its schema is in "
+                "CLI.md (ckpt --help says where)");
     fprintf(f, "  %-22s %s\n\n", "--help", "show this help");
     cli_print_exit_codes(f);
 }

@@ -120,6 +120,7 @@ static int resolve_driver_in(void *drv, cuda_api *a)
 {
     *(void **)(&a->DrvDeviceGet) = dlsym(drv, "cuDeviceGet");
     *(void **)(&a->DrvPrimaryCtxGetState) = dlsym(drv, "cuDevicePrimaryCtxGetState");
+    *(void **)(&a->DrvCtxGetCurrent) = dlsym(drv, "cuCtxGetCurrent");
     return a->DrvDeviceGet && a->DrvPrimaryCtxGetState;
 }
 
@@ -131,6 +132,7 @@ static void resolve_driver(void *h, cuda_api *a)
     if (!drv || !resolve_driver_in(drv, a)) {
         a->DrvDeviceGet = NULL;
         a->DrvPrimaryCtxGetState = NULL;
+        a->DrvCtxGetCurrent = NULL;
     }
 }
 

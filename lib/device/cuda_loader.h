@@ -98,6 +98,10 @@ typedef struct cuda_api {
      * primary context before making it current (which creates one). */
     int (*DrvDeviceGet)(int *device, int ordinal);
     int (*DrvPrimaryCtxGetState)(int device, unsigned int *flags, int *active);
+    /* Optional, from the driver: cuCtxGetCurrent, to tell a context the
+     * application made itself (cuCtxCreate, PyCUDA's make_context) from
+     * none when the current device's primary context is inactive. */
+    int (*DrvCtxGetCurrent)(void **ctx);
 
     const char *library; /* what was loaded ("libcudart.so.13", a path, or
                             "(in process)") */

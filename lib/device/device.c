@@ -225,7 +225,9 @@ int device_classify(device *dev, const void *ptr, ckpt_memory declared,
             *actual = CKPT_MEM_HOST;
             return CKPT_OK;
         }
-        if ((rc = dcuda_pointer_type(api, ptr, &type, &ordinal)) != CKPT_OK) {
+        if ((rc = dcuda_pointer_type(api, ptr, &type, &ordinal)) == CKPT_EINVAL) {
+            return rc; /* a context libckpt cannot work in: said as it is */
+        } else if (rc != CKPT_OK) {
             /* A sticky error (a fault in any kernel of the process, a lost
              * device) fails every CUDA call until the process exits, and so
              * does a child forked after its parent started CUDA

@@ -259,6 +259,19 @@ int dcuda_pointer_type(const cuda_api *api, const void *ptr, int *type, int *ord
     if (api->GetDevice(&cur) != CU_SUCCESS) {
         api->GetLastError();
     } else if (primary_inactive(api, cur)) {
+        /* A context is current all the same: one the application made with
+         * the driver API.  Its memory is unknown to the primary contexts
+         * libckpt copies in (and asking from another device would replace
+         * the application's context on this thread), so it is refused
+         * rather than taken for host memory and read with memcpy. */
+        void *ctx = NULL;
+        if (api->DrvCtxGetCurrent && api->DrvCtxGetCurrent(&ctx) == 0 && ctx)
+            return ckpt_seterr(CKPT_EINVAL, "pointer %p: the calling thread's current CUDA "
+                               "context is not device %d's primary context (one made with "
+                               "the driver API: cuCtxCreate, PyCUDA's make_context); libckpt "
+                               "works in primary contexts, as the runtime API and PyTorch "
+                               "do: allocate the tensors there, or declare host buffers "
+                               "CKPT_MEM_HOST", ptr, cur);
         int active = -1;
         for (int d = 0; d < api->device_count && active < 0; d++)
             if (d != cur && !primary_inactive(api, d))

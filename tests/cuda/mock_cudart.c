@@ -137,6 +137,11 @@ static size_t g_reported_free = SIZE_MAX; /* cudaMemGetInfo's lie, if any */
 static unsigned g_queue_depth = 1024;     /* pending operations per stream */
 static mock_cuda_counters g_cnt;
 static __thread int t_device;
+/* A driver-API context the test made current on this thread, and whether
+ * any is in use (then no primary context counts as active): see
+ * mock_cuda_set_user_context. */
+static __thread void *t_user_context;
+static int g_user_context;
 static __thread int t_last_error;
 static __thread struct mstream *t_per_thread[MAX_DEVICES]; /* cudaStreamPerThread */
 static __thread int t_capture_mode; /* cudaStreamCaptureModeGlobal (0) until exchanged */
@@ -633,13 +638,31 @@ EXPORT int cuDevicePrimaryCtxGetState(int device, unsigned int *flags, int *acti
 {
     pthread_mutex_lock(&g_mu);
     int n = g_device_count;
-    unsigned mask = g_cnt.context_mask;
+    unsigned mask = g_user_context ? 0 : g_cnt.context_mask;
     pthread_mutex_unlock(&g_mu);
     if (device < 0 || device >= n || device >= MAX_DEVICES)
         return 101;
     *flags = 0;
     *active = (mask >> device) & 1;
     return 0;
+}
+
+/* The calling thread's context made with the driver API, if the test set
+ * one (mock_cuda_set_user_context); NULL otherwise (the mock's primary
+ * contexts are not handed out: libckpt asks only when the current
+ * device's primary context is inactive, where a real thread has none). */
+EXPORT int cuCtxGetCurrent(void **ctx)
+{
+    *ctx = t_user_context;
+    return 0;
+}
+
+EXPORT void mock_cuda_set_user_context(void *ctx)
+{
+    t_user_context = ctx;
+    pthread_mutex_lock(&g_mu);
+    g_user_context = ctx != NULL;
+    pthread_mutex_unlock(&g_mu);
 }
 
 EXPORT cudaError_t cudaSetDevice(int dev)

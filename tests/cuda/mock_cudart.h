@@ -97,6 +97,10 @@ void mock_cuda_set_queue_depth(unsigned int ops);
 /* Forget which devices have a context, except those holding device memory
  * (a test's baseline before the calls it checks). */
 void mock_cuda_forget_contexts(void);
+/* Make `ctx` (any non-NULL token) the calling thread's current context, as
+ * one made with the driver API would be (cuCtxCreate): cuCtxGetCurrent
+ * returns it and no primary context counts as active.  NULL undoes it. */
+void mock_cuda_set_user_context(void *ctx);
 /* What the calling thread itself waited for: enqueues blocked on a full
  * stream, pageable transfers it had to wait out, and its cudaFree and
  * cudaFreeHost calls (each synchronized the device). */

@@ -566,6 +566,44 @@ static void *fresh_thread_run(void *arg)
     return NULL;
 }
 
+/* A context the application made with the driver API (cuCtxCreate,
+ * PyCUDA's make_context) is current and no primary context is active:
+ * the tensor's memory is that context's, which libckpt's primary-context
+ * copies cannot reach.  It is refused, naming the context, for AUTO and
+ * DEVICE alike: not taken for host memory (a memcpy of device memory), not
+ * misreported as "host memory declared device", and nothing is saved. */
+Test(semantics, a_driver_api_context_is_refused_not_read_as_host_memory)
+{
+    void *d = dmalloc_on(0, N);
+    pattern_fill(d, N, 4);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0);
+    static int token;
+    M.set_user_context(&token);
+    ckpt_memory kinds[2] = {CKPT_MEM_AUTO, CKPT_MEM_DEVICE};
+    int rc[2];
+    char msg[2][1024];
+    for (int k = 0; k < 2; k++) {
+        ckpt_tensor t = tensor("w", d, N, kinds[k]);
+        rc[k] = ckpt_save_sync(st, 1 + k, &t, 1, NULL);
+        snprintf(msg[k], sizeof msg[k], "%s", ckpt_error_last());
+    }
+    M.set_user_context(NULL);
+    for (int k = 0; k < 2; k++) {
+        cr_expect_eq(rc[k], CKPT_EINVAL, "memory kind %d: got %d (%s)", (int)kinds[k], rc[k],
+                     msg[k]);
+        cr_expect(strstr(msg[k], "primary context"), "memory kind %d: %s", (int)kinds[k],
+                  msg[k]);
+    }
+    int64_t *steps = NULL;
+    size_t n = 9;
+    cr_assert_eq(ckpt_store_steps(st, &steps, &n), CKPT_OK);
+    cr_expect_eq(n, 0, "a refused save committed");
+    ckpt_free(steps);
+    ckpt_store_free(st);
+    M.Free(d);
+    expect_no_leaks(&M);
+}
+
 Test(semantics, thread_without_a_device_gets_no_context_on_gpu0)
 {
     M.set_device_count(2);

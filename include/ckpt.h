@@ -797,7 +797,8 @@ CKPT_API int ckpt_save_wait_snapshot(ckpt_save *save);
  * device tensors after this.  A no-op for saves of host tensors only, and
  * once the save has finished.  NULL is the legacy default stream of the
  * device the saved tensors are on, whichever device the calling thread has
- * current (the thread's current device is left as it was).
+ * current (the thread's current device is left as it was, unless it has no
+ * context yet: then the thread stays on the tensors' device, docs/CUDA.md).
  * Exception: a save whose device tensors go through the pinned pool (see
  * ckpt_save_begin) copies on a background thread, and this blocks the CPU
  * until the last copy is queued.  Returns CKPT_OK; CKPT_EINVAL (NULL

@@ -306,24 +306,21 @@ static int guard_close(void *cookie)
 {
     guard *g = cookie;
     int rc = g->held ? write_all(g->fd, "\xc2", 1) : 0;
-    free(g);
+    g->held = 0;
     return rc;
 }
 
 /* `*stream`, writing to `fd`, replaced by a filtered one (unbuffered for
- * stderr, line-buffered on a terminal, else fully: as stdio would). */
-static void guard_stream(FILE **stream, int fd)
+ * stderr, line-buffered on a terminal, else fully: as stdio would).  `g`
+ * lives as long as the process: stdio flushes the stream at exit, after
+ * main has returned, and never closes it. */
+static void guard_stream(FILE **stream, int fd, guard *g)
 {
-    guard *g = malloc(sizeof *g);
-    if (!g)
-        return; /* unfiltered rather than no output */
     *g = (guard){fd, 0};
     cookie_io_functions_t io = {NULL, guard_write, NULL, guard_close};
     FILE *f = fopencookie(g, "w", io);
-    if (!f) {
-        free(g);
-        return;
-    }
+    if (!f)
+        return; /* unfiltered rather than no output */
     if (fd == STDERR_FILENO)
         setvbuf(f, NULL, _IONBF, 0);
     else if (isatty(fd))
@@ -334,7 +331,10 @@ static void guard_stream(FILE **stream, int fd)
 
 void cli_guard_terminal(int json)
 {
-    guard_stream(&stderr, STDERR_FILENO);
+    /* The process's standard streams are the process's: so are their
+     * filters (static, not allocated: nothing to free at exit). */
+    static guard err, out;
+    guard_stream(&stderr, STDERR_FILENO, &err);
     if (!json)
-        guard_stream(&stdout, STDOUT_FILENO);
+        guard_stream(&stdout, STDOUT_FILENO, &out);
 }

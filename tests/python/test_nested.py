@@ -78,6 +78,29 @@ def test_containers_and_key_types_are_kept(store):
     same(got, state)
 
 
+def test_a_counter_comes_back_a_counter(store):
+    """collections.Counter (MultiStepLR's milestones) keeps its type, its
+    counts and key types, including one holding arrays; a plain dict
+    beside it stays a dict; a reader that ignores the node's "counter"
+    member (an older libckpt) still reads a dict of the same items."""
+    miles = collections.Counter({30: 1, 80: 2, "x": -1})
+    state = {"sched": {"milestones": miles, "plain": {30: 1}},
+             "arrays": collections.Counter(w=np.arange(3.0)),
+             "empty": collections.Counter()}
+    store.save(1, state).wait()
+    _, got = store.load()
+    same(got, state)
+    assert sorted(got["sched"]["milestones"].elements(),
+                  key=str) == [30, 80, 80]
+    with store._checkpoint(1) as ck:
+        raw = json.loads(ffi.lib.ckpt_checkpoint_metadata(ck))
+    node = raw["tree"]["dict"][0][1]["dict"][0][1]
+    assert node["counter"] is True
+    del node["counter"]
+    assert nested.unflatten(node, None) == {30: 1, 80: 2, "x": -1}
+    assert type(nested.unflatten(node, None)) is dict
+
+
 def test_tensors_are_stored_under_dotted_state_dict_names(store):
     state = {"model": {"fc1.weight": np.ones((2, 2)), "fc1.bias": np.ones(2)},
              "optim": {"state": {0: {"exp_avg": np.zeros(2)}}},

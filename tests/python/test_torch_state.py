@@ -5,6 +5,7 @@ training continues bit for bit; torch tensors come back as torch (bf16
 included), on the device asked for."""
 
 import collections
+import warnings
 
 import numpy as np
 import pytest
@@ -424,3 +425,26 @@ def test_torch_values_load_as_text_without_torch(store):
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["torch.float16", "cuda:0", "ndarray",
                                   "tuple", "4", "5"]
+
+
+def test_multisteplr_resumes_with_its_counter_of_milestones(store):
+    """MultiStepLR keeps its milestones in a collections.Counter and calls
+    its methods (elements() when stepped to an epoch); the loaded state
+    gives a scheduler that behaves as the one saved."""
+    def make():
+        opt = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=1.0)
+        return opt, torch.optim.lr_scheduler.MultiStepLR(opt, [3, 6, 6], 0.5)
+    opt, sched = make()
+    for _ in range(4):
+        opt.step()
+        sched.step()
+    store.save(1, {"sched": sched.state_dict()}).wait()
+    got = store.load()[1]["sched"]
+    assert type(got["milestones"]) is type(sched.state_dict()["milestones"])
+    opt2, sched2 = make()
+    sched2.load_state_dict(got)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # step(epoch) is deprecated
+        sched.step(7)
+        sched2.step(7)
+    assert sched2.get_last_lr() == sched.get_last_lr() == [0.125]

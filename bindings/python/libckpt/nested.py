@@ -37,6 +37,10 @@ holds it), the whole metadata JSON of the checkpoint::
                                             that ignore the member read a
                                             plain tuple)
          | {"dict": [[KEY, NODE], ...]}
+         | {"dict": [[KEY, NODE], ...], "counter": true}  a
+                                            collections.Counter (readers
+                                            that ignore the member read a
+                                            plain dict)
          | {"odict": [[KEY, NODE], ...]}    OrderedDict; may carry
                                             "_metadata": NODE (state_dict)
          | {"tensors": [STR, ...], "from": "np" | "pt"}   (version 2) a dict
@@ -526,10 +530,16 @@ def _encode(obj: Any, path: Path, flat: Flat, name: str) -> Any:
                 kind is not list and kind is not tuple
                 and isinstance(obj, Mapping)):
             prefix = name + "." if path else ""
-            node = _encode_tensor_dict(obj, path, flat, prefix) if obj else None
+            # A Counter (MultiStepLR's milestones) keeps its type: its
+            # methods (elements(), most_common()) are what the owner calls.
+            counter = isinstance(obj, collections.Counter)
+            node = _encode_tensor_dict(obj, path, flat, prefix) \
+                if obj and not counter else None
             if node is not None:
                 return node
             pairs = _encode_items(obj, path, flat, prefix)
+            if counter:
+                return {"dict": pairs, "counter": True}
             if not isinstance(obj, collections.OrderedDict):
                 return {"dict": pairs}
             node = {"odict": pairs}
@@ -876,7 +886,10 @@ def _unflatten(tree: Any, leaf: Leaf, path: Path,
             return _decode_namedtuple(tree["namedtuple"], items, path)
         return tuple(items)
     if "dict" in tree or "odict" in tree:
-        out = {} if "dict" in tree else collections.OrderedDict()
+        if "dict" in tree:
+            out = collections.Counter() if tree.get("counter") is True else {}
+        else:
+            out = collections.OrderedDict()
         for k, v in tree.get("dict", tree.get("odict")):
             k = _decode_tagged(k) if isinstance(k, dict) else k
             out[k] = _unflatten(v, leaf, path + (k,), many)

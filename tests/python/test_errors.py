@@ -241,6 +241,18 @@ def test_bad_tensor_names_are_refused_by_their_path(store):
     with pytest.raises(libckpt.InvalidArgumentError,
                        match=r"state\[''\] flattens to an empty tensor name"):
         store.save(1, {"": np.zeros(2)})
+    # a lone surrogate (os.fsdecode of a non-UTF-8 file name) is no UTF-8:
+    # named by its path and the character, before anything is written
+    for state in ({"model": {"w\udc80": np.zeros(2)}},
+                  {"model": {"w\udc80": np.zeros(2), "b": np.ones(1)}},
+                  {"model": [{"\ud800": np.zeros(2)}]}):
+        for call in (lambda s: store.save(1, s), store.restore):
+            with pytest.raises(libckpt.InvalidArgumentError,
+                               match=r"^state\['model'\].* flattens to a "
+                               r"tensor name that is not valid UTF-8 "
+                               r"\('\\ud[8c]\d\d' at position \d\)"):
+                call(state)
+    assert store.steps() == []
     # 255 bytes exactly is a name
     store.save(1, {"é" * 127 + "x": np.ones(2)}).wait()
     assert store.load()[1]["é" * 127 + "x"].tolist() == [1.0, 1.0]

@@ -75,8 +75,8 @@ def _step_number(step: int, function: str) -> int:
 
 def _check_names(flat: Any) -> None:
     """Refuse, naming the state's path, a tensor name the library would
-    refuse by its position only: empty, or over CKPT_NAME_MAX (255) bytes
-    of UTF-8.  Cheap when all are short (one pass in C over the lengths)."""
+    refuse by its position only (empty, or over CKPT_NAME_MAX (255) bytes
+    of UTF-8), or one that is not UTF-8 at all (a lone surrogate).  Cheap when all are short (one pass in C over the lengths)."""
     names = flat.names
     if not names:
         return
@@ -85,6 +85,17 @@ def _check_names(flat: Any) -> None:
         raise InvalidArgumentError(
             "%s flattens to an empty tensor name; give it a non-empty key"
             % nested.path_str(flat.path_of(i)))
+    if not "\0".join(names).isascii():  # cheap for the usual ASCII names
+        for i, name in enumerate(names):
+            try:
+                name.encode("utf-8")
+            except UnicodeEncodeError as e:  # a lone surrogate (from a
+                # file name decoded with surrogateescape, say)
+                raise InvalidArgumentError(
+                    "%s flattens to a tensor name that is not valid UTF-8 "
+                    "(%r at position %d); tensor names are UTF-8 text: "
+                    "use another key" % (nested.path_str(flat.path_of(i)),
+                                         name[e.start], e.start)) from None
     if max(map(len, names)) * 4 <= 255:  # 4 bytes per character at most
         return
     for i, name in enumerate(names):
@@ -473,6 +484,7 @@ class Store:
         self._reap(block=False)
         with _no_gc():
             flat = nested.flatten(state)
+            _check_names(flat)
             arr, keep, stream, device = _tensors.prepare(flat.names, flat.objs)
             n = len(flat.names)
             # Compact: the library parses it (and keeps its own compact form).
@@ -498,7 +510,6 @@ class Store:
                     "metadata: %s; metadata is stored as plain JSON (dicts "
                     "with str keys, lists, str, int, float, bool, None): put "
                     "tensors and other values in the state" % e) from None
-            _check_names(flat)
             # Freed while the collector is paused, so that a collection
             # started when it resumes finds almost nothing young alive
             # instead of the whole flattened state (a 12,000-tensor model

@@ -52,6 +52,26 @@ CKPT_API int ckpt_store_events(ckpt_store *s, double since, char **text)
     return CKPT_OK;
 }
 
+/* The manifest's persist_s stops before the manifest is written (it cannot
+ * hold its own fsync, the check after saving and the commit); the event
+ * log's save_committed record holds the whole of it, as the metrics file
+ * written at the end of each save does.  Take the newest record of `step`
+ * when the log has one, so that both sources give one figure. */
+static void logged_persist(json_t *events, int64_t step, double *persist_s)
+{
+    for (size_t i = json_array_size(events); i-- > 0;) {
+        json_t *ev = json_array_get(events, i);
+        json_t *n = json_object_get(ev, "step"), *p = json_object_get(ev, "persist_s");
+        if (json_is_string(json_object_get(ev, "event")) &&
+            strcmp(json_string_value(json_object_get(ev, "event")), "save_committed") == 0 &&
+            json_is_integer(n) && json_integer_value(n) == step && json_is_number(p) &&
+            json_number_value(p) >= 0) {
+            *persist_s = json_number_value(p);
+            return;
+        }
+    }
+}
+
 CKPT_API int ckpt_store_metrics(ckpt_store *s, char **text)
 {
     if (!s || !text)
@@ -83,6 +103,8 @@ CKPT_API int ckpt_store_metrics(ckpt_store *s, char **text)
     json_t *events = NULL;
     if (!rc)
         rc = eventlog_read(&s->lay, 0, &events, &d.counts);
+    if (!rc && d.have_latest)
+        logged_persist(events, d.latest_step, &d.last.persist_s);
     json_decref(events);
     pthread_mutex_unlock(&s->api_lock);
     d.have_fs = fsio_free_bytes(&s->lay.fs, s->lay.root, &d.free_bytes) == 0;

@@ -44,3 +44,28 @@ def test_metrics_path_written_after_each_commit(root, tmp_path):
         assert not prom.exists()
         s.save(7, state).wait()
         assert 'ckpt_latest_step{root="%s"} 7\n' % s.path in prom.read_text()
+
+
+def test_persist_seconds_metric_is_the_whole_background_time(root, tmp_path):
+    """ckpt_last_save_persist_seconds is the time from save returning to
+    the commit, in `ckpt metrics` (Store.metrics) as in the file written
+    after the save: the save's own figure (the event log's), not the
+    manifest's, which stops before the manifest's fsync, the check after
+    saving and the commit."""
+    prom = tmp_path / "job.prom"
+    state = {"w": np.random.default_rng(1).random(1 << 20)}
+    with open_store(root, metrics_path=prom) as s:
+        h = s.save(3, state)
+        h.wait()
+        manifest = s.steps()[-1]["persist_seconds"]
+        logged = [e for e in s.events() if e["event"] == "save_committed"]
+        whole = logged[-1]["persist_s"]
+        # the handle's figure is taken last, after the log is written
+        assert manifest < whole <= h.stats["persist_s"]
+
+        def figure(text):
+            for line in text.splitlines():
+                if line.startswith("ckpt_last_save_persist_seconds{"):
+                    return float(line.rsplit(" ", 1)[1])
+        assert figure(s.metrics()) == whole
+        assert figure(prom.read_text()) == whole

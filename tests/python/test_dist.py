@@ -100,6 +100,39 @@ def test_save_restore_agreed_and_resharded(root):
         assert store.verify()["status"] == "valid"
 
 
+def test_a_whole_state_read_of_a_multi_rank_step_never_drops_ranks(root):
+    """The structure a multi-rank step carries is rank 0's: Store.load and
+    Checkpoint.state() would build rank 0's state alone, on every rank and
+    in one process.  They refuse, naming the step, the ranks and what to
+    call instead; those calls give every rank's tensors."""
+    def body(rank, coord):
+        with open_store(root, coordinator=coord, timeout=30) as store:
+            store.save(1, {"rank%d" % rank: {"w": weights(rank, 1)},
+                           "epoch": 3}).wait()
+            with pytest.raises(libckpt.InvalidArgumentError,
+                               match=r"step 1 was saved by 2 ranks .*\(1 "
+                               r"of its 2 tensors\).*Store\.restore"):
+                store.load()
+            got = {"rank%d" % rank: {"w": np.zeros_like(weights(rank, 1))},
+                   "epoch": 0}
+            r = store.restore(got)
+            assert np.array_equal(got["rank%d" % rank]["w"], weights(rank, 1))
+            return int(r)
+    assert run_ranks(body) == [1, 1]
+    with open_store(root, readonly=True) as store:
+        for call in (lambda: store.load(), lambda: store.load(step=1),
+                     lambda: store.open(1).state()):
+            with pytest.raises(libckpt.InvalidArgumentError,
+                               match="load_resharded"):
+                call()
+        # rank 0's part of the structure is there to be read by its path
+        assert np.array_equal(store.open(1).state("rank0")["w"],
+                              weights(0, 1))
+        every = store.open(1).get_tensors()
+        assert sorted(every) == ["rank0.w", "rank1.w"]
+        assert np.array_equal(every["rank1.w"], weights(1, 1))
+
+
 def test_resharded_load_falls_back_to_an_older_step_of_other_shapes(root):
     """The newest step is damaged in one rank's shard and the step before
     holds other shapes: load_resharded sizes each step it tries from that

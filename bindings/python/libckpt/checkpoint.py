@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import json
 import os
 import sys
 from dataclasses import dataclass
@@ -381,7 +382,10 @@ class Checkpoint:
             outs.extend(made)
             return made
         state = self._rebuild(leaf, many)
-        if len(set(names)) != len(names):
+        distinct = len(set(names))
+        if distinct < len(self._names):
+            self._check_whole_tree(distinct)
+        if distinct != len(names):
             with self._h.use() as ck:  # ckpt_checkpoint_restore refuses
                 return self._rebuild(self._reader(ck))
         rows = list(map(at.__getitem__, names))
@@ -406,6 +410,26 @@ class Checkpoint:
         moved = iter([o.to(self.device) if pt else o
                       for o, pt in zip(outs, kinds)])
         return self._rebuild(lambda name, origin, p: next(moved))
+
+    def _check_whole_tree(self, named: int) -> None:
+        """Refuse a whole-state read of a step saved by several ranks whose
+        structure (rank 0's: the global manifest carries rank 0's metadata)
+        names `named` of its tensors only: the state built from it would
+        leave every other rank's tensors out without a word."""
+        with self._h.use() as ck:
+            world = json.loads(C.ckpt_checkpoint_manifest(ck)).get(
+                "world_size", 1)
+        if not isinstance(world, int) or world <= 1:
+            return
+        raise InvalidArgumentError(
+            "step %d was saved by %d ranks and its structure is rank 0's "
+            "state only (%d of its %d tensors): a whole-state read would "
+            "leave the other ranks' tensors out. Restore each rank's own "
+            "state in place with Store.restore(state) on every rank "
+            "(collective), or read tensors by name from any number of "
+            "ranks with libckpt.dist.load_resharded(store, select) or "
+            "Store.open(%d).get_tensors()"
+            % (self.step, world, named, len(self._names), self.step))
 
     def _reader(self, ck: Any) -> Any:
         """leaf(name, origin, path) for _rebuild that reads each tensor

@@ -4,6 +4,7 @@ threading.Barrier.  The real runtimes (OpenMPI, torch.distributed over
 gloo, real processes) are tests/dist."""
 
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -131,6 +132,38 @@ def test_a_whole_state_read_of_a_multi_rank_step_never_drops_ranks(root):
         every = store.open(1).get_tensors()
         assert sorted(every) == ["rank0.w", "rank1.w"]
         assert np.array_equal(every["rank1.w"], weights(1, 1))
+
+
+def test_unexpected_keys_are_this_ranks_and_orphans_are_warned_of(root):
+    """On a multi-rank restore the other ranks' tensors are theirs to
+    restore, not unexpected; restarted with fewer ranks, the tensors of a
+    rank the job no longer has are restored by none: listed on every rank
+    and warned about on rank 0 (retention would delete them for good)."""
+    def save(rank, coord):
+        with open_store(root, coordinator=coord, timeout=30) as store:
+            store.save(1, {"rank%d.w" % rank: weights(rank, 1),
+                           "rank%d.extra" % rank: np.ones(2)}).wait()
+    run_ranks(save)
+
+    def restore(rank, coord):
+        with open_store(root, coordinator=coord, timeout=30) as store:
+            got = np.zeros_like(weights(rank, 1))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                r = store.restore({"rank%d.w" % rank: got}, strict=False)
+            assert np.array_equal(got, weights(rank, 1))
+            return r.unexpected_keys, [str(w.message) for w in caught]
+    assert run_ranks(restore) == [(["rank0.extra"], []),
+                                  (["rank1.extra"], [])]
+    # the same step restored by one rank of a world of one: rank 1's
+    # tensors are no rank's now
+    with open_store(root, rank=0, world_size=1) as store:
+        got = np.zeros_like(weights(0, 1))
+        with pytest.warns(UserWarning, match=r"step 1 was saved by 2 ranks "
+                          r"and is restored by 1: the 2 tensors of rank 1 "
+                          r"are restored by none.*load_resharded"):
+            r = store.restore({"rank0.w": got}, strict=False)
+        assert r.unexpected_keys == ["rank0.extra", "rank1.w", "rank1.extra"]
 
 
 def test_resharded_load_falls_back_to_an_older_step_of_other_shapes(root):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
 import operator
-from typing import Any, List
+import warnings
+from typing import Any, List, Tuple
 
 from . import ffi, nested
 from .checkpoint import tensor_names
@@ -68,8 +70,36 @@ class RestoreResult(int):
                 % (self, self.missing_keys, self.unexpected_keys))
 
 
+def _this_ranks(ck: Any, unexpected: List[str], rank: int,
+                world: int) -> List[str]:
+    """Of the step's tensors that rank `rank` of a `world`-rank store did
+    not restore, those unexpected there: the ones it saved itself, and
+    those of a rank this world lacks (a job restarted with fewer ranks:
+    no rank restores them, which is warned about, as retention would
+    delete them for good).  Other ranks' tensors are theirs to restore."""
+    manifest = json.loads(C.ckpt_checkpoint_manifest(ck))
+    shard = {t.get("name"): t.get("shard") for t in manifest.get("tensors", [])
+             if isinstance(t, dict)}
+    mine = [n for n in unexpected if type(shard.get(n)) is not int
+            or shard[n] == rank or shard[n] >= world]
+    orphans = sorted({shard[n] for n in mine if type(shard.get(n)) is int
+                      and shard[n] >= world})
+    if orphans and rank == 0:
+        count = sum(1 for n in mine if shard.get(n) in orphans)
+        warnings.warn(
+            "step %d was saved by %s ranks and is restored by %d: the %d "
+            "tensors of rank%s %s are restored by none (listed in "
+            "unexpected_keys); read them with libckpt.dist.load_resharded "
+            "(docs/SCALING.md, Resharding) before newer steps retire this one"
+            % (int(C.ckpt_checkpoint_step(ck)), manifest.get("world_size", "?"),
+               world, count, "s" if len(orphans) > 1 else "",
+               ", ".join(map(str, orphans))), UserWarning, stacklevel=5)
+    return mine
+
+
 def restore_result(ck: Any, state: Any, flat: nested.Flat,
-                   skipped: List[dict], strict: bool) -> RestoreResult:
+                   skipped: List[dict], strict: bool,
+                   ranks: Tuple[int, int] = (0, 1)) -> RestoreResult:
     """The result of restoring `state` (taken apart as `flat`) from the
     step open as `ck` (a ckpt_checkpoint handle): its plain values, and
     the keys each side lacks.
@@ -89,6 +119,8 @@ def restore_result(ck: Any, state: Any, flat: nested.Flat,
         have, want = set(names), set(mine)
         missing = [n for n in mine if n not in have]
         unexpected = [n for n in names if n not in want]
+        if unexpected:  # only when some are: it reads the manifest
+            unexpected = _this_ranks(ck, unexpected, *ranks)
     plain = nested.plain_leaves(tree) if tree is not None else {}
     missing += [nested.dotted(p) for p in flat.plain if p not in plain]
     unexpected += [nested.dotted(p) for p in plain if p not in flat.plain]

@@ -243,6 +243,7 @@ class Store:
         elif world_size is not None:
             opts.world_size = operator.index(world_size)
             opts.rank = operator.index(rank or 0)
+        self._ranks = (opts.rank, max(opts.world_size, 1))  # restore_result
         if timeout is not None:
             opts.timeout_ms = max(1, int(timeout * 1000))
         # for the collectives the binding runs itself (dist.load_resharded)
@@ -724,7 +725,8 @@ class Store:
                 if not ck:
                     C.ckpt_checkpoint_open(_byref(ck), s, restored,
                                            ffi.CKPT_VERIFY_QUICK)
-                return restore_result(ck, state, flat, skipped, strict)
+                return restore_result(ck, state, flat, skipped, strict,
+                                      self._ranks)
             finally:
                 if ck:
                     C.ckpt_checkpoint_free(ck)

@@ -149,7 +149,8 @@ static int run(coord *c, call *k, const char *what)
                     "(its callback is left running)", what, secs);
     if (rc)
         return fail(c, "the collective %s failed after %.1f s: a rank failed, died or did "
-                    "not answer within timeout_ms", what, secs);
+                    "not answer within the store's timeout (timeout_ms; timeout= in "
+                    "Python)", what, secs);
     return CKPT_OK;
 }
 

@@ -283,7 +283,8 @@ static int exchange(ckpt_store *st, ckpt_save *s, int64_t step, int status, int 
     commit_result res;
     memset(&res, 0, sizeof res);
     res.step = step;
-    int rc = coord_gather(&d->c, &rep, sizeof rep, reps, 0, "save: every rank's part");
+    int rc = coord_gather(&d->c, &rep, sizeof rep, reps, 0,
+                          "save: gathering every rank's part report");
     if (!rc && st->rank == 0) {
         if (s)
             decide(s, reps, &res);

@@ -128,7 +128,9 @@ int main(int argc, char **argv)
     ckpt_store_options o = CKPT_STORE_OPTIONS_INIT;
     o.keep_last = 2;
     o.verify_after_save = (ckpt_verify_level)verify;
-    o.flags |= cache_flags;
+    /* A second run on the same DIR saves from step 0 again: retire the
+     * last run's steps instead of refusing a step below them. */
+    o.flags |= cache_flags | CKPT_OPEN_REWIND;
     if (ckpt_store_open(&st, root, &o))
         return die("open");
 

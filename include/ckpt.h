@@ -916,7 +916,10 @@ CKPT_API int ckpt_restore_options_init(ckpt_restore_options *opts,
  * out also on failure; its step is the one restored).  A dtype, shape or
  * size that differs from the checkpoint is CKPT_EMISMATCH and a name not in
  * it CKPT_ENOTFOUND (unless allow_missing): those are the caller's errors,
- * not reasons to fall back.  One buffer may be given under several names
+ * not reasons to fall back, except with CKPT_LATEST for a step that an
+ * older one fits and that is itself damaged (read in full to tell: the
+ * shapes changed between the two and the newer one is torn), which is
+ * skipped as damaged.  One buffer may be given under several names
  * (the same `data` and `bytes`: tied weights): the name given last is
  * written into it and the others are still read and verified; buffers
  * that overlap otherwise are CKPT_EINVAL.  A newer step found damaged

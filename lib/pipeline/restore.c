@@ -238,6 +238,53 @@ void restore_marks_free(restore_marks *mk)
     mk->dirty = mk->hit = NULL;
 }
 
+/* Whether a step older than steps[i] opens and fits the caller's tensors. */
+static int an_older_step_fits(ckpt_store *s, const int64_t *steps, size_t i,
+                              const ckpt_tensor *t, size_t count, int allow_missing)
+{
+    reader_target *tg = calloc(count ? count : 1, sizeof *tg);
+    int fits = 0;
+    for (size_t j = i; tg && j-- > 0 && !fits;) {
+        ckpt_checkpoint *ck;
+        if (reader_open_step(s, steps[j], &ck) != CKPT_OK)
+            continue;
+        size_t n;
+        fits = match(ck, t, count, allow_missing, tg, &n, NULL) == CKPT_OK;
+        reader_close(ck);
+    }
+    free(tg);
+    return fits;
+}
+
+/* steps[i] does not fit the caller's tensors (status *rc, a caller error).
+ * When an older step does (their shapes changed since that one) and
+ * steps[i] is damaged as well, no restore could use steps[i]: 1, with *rc
+ * and the message the damage's, so that the search passes over it as over
+ * any damaged step.  Else 0, the caller's error as it was.  Reading the
+ * whole step costs, so it is done only then: a state that fits no step (a
+ * model of another size) fails at once. */
+static int damaged_anyway(ckpt_store *s, const int64_t *steps, size_t i, const ckpt_tensor *t,
+                          size_t count, int allow_missing, int *rc)
+{
+    ckpt_error_state mismatch;
+    ckpt_error_capture(&mismatch, *rc);
+    int v = CKPT_OK;
+    if (an_older_step_fits(s, steps, i, t, count, allow_missing)) {
+        ckpt_checkpoint *ck;
+        v = reader_open_step(s, steps[i], &ck);
+        if (!v) {
+            v = reader_verify_all(ck, NULL);
+            reader_close(ck);
+        }
+    }
+    if (v && reader_is_damage(v)) {
+        *rc = v;
+        return 1;
+    }
+    ckpt_error_restore(&mismatch);
+    return 0;
+}
+
 int restore_run(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
                 const ckpt_restore_options *o, ckpt_report *r, ckpt_checkpoint **keep)
 {
@@ -273,6 +320,9 @@ int restore_run(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
             restored = 1;
             break;
         }
+        if (caller_error && step == CKPT_LATEST &&
+            damaged_anyway(s, steps, i, t, count, o->allow_missing, &r1))
+            caller_error = 0;
         if (caller_error || !reader_is_damage(r1) || step != CKPT_LATEST) {
             rc = r1;
             /* The caller learns why the newer steps were not the ones. */

@@ -90,3 +90,44 @@ Test(latest_full, load_latest_skips_a_step_with_bad_chunks)
     cr_assert_eq(ckpt_load(s, 4, "w", &buf, &bytes, NULL), CKPT_ECORRUPT);
     cleanup(s);
 }
+
+/* Step 5 holds "w" at half the size.  A restore of CKPT_LATEST into the
+ * full-size buffer: while step 5 is sound, the mismatch is the caller's
+ * error (no older step is tried); once its chunks are damaged, no restore
+ * could use it, so it is skipped for its damage like any other and step 3
+ * (4 is damaged too) restored.  A buffer that fits no step fails at once. */
+Test(latest_full, a_damaged_newest_step_of_other_shapes_is_skipped_not_a_mismatch)
+{
+    ckpt_store *s = setup_steps();
+    int64_t half[1] = {N / 2};
+    for (int i = 0; i < N / 2; i++) /* not all zeros: a frame of some size */
+        data[0][i] = (float)(i % 1009) * 0.37f;
+    ckpt_tensor small = {"w", data[0], sizeof data[0] / 2, CKPT_F32, 1, half, CKPT_MEM_HOST};
+    cr_assert_eq(ckpt_save_sync(s, 5, &small, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    static float out[N];
+    int64_t shape[1] = {N};
+    ckpt_tensor t = {"w", out, sizeof out, CKPT_F32, 1, shape, CKPT_MEM_HOST};
+    ckpt_report *r = NULL;
+    cr_assert_eq(ckpt_restore(s, CKPT_LATEST, &t, 1, NULL, &r), CKPT_EMISMATCH);
+    cr_assert(strstr(ckpt_error_last(), "holds shape [10000]"), "%s", ckpt_error_last());
+    ckpt_report_free(r);
+    flip_frame_byte(5);
+    r = NULL;
+    cr_assert_eq(ckpt_restore(s, CKPT_LATEST, &t, 1, NULL, &r), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_assert_eq(ckpt_report_step(r), 3);
+    cr_assert_eq(ckpt_report_count(r), 2, "steps 5 and 4 skipped");
+    const ckpt_problem *p = ckpt_report_get(r, 0);
+    cr_assert_eq(p->step, 5);
+    cr_assert_eq(p->status, CKPT_ECORRUPT, "step 5 skipped for its damage: %s", p->message);
+    ckpt_report_free(r);
+    cr_assert_arr_eq(out, data[3], sizeof out);
+    /* twice the size: no step fits, the caller's error */
+    static float big[2 * N];
+    int64_t twice[1] = {2 * N};
+    ckpt_tensor b = {"w", big, sizeof big, CKPT_F32, 1, twice, CKPT_MEM_HOST};
+    r = NULL;
+    cr_assert_eq(ckpt_restore(s, CKPT_LATEST, &b, 1, NULL, &r), CKPT_EMISMATCH);
+    ckpt_report_free(r);
+    cleanup(s);
+}

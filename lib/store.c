@@ -143,7 +143,10 @@ int ckpt_store_open_with_fsio(ckpt_store **out, const char *path,
         s->cleaned = report_new(); /* NULL: cleaned all the same, unrecorded */
         layout_clean_stale(&s->lay, 0, s->cleaned); /* best effort: retried next open */
     }
-    if (!rc && !s->readonly &&
+    /* One event log line per event of the job: on several ranks, rank 0's
+     * (it holds the lock, and logs the step's sums); W appenders would
+     * count every save W times and race on rotation. */
+    if (!rc && !s->readonly && (s->opts.world_size <= 1 || s->rank == 0) &&
         !(s->events = eventlog_new(&s->lay, 0, s->opts.metrics_path)))
         rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
     if (!rc)

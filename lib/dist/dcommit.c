@@ -224,6 +224,10 @@ static int commit_global(ckpt_save *s, const part_report *reps)
         rc = ckpt_seterr_errno(-e, "cannot fsync %s", s->tmp);
     if (!rc)
         rc = layout_commit(&st->lay, s->tmp, g.step);
+    if (!rc) { /* the job's save, as the event log records it */
+        s->job_stats = g.stats;
+        s->have_job_stats = 1;
+    }
     free(text);
     manifest_clear(&g);
     return rc;

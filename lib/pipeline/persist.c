@@ -287,7 +287,8 @@ void *save_persist_thread(void *arg)
         layout_remove_temp(&s->store->lay, s->tmp);
         ckpt_error_restore(&e);
     }
-    eventlog_save_end(s->store->events, s->m.step, rc, &s->stats, s->m.time,
+    eventlog_save_end(s->store->events, s->m.step, rc,
+                      s->have_job_stats ? &s->job_stats : &s->stats, s->m.time,
                       util_now() - s->t_return);
     release_manifest(s);
     finish(s, rc);

@@ -40,6 +40,9 @@ struct ckpt_save {
     pthread_mutex_t join_lock;
 
     /* Owned by the pipeline until done. */
+    ckpt_save_stats job_stats; /* rank 0 of several, once committed: every rank's
+                                  sums (the global manifest's), for the event log */
+    int have_job_stats;
     manifest m;
     char *tmp;
     shard_writer *writer;

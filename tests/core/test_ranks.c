@@ -6,6 +6,7 @@
  * that never returns (the timeout is libckpt's, not the runtime's). */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -239,6 +240,51 @@ Test(ranks, save_commit_restore_agreed)
         tc_state_free(&want);
     }
     cr_assert_eq(ckpt_verify(ro, CKPT_NEWEST, CKPT_VERIFY_FULL, NULL), CKPT_OK);
+    ckpt_store_free(ro);
+}
+
+/* The event log holds one line per event of the job, rank 0's, with the
+ * step's sums: two saves are two save_committed lines (not one per rank),
+ * each with every rank's bytes, and one restore line for the agreed
+ * restore. */
+Test(ranks, the_event_log_counts_each_save_of_the_job_once)
+{
+    job jobs[WORLD] = {0};
+    run_ranks(jobs, save_two);
+    for (int r = 0; r < WORLD; r++)
+        cr_assert_eq(jobs[r].status, CKPT_OK, "rank %d: %s", r, jobs[r].message);
+    uint64_t raw = 0;
+    for (int r = 0; r < WORLD; r++) {
+        tc_state st;
+        rank_state(&st, r, 2);
+        raw += tc_state_bytes(&st);
+        tc_state_free(&st);
+    }
+    ckpt_store *ro = tc_open_ro(tc_root);
+    char *text = NULL;
+    cr_assert_eq(ckpt_store_events(ro, 0, &text), CKPT_OK, "%s", ckpt_error_last());
+    size_t committed = 0, begun = 0, restored = 0;
+    for (char *line = text, *end; *line; line = end + 1) { /* JSON lines */
+        cr_assert_not_null(end = strchr(line, '\n'));
+        json_error_t err;
+        json_t *ev = json_loadb(line, (size_t)(end - line), 0, &err);
+        cr_assert_not_null(ev, "%s", err.text);
+        const char *name = json_string_value(json_object_get(ev, "event"));
+        cr_assert_not_null(name);
+        begun += strcmp(name, "save_begun") == 0;
+        restored += strcmp(name, "restored") == 0;
+        if (strcmp(name, "save_committed") == 0) {
+            committed++;
+            json_int_t bytes = json_integer_value(json_object_get(ev, "raw_bytes"));
+            cr_assert_eq((uint64_t)bytes, raw, "save_committed raw_bytes %lld, the job's %llu",
+                         (long long)bytes, (unsigned long long)raw);
+        }
+        json_decref(ev);
+    }
+    cr_assert_eq(begun, 2, "%zu save_begun lines", begun);
+    cr_assert_eq(committed, 2, "%zu save_committed lines", committed);
+    cr_assert_eq(restored, 1, "%zu restored lines", restored);
+    ckpt_free(text);
     ckpt_store_free(ro);
 }
 

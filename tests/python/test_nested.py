@@ -431,6 +431,40 @@ def test_a_malformed_compact_node_is_corrupt(store, monkeypatch, node):
         store.load()
 
 
+@pytest.mark.parametrize("tree, what", [
+    ({"dict": [["x", {"int": "abc"}]]}, r"malformed 'int' node.*invalid literal"),
+    ({"dict": [["x", {"int": "9" * 5000}]]}, "malformed 'int' node"),
+    ({"dict": [["x", {"float": []}]]}, "malformed 'float' node"),
+    ({"dict": [["x", {"float": "nan:zz"}]]}, "malformed 'float' node"),
+    ({"dict": [["x", {"str": 5}]]}, "malformed 'str' node"),
+    ({"dict": [["x", {"str": "!!!"}]]}, "malformed 'str' node"),
+    ({"dict": [["x", {"bytes": "a"}]]}, "malformed 'bytes' node"),
+    ({"dict": 5}, "state: malformed state structure node"),
+    ({"dict": [["w"]]}, "malformed key and value pair"),
+    ({"dict": [[[1, 2], 1]]}, r"malformed key \[1, 2\]"),
+    ({"dict": [[True, 1]]}, "malformed key True"),
+    ({"dict": [[{"list": [1]}, 1]]}, "unknown node"),
+    ({"dict": [["x", {"list": 5}]]}, r"state\['x'\]: malformed state"),
+    ({"dict": [["x", {"tuple": "abc"}]]}, "malformed state structure node"),
+    ({"dict": [["x", {"tensor": 5}]]}, r"state\['x'\]: malformed tensor node")])
+def test_a_forged_plain_node_is_corrupt_not_a_python_error(store, monkeypatch,
+                                                          tree, what):
+    """A structure that passes the manifest's checksum (its writer forged
+    it) but holds nodes the binding never writes: CorruptError naming the
+    node, from load and from restore (which reads the plain values), not
+    ValueError / TypeError / binascii.Error from inside the binding, nor a
+    garbled value (non-base64 text decoded as "")."""
+    real_wrap = nested.wrap
+    monkeypatch.setattr(nested, "wrap", lambda t, metadata, version=1:
+                        real_wrap(tree, metadata, 4))
+    store.save(1, {"w": np.ones(1)}).wait()
+    monkeypatch.undo()
+    with pytest.raises(libckpt.CorruptError, match=what):
+        store.load()
+    with pytest.raises(libckpt.CorruptError, match=what):
+        store.restore({"w": np.zeros(1)}, strict=False)
+
+
 def test_numpy_text_scalars_are_plain_text(store):
     # np.str_ and np.bytes_ (a label taken from an array) have the array
     # protocols, but are text: stored as str and bytes, not as tensors

@@ -79,7 +79,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from .errors import CorruptError, InvalidArgumentError, VersionError
+from .errors import CorruptError, Error, InvalidArgumentError, VersionError
 
 FORMAT = "libckpt-python-state"
 VERSION = 4    # the newest version this module reads
@@ -292,6 +292,18 @@ def _encode_key(k: Any, path: Path) -> Any:
 
 
 def _decode_tagged(node: dict) -> Any:
+    """The value of a tagged plain node; CorruptError when its member is
+    not what the writer makes (a forged manifest: '{"int": "abc"}')."""
+    try:
+        return _decode_tagged_value(node)
+    except Error:
+        raise
+    except (ValueError, TypeError, AttributeError) as e:  # binascii.Error too
+        raise CorruptError("malformed %s node in the state structure: %s"
+                           % ("/".join(map(repr, sorted(node))), e)) from None
+
+
+def _decode_tagged_value(node: dict) -> Any:
     if "int" in node:
         return int(node["int"])
     if "float" in node:
@@ -300,9 +312,10 @@ def _decode_tagged(node: dict) -> Any:
             return struct.unpack("<d", struct.pack("<Q", int(text[4:], 16)))[0]
         return float(text)
     if "str" in node:
-        return base64.b64decode(node["str"]).decode("utf-8", "surrogatepass")
+        return base64.b64decode(node["str"], validate=True).decode(
+            "utf-8", "surrogatepass")
     if "bytes" in node:
-        return base64.b64decode(node["bytes"])
+        return base64.b64decode(node["bytes"], validate=True)
     if "torch" in node:
         return _decode_torch(node)
     if "numpy" in node:
@@ -804,6 +817,35 @@ def _encode_tensor_dict(obj: Any, path: Path, flat: Flat,
     return node
 
 
+def _items(tree: dict, path: Path) -> list:
+    """The items of a list or tuple node, checked."""
+    items = tree.get("list", tree.get("tuple"))
+    if not isinstance(items, list):
+        raise CorruptError("%s: malformed state structure node"
+                           % path_str(path))
+    return items
+
+
+def _pairs(tree: dict, path: Path) -> Iterator[Tuple[Any, Any]]:
+    """(key, node) of a dict or odict node, each key decoded and checked:
+    a str, an int or a tagged one (never a bool, list or float)."""
+    pairs = tree.get("dict", tree.get("odict"))
+    if not isinstance(pairs, list):
+        raise CorruptError("%s: malformed state structure node"
+                           % path_str(path))
+    for pair in pairs:
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise CorruptError("%s: malformed key and value pair %.80r in "
+                               "the state structure" % (path_str(path), pair))
+        k, v = pair
+        if isinstance(k, dict):
+            k = _decode_tagged(k)
+        if type(k) not in (str, int):
+            raise CorruptError("%s: malformed key %.80r in the state "
+                               "structure" % (path_str(path), k))
+        yield k, v
+
+
 def _tensor_keys(tree: dict, path: Path) -> Tuple[List[str], str]:
     """(keys, origin) of a compact node, checked."""
     keys = tree.get("tensors", tree.get("otensors"))
@@ -864,6 +906,8 @@ def _unflatten(tree: Any, leaf: Leaf, path: Path,
         raise CorruptError("%s: malformed state structure node"
                            % path_str(path))
     if "tensor" in tree:
+        if type(tree["tensor"]) is not str:
+            raise CorruptError("%s: malformed tensor node" % path_str(path))
         return leaf(tree["tensor"], tree.get("from", "np"), path)
     if "tensors" in tree or "otensors" in tree:
         keys, origin = _tensor_keys(tree, path)
@@ -879,7 +923,7 @@ def _unflatten(tree: Any, leaf: Leaf, path: Path,
         return out
     if "list" in tree or "tuple" in tree:
         items = [_unflatten(v, leaf, path + (i,), many)
-                 for i, v in enumerate(tree.get("list", tree.get("tuple")))]
+                 for i, v in enumerate(_items(tree, path))]
         if "list" in tree:
             return items
         if "namedtuple" in tree:
@@ -890,8 +934,7 @@ def _unflatten(tree: Any, leaf: Leaf, path: Path,
             out = collections.Counter() if tree.get("counter") is True else {}
         else:
             out = collections.OrderedDict()
-        for k, v in tree.get("dict", tree.get("odict")):
-            k = _decode_tagged(k) if isinstance(k, dict) else k
+        for k, v in _pairs(tree, path):
             out[k] = _unflatten(v, leaf, path + (k,), many)
         if "_metadata" in tree:
             out._metadata = _unflatten(tree["_metadata"], leaf, path, many)
@@ -947,6 +990,8 @@ def _plain_leaves(tree: Any, path: Path, out: Dict[Path, Any],
         raise CorruptError("%s: malformed state structure node"
                            % path_str(path))
     if "tensor" in tree:
+        if type(tree["tensor"]) is not str:
+            raise CorruptError("%s: malformed tensor node" % path_str(path))
         out.pop(path, None)  # as unflatten: a later duplicate key wins
         return
     if "tensors" in tree or "otensors" in tree:
@@ -959,12 +1004,11 @@ def _plain_leaves(tree: Any, path: Path, out: Dict[Path, Any],
                 out.pop(path + (k,), None)
         return
     if "list" in tree or "tuple" in tree:
-        for i, v in enumerate(tree.get("list", tree.get("tuple"))):
+        for i, v in enumerate(_items(tree, path)):
             _plain_leaves(v, path + (i,), out, parents)
         return
     if "dict" in tree or "odict" in tree:
-        for k, v in tree.get("dict", tree.get("odict")):
-            k = _decode_tagged(k) if isinstance(k, dict) else k
+        for k, v in _pairs(tree, path):
             _plain_leaves(v, path + (k,), out, parents)
         return
     out[path] = _decode_tagged(tree)

@@ -32,6 +32,29 @@ static inline bool util_mul_u64(uint64_t a, uint64_t b, uint64_t *r)
     return !__builtin_mul_overflow(a, b, r);
 }
 
+/* The bytes of a tensor of `ndim` dimensions `shape` and `es`-byte
+ * elements into *bytes: false when a dimension is negative or the product
+ * of the nonzero dimensions times `es` exceeds INT64_MAX.  Zeros are left
+ * out of that check so that a shape is valid or not in any order of its
+ * dimensions ([0, 2^62, 4] as [2^62, 4, 0]), and only what NumPy and torch
+ * can describe is valid. */
+static inline bool util_shape_bytes(const int64_t *shape, int ndim, uint64_t es,
+                                    uint64_t *bytes)
+{
+    uint64_t nz = es;
+    bool zero = false;
+    for (int d = 0; d < ndim; d++) {
+        if (shape[d] < 0)
+            return false;
+        if (shape[d] == 0)
+            zero = true;
+        else if (!util_mul_u64(nz, (uint64_t)shape[d], &nz) || nz > (uint64_t)INT64_MAX)
+            return false;
+    }
+    *bytes = zero ? 0 : nz;
+    return true;
+}
+
 /* Little-endian field access for the on-disk structures. */
 static inline void util_put_u32(unsigned char *p, uint32_t v)
 {

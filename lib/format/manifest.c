@@ -244,16 +244,19 @@ static int decode_tensor(json_t *jt, size_t i, const char *where, manifest_tenso
     if (json_array_size(shape) > CKPT_MAX_DIMS)
         return BAD("%s: tensor '%s' has too many dimensions", where, t->name);
     t->ndim = (int)json_array_size(shape);
-    uint64_t numel = 1;
     for (int d = 0; d < t->ndim; d++) {
         json_t *x = json_array_get(shape, (size_t)d);
-        if (!json_is_integer(x) || json_integer_value(x) < 0 ||
-            !util_mul_u64(numel, (uint64_t)json_integer_value(x), &numel))
-            return BAD("%s: tensor '%s' has an invalid shape", where, t->name);
+        if (!json_is_integer(x) || json_integer_value(x) < 0)
+            return BAD("%s: tensor '%s' has an invalid shape (dimension %d is not an "
+                       "integer >= 0)", where, t->name, d);
         t->shape[d] = json_integer_value(x);
     }
     uint64_t bytes;
-    if (!util_mul_u64(numel, ckpt_dtype_size(t->dtype), &bytes) || bytes != t->bytes)
+    if (!util_shape_bytes(t->shape, t->ndim, ckpt_dtype_size(t->dtype), &bytes))
+        return BAD("%s: tensor '%s' has an invalid shape (its nonzero dimensions times "
+                   "the %s element size exceed 2^63-1 bytes)", where, t->name,
+                   ckpt_dtype_name(t->dtype));
+    if (bytes != t->bytes)
         return BAD("%s: tensor '%s' declares %llu bytes, its shape and dtype make %llu",
                    where, t->name, (unsigned long long)t->bytes, (unsigned long long)bytes);
     if (json_integer_value(shard) < 0 || (size_t)json_integer_value(shard) >= nshards)

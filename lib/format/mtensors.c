@@ -226,7 +226,7 @@ static int names_add(name_block *nm, const char *name)
 static int scan_one(cursor *c, const layout *L, manifest_tensor *t, name_block *names)
 {
     char name[CKPT_NAME_MAX + 1], dtype[16];
-    uint64_t v, numel = 1, bytes;
+    uint64_t v, bytes;
     if (!PUT(c, L->elem_head) || !plain_string(c, name, CKPT_NAME_MAX) ||
         !PUT(c, L->after_name))
         return 0;
@@ -248,15 +248,16 @@ static int scan_one(cursor *c, const layout *L, manifest_tensor *t, name_block *
             return 0;
         do {
             if (t->ndim == CKPT_MAX_DIMS || !PUT(c, L->dim_sep) || !num(c, &v) ||
-                !util_mul_u64(numel, v, &numel))
+                v > (uint64_t)INT64_MAX)
                 return 0;
             t->shape[t->ndim++] = (int64_t)v;
         } while (LIT(c, ","));
         if (!PUT(c, L->shape_end))
             return 0;
     }
-    if (!PUT(c, L->bytes_key) || !num(c, &t->bytes) || !util_mul_u64(numel,
-        ckpt_dtype_size(t->dtype), &bytes) || bytes != t->bytes ||
+    if (!PUT(c, L->bytes_key) || !num(c, &t->bytes) ||
+        !util_shape_bytes(t->shape, t->ndim, ckpt_dtype_size(t->dtype), &bytes) ||
+        bytes != t->bytes ||
         !PUT(c, L->shard_key) || !num(c, &v) || v >= 65536 || !PUT(c, L->chunks_key) ||
         !num(c, &t->chunks) || !PUT(c, L->stored_key) || !num(c, &t->stored_bytes) ||
         !PUT(c, L->elem_end))

@@ -35,13 +35,16 @@ int validate_tensors(const ckpt_tensor *t, size_t count, int for_restore)
         if (x->ndim < 0 || x->ndim > CKPT_MAX_DIMS || (x->ndim > 0 && !x->shape))
             return ckpt_seterr(CKPT_EINVAL, "tensor '%s': ndim %d invalid or shape is NULL",
                                x->name, x->ndim);
-        uint64_t numel = 1;
         for (int d = 0; d < x->ndim; d++)
-            if (x->shape[d] < 0 || !util_mul_u64(numel, (uint64_t)x->shape[d], &numel))
+            if (x->shape[d] < 0)
                 return ckpt_seterr(CKPT_EINVAL, "tensor '%s': invalid dimension %d (%lld)",
                                    x->name, d, (long long)x->shape[d]);
         uint64_t bytes;
-        if (!util_mul_u64(numel, es, &bytes) || bytes != x->bytes)
+        if (!util_shape_bytes(x->shape, x->ndim, es, &bytes))
+            return ckpt_seterr(CKPT_EINVAL, "tensor '%s': invalid shape: its nonzero "
+                               "dimensions times the %s element size exceed 2^63-1 bytes",
+                               x->name, ckpt_dtype_name(x->dtype));
+        if (bytes != x->bytes)
             return ckpt_seterr(CKPT_EINVAL, "tensor '%s': %llu bytes given, shape and %s "
                                "make %llu", x->name, (unsigned long long)x->bytes,
                                ckpt_dtype_name(x->dtype), (unsigned long long)bytes);

@@ -310,6 +310,14 @@ Test(errors, invalid_save_arguments, .init = setup_saved, .fini = teardown_saved
     assert_save_einval(t, 1, 2, NULL, "negative dims");
     t[0] = ok; t[0].shape = NULL;
     assert_save_einval(t, 1, 2, NULL, "NULL shape with ndim 2");
+    /* empty, but its other dimensions beyond 2^63-1 bytes: in any order */
+    int64_t zero_first[3] = {0, INT64_MAX, INT64_MAX}, zero_last[3] = {INT64_MAX, INT64_MAX, 0};
+    t[0] = ok; t[0].ndim = 3; t[0].shape = zero_first; t[0].bytes = 0;
+    assert_save_einval(t, 1, 2, NULL, "[0, 2^63-1, 2^63-1]");
+    cr_assert(strstr(ckpt_error_last(), "invalid shape: its nonzero dimensions times the "
+                                        "float32 element size exceed"), "%s", ckpt_error_last());
+    t[0].shape = zero_last;
+    assert_save_einval(t, 1, 2, NULL, "[2^63-1, 2^63-1, 0]");
     t[0] = ok; t[0].data = NULL;
     assert_save_einval(t, 1, 2, NULL, "NULL data");
     t[0] = ok; t[0].memory = (ckpt_memory)9;

@@ -481,3 +481,44 @@ Test(mtensors, values_beyond_what_a_writer_makes_are_refused)
     manifest_clear(&m);
     free(text);
 }
+
+/* A zero-element shape is valid or not whatever the order of its
+ * dimensions: the nonzero ones times the element size must stay within
+ * 2^63-1 bytes, on both routes (a [0, 2^63-1, 2^63-1] tensor verified
+ * while [2^63-1, 2^63-1, 0] did not, and NumPy could not make it). */
+Test(mtensors, a_shape_is_valid_in_any_order_of_its_dimensions)
+{
+    const int64_t M = INT64_MAX;
+    static const struct {
+        int64_t shape[3];
+        uint64_t bytes;
+        int ok;
+    } cases[] = {
+        {{0, M, M}, 0, CKPT_ECORRUPT},
+        {{M, M, 0}, 0, CKPT_ECORRUPT},
+        {{M, 0, M}, 0, CKPT_ECORRUPT},
+        {{0, (int64_t)1 << 61, 4}, 0, CKPT_ECORRUPT},  /* 2^63 bytes of float32 */
+        {{(int64_t)1 << 61, 4, 0}, 0, CKPT_ECORRUPT},
+        {{0, (int64_t)1 << 60, 1}, 0, CKPT_OK},        /* 2^62 bytes: fine, empty */
+        {{7, 0, 5}, 0, CKPT_OK},
+        {{(int64_t)1 << 62, 1, 1}, 0, CKPT_ECORRUPT},  /* 4 x 2^62 wraps to 0 */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        manifest m;
+        fill(&m, 1);
+        m.tensors[0].dtype = CKPT_F32;
+        m.tensors[0].ndim = 3;
+        memcpy(m.tensors[0].shape, cases[c].shape, sizeof cases[c].shape);
+        m.tensors[0].bytes = cases[c].bytes;
+        size_t len;
+        char *text = encode(&m, &len);
+        int rc = agree(text, len);
+        cr_assert_eq(rc, cases[c].ok, "case %zu: %d (%s)", c, rc, ckpt_error_last());
+        if (rc)
+            cr_assert(strstr(ckpt_error_last(), "invalid shape (its nonzero dimensions "
+                                                "times the float32 element size exceed"),
+                      "case %zu: %s", c, ckpt_error_last());
+        manifest_clear(&m);
+        free(text);
+    }
+}

@@ -355,6 +355,12 @@ int codec_decode_checked(codec *c, const void *stored, const chunk_meta *meta, v
         if (ZSTD_isError(flen) || flen != meta->stored_len)
             return ckpt_seterr(CKPT_ECORRUPT, "stored bytes are not exactly one zstd frame");
         unsigned long long fcs = ZSTD_getFrameContentSize(stored, (size_t)meta->stored_len);
+        if (fcs == ZSTD_CONTENTSIZE_UNKNOWN || fcs == ZSTD_CONTENTSIZE_ERROR)
+            return ckpt_seterr(CKPT_ECORRUPT, "zstd frame %s its content size (the index "
+                               "says %llu bytes; libckpt always writes it)",
+                               fcs == ZSTD_CONTENTSIZE_UNKNOWN ? "does not declare"
+                                                               : "has no readable",
+                               (unsigned long long)meta->raw_len);
         if (fcs != meta->raw_len)
             return ckpt_seterr(CKPT_ECORRUPT, "zstd frame declares %llu bytes, "
                                "index says %llu", fcs,

@@ -133,3 +133,33 @@ Test(codec, decode_rejects_lies_in_the_metadata)
     free(copy);
     codec_free(c);
 }
+
+/* A zstd frame written without its content size (a streaming encoder's
+ * default) is refused saying so, not as a frame that "declares
+ * 18446744073709551615 bytes" (zstd's marker for an unknown size). */
+Test(codec, a_frame_without_its_content_size_is_named)
+{
+    codec *c;
+    cr_assert_eq(codec_create(&c, 1), CKPT_OK);
+    size_t n = 4096;
+    unsigned char src[4096], dst[4096];
+    fill(src, n, 1);
+    const void *stored;
+    chunk_meta m;
+    cr_assert_eq(codec_encode(c, src, n, 1, &stored, &m), CKPT_OK);
+    cr_assert_eq(m.codec, CODEC_ZSTD_SHUFFLE, "the chunk compressed");
+    ZSTD_CCtx *z = ZSTD_createCCtx();
+    cr_assert(!ZSTD_isError(ZSTD_CCtx_setParameter(z, ZSTD_c_contentSizeFlag, 0)));
+    size_t cap = ZSTD_compressBound(n);
+    unsigned char *frame = malloc(cap);
+    size_t flen = ZSTD_compress2(z, frame, cap, src, n);
+    cr_assert(!ZSTD_isError(flen));
+    cr_assert_eq(ZSTD_getFrameContentSize(frame, flen), ZSTD_CONTENTSIZE_UNKNOWN);
+    m.stored_len = flen;
+    cr_assert_eq(codec_decode_checked(c, frame, &m, dst), CKPT_ECORRUPT);
+    cr_assert(strstr(ckpt_error_last(), "zstd frame does not declare its content size "
+                                        "(the index says 4096 bytes"), "%s", ckpt_error_last());
+    free(frame);
+    ZSTD_freeCCtx(z);
+    codec_free(c);
+}

@@ -30,4 +30,6 @@ index_venv "$python" "$tmp" numpy pytest ml_dtypes h5py
 "$tmp/venv/bin/python" -c 'import numpy, ml_dtypes, h5py
 print("numpy", numpy.__version__, "ml_dtypes", ml_dtypes.__version__, "h5py", h5py.__version__)'
 cd "$tmp"
-exec "$tmp/venv/bin/python" -m pytest -q -rs -p no:cacheprovider "$tests"
+# Not exec: the EXIT trap must outlive pytest to remove the environment
+# (113 MB per run was left behind in TMPDIR when this line exec'd).
+"$tmp/venv/bin/python" -m pytest -q -rs -p no:cacheprovider "$tests"

@@ -86,6 +86,11 @@ static int64_t newest_restorable(ckpt_store *s, const int64_t *steps, size_t n, 
         int rc = restore_rank_step(s, steps[i], t, count, o, &caller_error, mk->hit);
         if (rc == CKPT_OK)
             return steps[i];
+        /* As in one process: a step of other shapes that is damaged too is
+         * skipped for its damage when an older one fits this rank. */
+        if (caller_error &&
+            restore_damaged_anyway(s, steps, i, t, count, o->allow_missing, &rc))
+            caller_error = 0;
         if (caller_error || !reader_is_damage(rc)) {
             *fatal = rc;
             return -1;

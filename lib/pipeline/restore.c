@@ -256,15 +256,11 @@ static int an_older_step_fits(ckpt_store *s, const int64_t *steps, size_t i,
     return fits;
 }
 
-/* steps[i] does not fit the caller's tensors (status *rc, a caller error).
- * When an older step does (their shapes changed since that one) and
- * steps[i] is damaged as well, no restore could use steps[i]: 1, with *rc
- * and the message the damage's, so that the search passes over it as over
- * any damaged step.  Else 0, the caller's error as it was.  Reading the
- * whole step costs, so it is done only then: a state that fits no step (a
- * model of another size) fails at once. */
-static int damaged_anyway(ckpt_store *s, const int64_t *steps, size_t i, const ckpt_tensor *t,
-                          size_t count, int allow_missing, int *rc)
+/* restore.h.  Reading the whole step costs, so it is done only when an
+ * older step fits: a state that fits no step (a model of another size)
+ * fails at once. */
+int restore_damaged_anyway(ckpt_store *s, const int64_t *steps, size_t i,
+                           const ckpt_tensor *t, size_t count, int allow_missing, int *rc)
 {
     ckpt_error_state mismatch;
     ckpt_error_capture(&mismatch, *rc);
@@ -321,7 +317,7 @@ int restore_run(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
             break;
         }
         if (caller_error && step == CKPT_LATEST &&
-            damaged_anyway(s, steps, i, t, count, o->allow_missing, &r1))
+            restore_damaged_anyway(s, steps, i, t, count, o->allow_missing, &r1))
             caller_error = 0;
         if (caller_error || !reader_is_damage(r1) || step != CKPT_LATEST) {
             rc = r1;

@@ -28,6 +28,15 @@ int restore_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count
 int restore_from(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count,
                  const ckpt_restore_options *o, int *caller_error, unsigned char *hit);
 
+/* For a search of CKPT_LATEST over the ascending `steps`: steps[i] does
+ * not fit the caller's tensors (status *rc, a caller error).  When an
+ * older step does (the shapes changed since that one) and steps[i] is
+ * damaged as well, no restore could use steps[i]: 1, with *rc and the
+ * message the damage's, so that the search passes over it as over any
+ * damaged step.  Else 0, with the caller's error and message as they were. */
+int restore_damaged_anyway(ckpt_store *s, const int64_t *steps, size_t i,
+                           const ckpt_tensor *t, size_t count, int allow_missing, int *rc);
+
 /* Which caller buffers restores of abandoned steps wrote into.  A restore
  * that falls back from a step (found damaged while its chunks were being
  * written into the caller's buffers; on several ranks, also a step the

@@ -371,6 +371,55 @@ Test(ranks, damaged_shard_of_one_rank_makes_all_fall_back)
     }
 }
 
+/* Step 3 after save_two: rank 1's tensor grew (the model changed), rank
+ * 0's did not. */
+static int save_two_then_grown(job *j, ckpt_store *st)
+{
+    int rc = save_two(j, st);
+    if (rc)
+        return rc;
+    tc_state s;
+    rank_state(&s, j->u.rank, 3);
+    if (j->u.rank == 1) {
+        tc_state_free(&s);
+        int64_t shape[1] = {5000};
+        tc_state_init(&s);
+        tc_state_add(&s, "rank1.w", CKPT_F32, 1, shape, TC_RANDOM, 1003);
+        tc_state_add(&s, "rank1.step", CKPT_I64, 0, NULL, TC_RANDOM, 1010);
+    }
+    rc = tc_save(st, 3, &s, NULL);
+    tc_state_free(&s);
+    return rc;
+}
+
+/* As in one process (latest_full): a newest step whose shapes rank 1's
+ * buffers do not fit, while an older one's do, is the caller's mistake
+ * while it is sound (every rank fails with the mismatch), but once it is
+ * damaged no restore could use it, so every rank falls back past it. */
+Test(ranks, a_damaged_newest_step_of_other_shapes_is_skipped_on_every_rank)
+{
+    job jobs[WORLD] = {0};
+    run_ranks(jobs, save_two_then_grown);
+    for (int r = 0; r < WORLD; r++)
+        cr_assert_eq(jobs[r].status, CKPT_OK, "rank %d: %s", r, jobs[r].message);
+    memset(jobs, 0, sizeof jobs);
+    run_ranks(jobs, restore_only);
+    for (int r = 0; r < WORLD; r++)
+        cr_assert_eq(jobs[r].status, CKPT_EMISMATCH, "rank %d: %s", r, jobs[r].message);
+    char *dir = tc_step_dir(tc_root, 3), *shard = tc_join(dir, "rank-00001.shard");
+    tc_flip_byte(shard, 80);
+    free(shard);
+    free(dir);
+    memset(jobs, 0, sizeof jobs);
+    run_ranks(jobs, restore_only);
+    for (int r = 0; r < WORLD; r++) {
+        cr_assert_eq(jobs[r].status, CKPT_OK, "rank %d: %s", r, jobs[r].message);
+        cr_assert_eq(jobs[r].restored, 2, "rank %d restored %lld", r,
+                     (long long)jobs[r].restored);
+        cr_assert_eq(jobs[r].skipped, 1, "rank %d: step 3 skipped, saying why", r);
+    }
+}
+
 /* A damaged part manifest does not make the step invalid (restore passes
  * over it to the global manifest), but verification names it, at quick and
  * full level, as a warning that leaves the status CKPT_OK. */

@@ -669,15 +669,22 @@ def test_control_characters_from_a_root_reach_no_terminal(tmp):
     code = ("import sys, numpy as np, libckpt\n"
             "with libckpt.Store(sys.argv[1]) as s:\n"
             "    s.save(1, {n: np.ones(2) for n in sys.argv[2:]}).wait()\n")
-    r = run(sys.executable, "-c", code, root, *bad, env=python_env())
+    r = run(sys.executable, "-c", code, root, *bad, "caf\u00e9", env=python_env())
     check(r.rc == 0, "save from Python", r)
     r = expect_rc(ckpt("inspect", root), 0)
     for c in RAW_CONTROLS:
         check(c not in r.out, "raw %r in ckpt inspect's output" % c, r)
     check("w\\x1b[31mRED\\x1b]0;TITLE\\x07" in r.out and "c1\\u009b2J" in r.out and
           "cr\\x0dX" in r.out, "names not shown escaped", r)
+    # the columns after a name line up as shown, escapes and UTF-8 counted
+    # as the characters the terminal shows (printf's %-40s counts bytes)
+    rows = [line for line in r.out.splitlines() if "float64" in line]
+    check(len(rows) == len(bad) + 1, "one row per tensor", r)
+    check(len({line.index("float64") for line in rows}) == 1,
+          "DTYPE column misaligned:\n" + "\n".join(rows), r)
     _, doc = ckpt_json("inspect", "inspect", root, rc=0)
-    check(sorted(t["name"] for t in doc["tensors"]) == sorted(bad), "JSON names changed")
+    check(sorted(t["name"] for t in doc["tensors"]) == sorted(bad + ["caf\u00e9"]),
+          "JSON names changed")
     missing = os.path.join(tmp, "no\x1b[2Jroot")
     r = ckpt("list", missing)
     check(r.rc != 0 and "no\\x1b[2Jroot" in r.err, "path not shown escaped", r)

@@ -117,6 +117,13 @@ const char *cli_fmt_duration(double s, char buf[32]);
  * progress bar writes its own escapes to the descriptor (progress.c). */
 void cli_guard_terminal(int json);
 
+/* Print `text` to stdout left-aligned in a column `width` characters wide,
+ * counted as the terminal shows them once filtered: a control character
+ * takes 4 (`\x01`), a C1 control 6 (`\u0085`), any other UTF-8 character
+ * one.  printf's `%-40s` counts bytes, so such names shifted the columns
+ * after them. */
+void cli_print_column(const char *text, int width);
+
 /* ---------------------------------------------------------- progress */
 
 /* A progress bar with throughput and ETA on stderr, drawn only when stderr

@@ -164,7 +164,8 @@ int cmd_inspect(cli_ctx *ctx, int argc, char **argv)
         else
             snprintf(ratio, sizeof ratio, "-");
         const char *dn = ckpt_dtype_name(ti.dtype);
-        printf("%-40s  %-13s  %-20s  %10s  %6s", ti.name, dn ? dn : "unknown", shape,
+        cli_print_column(ti.name, 40);
+        printf("  %-13s  %-20s  %10s  %6s", dn ? dn : "unknown", shape,
                cli_fmt_bytes(ti.bytes, b3), ratio);
         if (world > 1)
             printf("  %5" PRId64, tensor_rank(man, i));

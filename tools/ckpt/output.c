@@ -329,6 +329,21 @@ static void guard_stream(FILE **stream, int fd, guard *g)
     *stream = f;
 }
 
+void cli_print_column(const char *text, int width)
+{
+    int shown = 0;
+    for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
+        if (*c == 0xc2 && c[1] >= 0x80 && c[1] <= 0x9f)
+            shown += 6, c++;
+        else if ((*c < 0x20 && *c != '\t' && *c != '\n') || *c == 0x7f)
+            shown += 4;
+        else if ((*c & 0xc0) != 0x80) /* not a continuation byte */
+            shown++;
+    }
+    fputs(text, stdout);
+    printf("%*s", shown < width ? width - shown : 0, "");
+}
+
 void cli_guard_terminal(int json)
 {
     /* The process's standard streams are the process's: so are their

@@ -185,6 +185,59 @@ static int get_hex(json_t *o, const char *key, uint64_t *v)
     return json_is_string(x) && util_parse_hex64(json_string_value(x), v) ? 0 : -1;
 }
 
+/* The members a manifest object must have, and what each must be: a
+ * damaged or forged manifest is named by its first member at fault. */
+typedef enum field_kind {
+    F_ANY, F_STRING, F_NUMBER, F_INTEGER, F_U64, F_OBJECT, F_ARRAY
+} field_kind;
+
+typedef struct field {
+    const char *key;
+    field_kind kind;
+} field;
+
+static int field_fits(json_t *x, field_kind k)
+{
+    switch (k) {
+    case F_STRING: return json_is_string(x);
+    case F_NUMBER: return json_is_number(x);
+    case F_INTEGER: return json_is_integer(x);
+    case F_U64: return json_is_integer(x) && json_integer_value(x) >= 0;
+    case F_OBJECT: return json_is_object(x);
+    case F_ARRAY: return json_is_array(x);
+    case F_ANY: return x != NULL;
+    }
+    return 0;
+}
+
+static const char *field_kind_text(field_kind k)
+{
+    static const char *const text[] = {"present", "a string", "a number", "an integer",
+                                       "an integer >= 0", "an object", "an array"};
+    return text[k];
+}
+
+/* CKPT_OK when object `o` has each of the n fields, of its kind; else
+ * CKPT_ECORRUPT naming `what` ("the save record") and the first member
+ * missing or of the wrong type. */
+static int check_fields(json_t *o, const field *f, size_t n, const char *where,
+                        const char *what)
+{
+    if (!json_is_object(o))
+        return BAD("%s: %s is not a JSON object", where, what);
+    for (size_t i = 0; i < n; i++) {
+        json_t *x = json_object_get(o, f[i].key);
+        if (!x)
+            return BAD("%s: %s lacks its '%s' member", where, what, f[i].key);
+        if (!field_fits(x, f[i].kind))
+            return BAD("%s: %s has '%s' that is not %s", where, what, f[i].key,
+                       field_kind_text(f[i].kind));
+    }
+    return CKPT_OK;
+}
+
+#define NFIELDS(a) (sizeof(a) / sizeof(a)[0])
+
 /* A shard file name: plain, inside the step directory. */
 static int safe_file_name(const char *s)
 {
@@ -226,12 +279,20 @@ static int unique_shard_files(const manifest *m, const char *where)
 static int decode_tensor(json_t *jt, size_t i, const char *where, manifest_tensor *t,
                          size_t nshards)
 {
+    static const field want[] = {{"name", F_STRING},  {"dtype", F_STRING},
+                                 {"shape", F_ARRAY},  {"shard", F_INTEGER},
+                                 {"bytes", F_U64},    {"chunks", F_U64},
+                                 {"stored_bytes", F_U64}};
+    char what[48];
+    snprintf(what, sizeof what, "tensor %zu", i);
+    int rc = check_fields(jt, want, NFIELDS(want), where, what);
+    if (rc)
+        return rc;
     json_t *name = json_object_get(jt, "name"), *dtype = json_object_get(jt, "dtype");
     json_t *shape = json_object_get(jt, "shape"), *shard = json_object_get(jt, "shard");
-    if (!json_is_string(name) || !json_is_string(dtype) || !json_is_array(shape) ||
-        !json_is_integer(shard) || get_u64(jt, "bytes", &t->bytes) ||
-        get_u64(jt, "chunks", &t->chunks) || get_u64(jt, "stored_bytes", &t->stored_bytes))
-        return BAD("%s: tensor %zu lacks a field or has one of the wrong type", where, i);
+    get_u64(jt, "bytes", &t->bytes);
+    get_u64(jt, "chunks", &t->chunks);
+    get_u64(jt, "stored_bytes", &t->stored_bytes);
     size_t nlen = json_string_length(name);
     if (nlen == 0 || nlen > CKPT_NAME_MAX || strlen(json_string_value(name)) != nlen)
         return BAD("%s: tensor %zu has an invalid name", where, i);
@@ -306,30 +367,42 @@ static int decode_root(json_t *root, const char *where, manifest *m, manifest_te
     json_t *time = json_object_get(root, "time"), *save = json_object_get(root, "save");
     json_t *tensors = json_object_get(root, "tensors"), *shards = json_object_get(root, "shards");
     json_t *env = json_object_get(root, "env"), *meta = json_object_get(root, "metadata");
-    if (!json_is_integer(step) || json_integer_value(step) < 0 || !json_is_string(id) ||
-        json_string_length(id) != 2 * SHARD_ID_SIZE || !json_is_number(time) ||
-        !json_is_object(save) || !json_is_array(tensors) || !json_is_array(shards) ||
-        !json_is_object(env) || !meta || (pre && json_array_size(tensors)))
-        return BAD("%s: a top-level field is missing or of the wrong type", where);
+    static const field top[] = {{"step", F_U64},      {"checkpoint_id", F_STRING},
+                                {"time", F_NUMBER},   {"save", F_OBJECT},
+                                {"tensors", F_ARRAY}, {"shards", F_ARRAY},
+                                {"env", F_OBJECT},    {"metadata", F_ANY}};
+    int rc = check_fields(root, top, NFIELDS(top), where, "the manifest");
+    if (rc)
+        return rc;
+    if (pre && json_array_size(tensors))
+        return BAD("%s: the manifest's tensors are listed twice", where);
     m->step = json_integer_value(step);
     const char *hx = json_string_value(id);
     for (unsigned i = 0; i < 2 * SHARD_ID_SIZE; i++) {
         char c = hx[i]; /* exactly 32 lowercase hex digits, as written */
         int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-        if (d < 0)
-            return BAD("%s: malformed checkpoint_id", where);
+        if (d < 0 || json_string_length(id) != 2 * SHARD_ID_SIZE) /* a NUL ends a short one */
+            return BAD("%s: checkpoint_id is not %d lowercase hex digits", where,
+                       2 * SHARD_ID_SIZE);
         m->id[i / 2] = (unsigned char)(i % 2 ? (m->id[i / 2] << 4) | d : d);
     }
     m->time = json_number_value(time);
+    static const field record[] = {{"raw_bytes", F_U64},   {"stored_bytes", F_U64},
+                                   {"chunks", F_U64},      {"chunk_bytes", F_U64},
+                                   {"stall_s", F_NUMBER},  {"persist_s", F_NUMBER},
+                                   {"zstd_level", F_INTEGER}};
+    if ((rc = check_fields(save, record, NFIELDS(record), where, "the save record")))
+        return rc;
     json_t *lvl = json_object_get(save, "zstd_level");
-    if (get_u64(save, "raw_bytes", &m->stats.raw_bytes) ||
-        get_u64(save, "stored_bytes", &m->stats.stored_bytes) ||
-        get_u64(save, "chunks", &m->stats.chunks) ||
-        get_u64(save, "chunk_bytes", &m->chunk_bytes) || m->chunk_bytes < SHARD_CHUNK_MIN ||
-        m->chunk_bytes > SHARD_CHUNK_MAX || m->chunk_bytes % 16 ||
-        !json_is_number(json_object_get(save, "stall_s")) ||
-        !json_is_number(json_object_get(save, "persist_s")) || !json_is_integer(lvl))
-        return BAD("%s: the save record is malformed", where);
+    get_u64(save, "raw_bytes", &m->stats.raw_bytes);
+    get_u64(save, "stored_bytes", &m->stats.stored_bytes);
+    get_u64(save, "chunks", &m->stats.chunks);
+    get_u64(save, "chunk_bytes", &m->chunk_bytes);
+    if (m->chunk_bytes < SHARD_CHUNK_MIN || m->chunk_bytes > SHARD_CHUNK_MAX ||
+        m->chunk_bytes % 16)
+        return BAD("%s: the save record's chunk_bytes %llu is not a multiple of 16 from "
+                   "%llu to %llu", where, (unsigned long long)m->chunk_bytes,
+                   (unsigned long long)SHARD_CHUNK_MIN, (unsigned long long)SHARD_CHUNK_MAX);
     m->level = (int)json_integer_value(lvl);
     m->stats.step = m->step;
     m->stats.stall_s = json_number_value(json_object_get(save, "stall_s"));
@@ -346,14 +419,23 @@ static int decode_root(json_t *root, const char *where, manifest *m, manifest_te
     for (size_t i = 0; i < ns; i++, m->nshards++) {
         json_t *js = json_array_get(shards, i), *file = json_object_get(js, "file");
         manifest_shard *s = &m->shards[i];
-        if (!json_is_string(file) || !safe_file_name(json_string_value(file)) ||
-            get_u64(js, "bytes", &s->size) || get_hex(js, "index_xxh3", &s->index_hash) ||
-            get_u64(js, "chunks", &s->chunks))
-            return BAD("%s: shard %zu is malformed", where, i);
+        static const field want[] = {{"file", F_STRING}, {"bytes", F_U64},
+                                     {"index_xxh3", F_STRING}, {"chunks", F_U64}};
+        char what[48];
+        snprintf(what, sizeof what, "shard %zu", i);
+        if ((rc = check_fields(js, want, NFIELDS(want), where, what)))
+            return rc;
+        if (!safe_file_name(json_string_value(file)))
+            return BAD("%s: shard %zu's file name is not a plain name of letters, digits, "
+                       "'-', '_' and '.' (not starting with '.'; up to 128)", where, i);
+        if (get_hex(js, "index_xxh3", &s->index_hash))
+            return BAD("%s: shard %zu's index_xxh3 is not 16 hex digits", where, i);
+        get_u64(js, "bytes", &s->size);
+        get_u64(js, "chunks", &s->chunks);
         if (!(s->file = util_strdup(json_string_value(file))))
             return ckpt_seterr(CKPT_ENOMEM, "out of memory reading %s", where);
     }
-    int rc = unique_shard_files(m, where); /* two entries for one file would alias it */
+    rc = unique_shard_files(m, where); /* two entries for one file would alias it */
     if (rc)
         return rc;
     for (size_t i = 0; i < nt && !pre; i++) {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ckpt.h"
+#include "codec.h"
 #include "jsontext.h"
 #include "manifest.h"
 #include "util.h"
@@ -123,3 +124,107 @@ static void check(size_t n)
 Test(manifest, tensors_text_is_jansson_s) { check(N); }
 Test(manifest, one_tensor) { check(1); }
 Test(manifest, no_tensors) { check(0); }
+
+/* The encoded manifest of fill(m, 2) after `mutate` changed its tree,
+ * checksummed again, as whoever can write the root could: decoding it
+ * (both routes) fails with CKPT_ECORRUPT and a message containing `want`,
+ * the member at fault. */
+static void refused(void (*mutate)(json_t *root), const char *want)
+{
+    manifest m, back;
+    fill(&m, 2);
+    char *text;
+    size_t len;
+    cr_assert_eq(manifest_encode(&m, &text, &len), CKPT_OK, "%s", ckpt_error_last());
+    json_t *root = json_loadb(text, len, 0, NULL);
+    cr_assert_not_null(root);
+    json_object_del(root, "checksum");
+    mutate(root);
+    char *body = jsontext_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    size_t blen = strlen(body) - 2; /* the body ends before "\n}" */
+    char *forged = util_printf("%.*s,\n  \"checksum\": \"%016llx\"\n}\n", (int)blen, body,
+                               (unsigned long long)codec_hash(body, blen));
+    for (int route = 0; route < 2; route++) {
+        int rc = route ? manifest_decode_reference(forged, strlen(forged), "m.json", &back)
+                       : manifest_decode(forged, strlen(forged), "m.json", &back);
+        cr_assert_eq(rc, CKPT_ECORRUPT, "route %d: %d %s", route, rc, ckpt_error_last());
+        cr_assert(strstr(ckpt_error_last(), want), "route %d: '%s' lacks '%s'", route,
+                  ckpt_error_last(), want);
+        manifest_clear(&back);
+    }
+    free(forged);
+    free(body);
+    json_decref(root);
+    free(text);
+    manifest_clear(&m);
+}
+
+static json_t *at(json_t *root, const char *array, size_t i)
+{
+    return json_array_get(json_object_get(root, array), i);
+}
+
+static void no_time(json_t *r) { json_object_del(r, "time"); }
+static void text_step(json_t *r) { json_object_set_new(r, "step", json_string("7")); }
+static void tensors_object(json_t *r) { json_object_set_new(r, "tensors", json_object()); }
+static void short_id(json_t *r) { json_object_set_new(r, "checkpoint_id", json_string("ab")); }
+static void stall_text(json_t *r)
+{
+    json_object_set_new(json_object_get(r, "save"), "stall_s", json_string("x"));
+}
+static void odd_chunk(json_t *r)
+{
+    json_object_set_new(json_object_get(r, "save"), "chunk_bytes", json_integer(4097));
+}
+static void no_level(json_t *r) { json_object_del(json_object_get(r, "save"), "zstd_level"); }
+static void index_number(json_t *r)
+{
+    json_object_set_new(at(r, "shards", 0), "index_xxh3", json_integer(5));
+}
+static void index_short(json_t *r)
+{
+    json_object_set_new(at(r, "shards", 0), "index_xxh3", json_string("abc"));
+}
+static void shard_path(json_t *r)
+{
+    json_object_set_new(at(r, "shards", 0), "file", json_string("../x"));
+}
+static void shard_list(json_t *r)
+{
+    json_array_set_new(json_object_get(r, "shards"), 0, json_array());
+}
+static void no_dtype(json_t *r) { json_object_del(at(r, "tensors", 1), "dtype"); }
+static void negative_bytes(json_t *r)
+{
+    json_object_set_new(at(r, "tensors", 1), "bytes", json_integer(-1));
+}
+static void real_shard(json_t *r)
+{
+    json_object_set_new(at(r, "tensors", 0), "shard", json_real(0.0));
+}
+static void tensor_number(json_t *r)
+{
+    json_array_set_new(json_object_get(r, "tensors"), 1, json_integer(3));
+}
+
+/* A damaged or forged manifest is named by the member at fault (a fuzzing
+ * audit found "a top-level field is missing or of the wrong type", "the
+ * save record is malformed" and the like, which left a user to diff JSON). */
+Test(manifest, a_bad_member_is_named)
+{
+    refused(no_time, "the manifest lacks its 'time' member");
+    refused(text_step, "the manifest has 'step' that is not an integer >= 0");
+    refused(tensors_object, "the manifest has 'tensors' that is not an array");
+    refused(short_id, "checkpoint_id is not 32 lowercase hex digits");
+    refused(stall_text, "the save record has 'stall_s' that is not a number");
+    refused(odd_chunk, "chunk_bytes 4097 is not a multiple of 16");
+    refused(no_level, "the save record lacks its 'zstd_level' member");
+    refused(index_number, "shard 0 has 'index_xxh3' that is not a string");
+    refused(index_short, "shard 0's index_xxh3 is not 16 hex digits");
+    refused(shard_path, "shard 0's file name is not a plain name");
+    refused(shard_list, "shard 0 is not a JSON object");
+    refused(no_dtype, "tensor 1 lacks its 'dtype' member");
+    refused(negative_bytes, "tensor 1 has 'bytes' that is not an integer >= 0");
+    refused(real_shard, "tensor 0 has 'shard' that is not an integer");
+    refused(tensor_number, "tensor 1 is not a JSON object");
+}

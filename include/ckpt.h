@@ -653,9 +653,11 @@ CKPT_API int ckpt_store_events(ckpt_store *store, double since, char **text);
  * lists the metrics): the newest step that passes quick verification, its
  * age and its save's statistics, save, failure and restore counts from the
  * event log, free space and how many more checkpoints of the newest one's
- * size fit.  `*text` is freed with ckpt_free.  Waits for a save in flight
- * first.  Returns CKPT_OK; CKPT_EINVAL (a NULL argument); CKPT_EACCES,
- * CKPT_ENOTFOUND, CKPT_EIO, CKPT_ENOMEM (reading the root or the log).
+ * size fit.  An event log that cannot be read (a link or FIFO in its
+ * place) leaves the counters out and sets ckpt_event_log_readable to 0;
+ * the rest is still reported.  `*text` is freed with ckpt_free.  Waits for
+ * a save in flight first.  Returns CKPT_OK; CKPT_EINVAL (a NULL argument);
+ * CKPT_EACCES, CKPT_ENOTFOUND, CKPT_EIO (reading the root), CKPT_ENOMEM.
  * Thread-safe.
  */
 CKPT_API int ckpt_store_metrics(ckpt_store *store, char **text);

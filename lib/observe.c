@@ -101,8 +101,16 @@ CKPT_API int ckpt_store_metrics(ckpt_store *s, char **text)
         rc = layout_scan(&s->lay, &steps, &d.steps);
     free(steps);
     json_t *events = NULL;
-    if (!rc)
-        rc = eventlog_read(&s->lay, 0, &events, &d.counts);
+    if (!rc) {
+        /* A log that cannot be read (a link or FIFO another user planted in
+         * its place, a damaged disk) costs its counters, not the root's
+         * health: the rest is still reported, and ckpt_event_log_readable
+         * says so. */
+        int lrc = eventlog_read(&s->lay, 0, &events, &d.counts);
+        d.have_counts = lrc == CKPT_OK;
+        if (lrc == CKPT_ENOMEM)
+            rc = lrc;
+    }
     if (!rc && d.have_latest)
         logged_persist(events, d.latest_step, &d.last.persist_s);
     json_decref(events);

@@ -229,8 +229,8 @@ void eventlog_save_end(eventlog *el, int64_t step, int rc, const ckpt_save_stats
         d.steps = 0;
     free(steps);
     json_t *all = NULL;
-    if (eventlog_read(el->lay, 0, &all, &d.counts) == CKPT_OK)
-        json_decref(all);
+    d.have_counts = eventlog_read(el->lay, 0, &all, &d.counts) == CKPT_OK;
+    json_decref(all);
     d.have_fs = fsio_free_bytes(&plain_fs, el->lay->root, &d.free_bytes) == 0;
     char *text = NULL;
     int mrc = metrics_render(&d, &text);

@@ -71,6 +71,31 @@ static char *escape_label(const char *s)
     return e;
 }
 
+/* The counters taken from the event log. */
+static void counters(out *o, const eventlog_counts *c)
+{
+    metric(o, "ckpt_saves_total", "counter",
+           "Saves committed, over the events the log holds.", (double)c->saves);
+    metric(o, "ckpt_save_failures_total", "counter",
+           "Saves that failed, over the events the log holds.",
+           (double)c->save_failures);
+    metric(o, "ckpt_restores_total", "counter",
+           "Restores that succeeded, over the events the log holds.",
+           (double)c->restores);
+    metric(o, "ckpt_restore_fallbacks_total", "counter",
+           "Restores that skipped newer, damaged checkpoints for an older one.",
+           (double)c->restore_fallbacks);
+    metric(o, "ckpt_restore_skipped_steps_total", "counter",
+           "Checkpoints skipped by restores, over the events the log holds.",
+           (double)c->steps_skipped);
+    metric(o, "ckpt_verify_failures_total", "counter",
+           "Verifications that failed, over the events the log holds.",
+           (double)c->verify_failures);
+    metric(o, "ckpt_event_log_bad_lines", "gauge",
+           "Lines of the event log that are not events (cut short by a crash).",
+           (double)c->bad_lines);
+}
+
 int metrics_render(const metrics_data *d, char **text)
 {
     *text = NULL;
@@ -114,26 +139,11 @@ int metrics_render(const metrics_data *d, char **text)
     }
     metric(&o, "ckpt_steps", "gauge", "Committed steps in the root, valid or not.",
            (double)d->steps);
-    metric(&o, "ckpt_saves_total", "counter",
-           "Saves committed, over the events the log holds.", (double)d->counts.saves);
-    metric(&o, "ckpt_save_failures_total", "counter",
-           "Saves that failed, over the events the log holds.",
-           (double)d->counts.save_failures);
-    metric(&o, "ckpt_restores_total", "counter",
-           "Restores that succeeded, over the events the log holds.",
-           (double)d->counts.restores);
-    metric(&o, "ckpt_restore_fallbacks_total", "counter",
-           "Restores that skipped newer, damaged checkpoints for an older one.",
-           (double)d->counts.restore_fallbacks);
-    metric(&o, "ckpt_restore_skipped_steps_total", "counter",
-           "Checkpoints skipped by restores, over the events the log holds.",
-           (double)d->counts.steps_skipped);
-    metric(&o, "ckpt_verify_failures_total", "counter",
-           "Verifications that failed, over the events the log holds.",
-           (double)d->counts.verify_failures);
-    metric(&o, "ckpt_event_log_bad_lines", "gauge",
-           "Lines of the event log that are not events (cut short by a crash).",
-           (double)d->counts.bad_lines);
+    metric(&o, "ckpt_event_log_readable", "gauge",
+           "1 when the event log was read (or there is none yet); 0 when it could not be, "
+           "and the counters are left out.", d->have_counts ? 1 : 0);
+    if (d->have_counts)
+        counters(&o, &d->counts);
     if (d->have_fs) {
         metric(&o, "ckpt_filesystem_free_bytes", "gauge",
                "Bytes available to the job on the root's file system.",

@@ -17,6 +17,9 @@ typedef struct metrics_data {
     double latest_time;      /* its save's begin time, Unix seconds */
     ckpt_save_stats last;    /* the newest step's save statistics */
     uint64_t steps;          /* committed steps in the root */
+    int have_counts;         /* 0: the event log could not be read (a link or
+                                FIFO planted in its place, say): the counters
+                                are left out, the rest still reported */
     eventlog_counts counts;  /* from the event log */
     int have_fs;             /* 0: free space unknown; left out */
     uint64_t free_bytes;     /* available to the caller on the root's fs */

@@ -133,6 +133,43 @@ def test_metrics_pass_promtool_and_match_the_root(tmp):
 
 
 @needs_promtool
+def test_metrics_survive_a_log_planted_as_a_fifo_or_link(tmp):
+    """Another user who can write the root replaces the event log with a
+    FIFO or a link: `ckpt log` refuses it, but the root's health (its
+    newest valid step, free space) is still reported, without the
+    counters, and ckpt_event_log_readable says why; the job's metrics
+    file too."""
+    root = os.path.join(tmp, "root")
+    prom = os.path.join(tmp, "job.prom")
+    train(root, steps=20)
+    log = os.path.join(root, "ckpt-events.jsonl")
+    for plant in ("fifo", "link"):
+        os.unlink(log)
+        if plant == "fifo":
+            os.mkfifo(log)
+        else:
+            os.symlink("/etc/passwd", log)
+        r = expect_rc(ckpt("log", root), 3)
+        check("not a regular file" in r.err, r)
+        text = expect_rc(ckpt("metrics", root), 0).out
+        promtool_check_metrics(text)
+        m = samples(text)
+        check(m["ckpt_valid_checkpoint"] == 1 and m["ckpt_latest_step"] == 20, m)
+        check(m["ckpt_event_log_readable"] == 0 and "ckpt_saves_total" not in m, m)
+        check(m["ckpt_filesystem_free_bytes"] > 0, m)
+    os.unlink(log)
+    train(root, "--metrics", prom, steps=40)  # a log again, written by the job
+    m = samples(open(prom).read())
+    check(m["ckpt_event_log_readable"] == 1 and m["ckpt_saves_total"] == 2, m)
+    os.unlink(log)
+    os.mkfifo(log)  # the job's writer refuses it; its metrics file says so
+    train(root, "--metrics", prom, steps=50)
+    m = samples(open(prom).read())
+    check(m["ckpt_latest_step"] == 50 and m["ckpt_event_log_readable"] == 0, m)
+    check("ckpt_saves_total" not in m, "a counter of 0 would read as a reset: %s" % m)
+
+
+@needs_promtool
 def test_metrics_file_of_a_running_job(tmp):
     root = os.path.join(tmp, "root")
     prom = os.path.join(tmp, "job.prom")

@@ -229,6 +229,17 @@ def test_a_failing_collective_is_a_peer_error(root):
     with pytest.raises(libckpt.PeerError) as err:
         open_store(root, coordinator=coord, timeout=5)
     assert "failed" in str(err.value)
+    # the runtime's own error is named and chained, not only on stderr
+    assert "rank 1's coordinator raised RuntimeError: the runtime failed" in str(err.value)
+    assert isinstance(err.value.__cause__, RuntimeError)
+    assert "the runtime failed" in coord.last_error
+    # taken once: a later PeerError names its own cause (here the barrier
+    # that timed out waiting for rank 0), never the earlier one
+    lonely = ThreadCoordinator(1, {"barrier": threading.Barrier(WORLD)})
+    with pytest.raises(libckpt.PeerError) as again:
+        open_store(root, coordinator=lonely, timeout=1)
+    assert "BrokenBarrierError" in str(again.value), str(again.value)
+    assert "RuntimeError" not in str(again.value), str(again.value)
 
 
 def test_rank_and_world_are_checked(root):

@@ -17,8 +17,9 @@ rank's), so a job restarted with another number of ranks reshards with
 A :class:`Coordinator` subclass supplies four collectives; libckpt calls
 them from its own threads (the binding takes the GIL), never two at once
 for one store, in the same order on every rank.  Each must give up after
-``timeout`` seconds and raise (or return False): libckpt then fails the
-save or restore on that rank with :class:`libckpt.PeerError`.
+``timeout`` seconds and raise: libckpt then fails the save or restore on
+that rank with :class:`libckpt.PeerError`, whose message names the
+exception and whose ``__cause__`` it is.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import sys
 import traceback
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
+from . import errors as _errors
 from . import ffi
 from . import tensors as _tensors
 
@@ -71,8 +73,9 @@ class Coordinator:
                 try:
                     fn(*args)
                     return 0
-                except BaseException:  # never unwind through C
+                except BaseException as exc:  # never unwind through C
                     self.last_error = traceback.format_exc()
+                    _errors.note_coordinator_failure(self.rank, exc)
                     print("libckpt coordinator (rank %d): %s" %
                           (self.rank, self.last_error.strip().splitlines()[-1]),
                           file=sys.stderr)

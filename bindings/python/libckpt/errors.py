@@ -14,6 +14,8 @@ __all__ = [
     "PeerError", "SkippedCheckpointWarning", "error_for_status", "code_name",
 ]
 
+import traceback
+
 
 class Error(Exception):
     """A libckpt call failed.
@@ -147,10 +149,30 @@ _BY_STATUS = {cls.status: cls for cls in (
     IncompleteError, PeerError)}
 
 
+# The first exception a coordinator of this process raised (libckpt.dist)
+# since a PeerError last took it: libckpt calls the coordinator from its own
+# threads and sees only that the collective failed, so the PeerError the
+# caller then gets names the runtime's own error and chains it (__cause__).
+_coordinator_failure = [None]
+
+
+def note_coordinator_failure(rank, exc):
+    """Called by libckpt.dist when a coordinator's collective raised."""
+    if _coordinator_failure[0] is None:
+        _coordinator_failure[0] = (rank, exc)
+
+
 def error_for_status(status, message, function=None):
     """The exception for a negative status code (Error for unknown codes)."""
     cls = _BY_STATUS.get(status, Error)
-    return cls(message, status=status, function=function)
+    cause = None
+    if cls is PeerError and _coordinator_failure[0] is not None:
+        (rank, cause), _coordinator_failure[0] = _coordinator_failure[0], None
+        what = "".join(traceback.format_exception_only(type(cause), cause)).strip()
+        message = "%s (rank %d's coordinator raised %s)" % (message, rank, what)
+    err = cls(message, status=status, function=function)
+    err.__cause__ = cause
+    return err
 
 
 def code_name(status):

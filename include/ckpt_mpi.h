@@ -4,7 +4,7 @@
  * `pkg-config --libs libckpt_mpi`.  libckpt itself never links MPI.
  *
  *     ckpt_mpi *m;
- *     ckpt_mpi_new(&m, MPI_COMM_WORLD);            // collective
+ *     ckpt_mpi_new(&m, MPI_COMM_WORLD);            // collective (or _timeout)
  *     opts.rank = rank; opts.world_size = size;
  *     opts.coordinator = ckpt_mpi_coordinator(m);
  *     ckpt_store_open(&store, dir, &opts);         // collective
@@ -43,12 +43,20 @@ typedef struct ckpt_mpi ckpt_mpi;
 
 /**
  * Make a coordinator for the ranks of `comm` (collective over `comm`: it
- * duplicates it).  Returns CKPT_OK and `*out` (free with ckpt_mpi_free());
- * CKPT_EINVAL (NULL `out`, MPI not initialised or not with
- * MPI_THREAD_MULTIPLE, MPI_COMM_NULL); CKPT_EPEER (MPI_Comm_dup failed);
+ * duplicates it, with MPI_Comm_idup polled like every collective here, so a
+ * rank that never calls it fails the others instead of hanging them).
+ * Returns CKPT_OK and `*out` (free with ckpt_mpi_free()); CKPT_EINVAL (NULL
+ * `out`, MPI not initialised or not with MPI_THREAD_MULTIPLE,
+ * MPI_COMM_NULL); CKPT_EPEER (the duplication failed, or not every rank
+ * came within CKPT_TIMEOUT_MS_DEFAULT: the pending request is abandoned, as
+ * a collective given up on is, at the cost of a few bytes never freed);
  * CKPT_ENOMEM.
  */
 int ckpt_mpi_new(ckpt_mpi **out, MPI_Comm comm);
+/** ckpt_mpi_new waiting at most `timeout_ms` (0: CKPT_TIMEOUT_MS_DEFAULT;
+ *  negative: CKPT_EINVAL) for every rank; the store's timeout_ms is a
+ *  natural choice. */
+int ckpt_mpi_new_timeout(ckpt_mpi **out, MPI_Comm comm, int timeout_ms);
 /** The coordinator to put in ckpt_store_options (owned by `m`). */
 const ckpt_coordinator *ckpt_mpi_coordinator(const ckpt_mpi *m);
 /** This process's rank and the number of ranks of the communicator. */

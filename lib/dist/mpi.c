@@ -136,12 +136,13 @@ static int cb_gather(void *user, const void *send, size_t bytes, void *recv, int
     return finish(m, &req, timeout_ms, block, recv, block + bytes, bytes * nrecv);
 }
 
-int ckpt_mpi_new(ckpt_mpi **out, MPI_Comm comm)
+int ckpt_mpi_new_timeout(ckpt_mpi **out, MPI_Comm comm, int timeout_ms)
 {
     if (out)
         *out = NULL;
     int init = 0, level = MPI_THREAD_SINGLE;
-    if (!out || comm == MPI_COMM_NULL || MPI_Initialized(&init) != MPI_SUCCESS || !init)
+    if (!out || comm == MPI_COMM_NULL || timeout_ms < 0 || MPI_Initialized(&init) != MPI_SUCCESS ||
+        !init)
         return CKPT_EINVAL;
     MPI_Query_thread(&level);
     if (level < MPI_THREAD_MULTIPLE)
@@ -149,19 +150,30 @@ int ckpt_mpi_new(ckpt_mpi **out, MPI_Comm comm)
     ckpt_mpi *m = calloc(1, sizeof *m);
     if (!m)
         return CKPT_ENOMEM;
-    if (MPI_Comm_dup(comm, &m->comm) != MPI_SUCCESS) {
+    atomic_init(&m->abandoned, 0);
+    /* Non-blocking, polled as every collective here is: a rank that never
+     * comes (dead before it got here, under a runtime that keeps the others
+     * going) fails the others after timeout_ms instead of hanging them. */
+    MPI_Request req;
+    if (MPI_Comm_idup(comm, &m->comm, &req) != MPI_SUCCESS) {
         free(m);
         return CKPT_EPEER;
     }
+    if (wait_for(m, &req, timeout_ms ? timeout_ms : CKPT_TIMEOUT_MS_DEFAULT) != 0)
+        return CKPT_EPEER; /* `m` stays allocated: MPI may still write m->comm */
     /* Failures come back as return codes, not an abort of the job. */
     MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(m->comm, &m->rank);
     MPI_Comm_size(m->comm, &m->size);
-    atomic_init(&m->abandoned, 0);
     m->coord = (ckpt_coordinator){CKPT_COORDINATOR_VERSION, m, cb_barrier, cb_broadcast,
                                   cb_allreduce_min, cb_gather};
     *out = m;
     return CKPT_OK;
+}
+
+int ckpt_mpi_new(ckpt_mpi **out, MPI_Comm comm)
+{
+    return ckpt_mpi_new_timeout(out, comm, 0);
 }
 
 const ckpt_coordinator *ckpt_mpi_coordinator(const ckpt_mpi *m)

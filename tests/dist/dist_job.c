@@ -25,6 +25,12 @@
  *                                       arrives (run_dist.sh runs rank 0 under
  *                                       valgrind: nothing may land in memory
  *                                       libckpt gave back)
+ *   dist_job latenew ROOT LATE          rank LATE calls ckpt_mpi_new two
+ *                                       seconds after the others, who give up
+ *                                       after 500 ms (ckpt_mpi_new_timeout:
+ *                                       CKPT_EPEER, not a hang); the late one's
+ *                                       then completes against their
+ *                                       abandoned requests
  * Exit 0 when every check passed, 1 otherwise (the message says which). */
 #include <mpi.h>
 #include <signal.h>
@@ -336,6 +342,27 @@ static int do_busy(ckpt_mpi *m, const char *root)
     return 0;
 }
 
+static int do_latenew(int late)
+{
+    ckpt_mpi *m = NULL;
+    struct timespec a, b;
+    if (g_rank == late)
+        sleep_ms(2000);
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    int rc = ckpt_mpi_new_timeout(&m, MPI_COMM_WORLD, 500);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double s = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+    printf("rank %d: ckpt_mpi_new_timeout returned %s after %.1f s\n", g_rank,
+           ckpt_status_name(rc), s);
+    fflush(stdout);
+    int ok = g_rank == late ? rc == CKPT_OK : rc == CKPT_EPEER && m == NULL && s < 1.5;
+    ckpt_mpi_free(m);
+    int all = 0, mine = !ok;
+    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return all;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -349,6 +376,8 @@ int main(int argc, char **argv)
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     ckpt_mpi *m;
+    if (strcmp(mode, "latenew") == 0 && argc == 4)
+        return do_latenew(atoi(argv[3]));
     int rc = ckpt_mpi_new(&m, MPI_COMM_WORLD);
     if (rc) {
         fprintf(stderr, "rank %d: ckpt_mpi_new: %s (MPI thread level %d)\n", g_rank,

@@ -5,7 +5,8 @@
 # timeout, the previous step restores on all ranks), one rank's shard
 # corrupted (all ranks fall back together, each reporting why), and a
 # 4-rank checkpoint loaded by name into 2 ranks and into 1 process, and a
-# rank late by two timeouts (rank 0 under valgrind).
+# rank late by two timeouts (rank 0 under valgrind), and a rank late to
+# ckpt_mpi_new.
 # The ckpt command checks, lists, inspects and exports the multi-rank steps.
 # Usage: run_dist.sh DIST_JOB CKPT   (tests/dist/dist_job.c, tools/ckpt)
 set -u
@@ -143,5 +144,13 @@ else
     echo "valgrind not found: the late-rank check is skipped"
 fi
 [ ! -e "$late_root/step-000000000001" ] || fail "step 1 was committed with a late rank"
+
+# A rank that never reaches ckpt_mpi_new (here: 2 s late) fails the others
+# after their timeout (CKPT_EPEER) instead of hanging them in the
+# duplication of the communicator; the late rank's own then completes.
+run 3 --enable-recovery "$job" latenew "$tmp/latenew" 1 ||
+    fail "ckpt_mpi_new_timeout with a late rank"
+[ "$(grep -c 'returned peer after 0\.' "$tmp/out")" = 2 ] ||
+    fail "the punctual ranks did not give up after 500 ms"
 
 echo "dist: all passed"

@@ -347,6 +347,47 @@ def test_import_bounds_allocation(tmp):
     check("big" in r.err and "stores only" in r.err, "ratio message", r)
 
 
+def test_import_reads_nothing_but_its_input(tmp):
+    """A dataset whose data HDF5 keeps in other files (external storage: a
+    list of raw files read by path; a virtual dataset mapped from another
+    file) is refused: HDF5 would read them as whoever imports, so another
+    user's file could copy the importer's private files (or /etc/shadow,
+    for root) into a checkpoint, and an external FIFO would block."""
+    need_hdf5()
+    need_h5py()
+    secret = os.path.join(tmp, "secret.txt")
+    with open(secret, "wb") as f:
+        f.write(b"AWS_SECRET=hunter2\n")
+    fifo = os.path.join(tmp, "fifo")
+    os.mkfifo(fifo)
+    src = os.path.join(tmp, "other.h5")
+    with h5py.File(src, "w") as f:
+        f.create_dataset("plain", data=np.arange(8, dtype=np.float32))
+    cases = {}
+    for name, target in (("secret", secret), ("fifo", fifo)):
+        path = os.path.join(tmp, name + ".h5")
+        with h5py.File(path, "w") as f:
+            f.attrs["step"] = 1
+            f.create_dataset("model/w", data=np.ones(4, np.float32))
+            f.create_dataset("model/b", shape=(19,), dtype="u1", external=[(target, 0, 19)])
+        cases[name] = path
+    vds = os.path.join(tmp, "vds.h5")
+    layout = h5py.VirtualLayout(shape=(8,), dtype="f4")
+    layout[:] = h5py.VirtualSource(src, "plain", shape=(8,))
+    with h5py.File(vds, "w") as f:
+        f.attrs["step"] = 1
+        f.create_virtual_dataset("v", layout)
+    cases["vds"] = vds
+    for name, path in cases.items():
+        dest = os.path.join(tmp, "dest-" + name)
+        r = ckpt("import", path, dest, timeout=30)
+        check(r.rc == 3, "%s: expected exit 3" % name, r)
+        want = "virtual dataset" if name == "vds" else "external file"
+        check(want in r.err and "refused" in r.err, "%s: message" % name, r)
+        check(not os.path.exists(os.path.join(dest, "step-000000000001")),
+              "%s: nothing saved" % name)
+
+
 def test_malformed_inputs(tmp):
     need_hdf5()
     need_h5py()

@@ -202,6 +202,49 @@ static ckpt_dtype map_type(hid_t ft, hid_t *memtype, hsize_t *extra_dim, char *w
     return CKPT_DTYPE_INVALID;
 }
 
+/* Whether `dset` keeps its data outside the input file: HDF5 external
+ * storage (a list of raw files, read by path as the caller) or a virtual
+ * dataset (mapped from other files).  HDF5 would open those for us, as
+ * whoever runs the import: root importing another user's file would copy
+ * /etc/shadow into a checkpoint that user reads, and a FIFO named there
+ * would block.  Only the input file is read: 1 with `err` set. */
+static int stored_elsewhere(hid_t dset, const char *name, char *err, size_t errlen)
+{
+    hid_t dcpl = H5Dget_create_plist(dset);
+    if (dcpl < 0) {
+        char why[512];
+        snprintf(err, errlen, "dataset '%s': %s", name, h5_reason(why, sizeof why));
+        return 1;
+    }
+    int external = H5Pget_external_count(dcpl);
+    H5D_layout_t layout = H5Pget_layout(dcpl);
+    char file[256] = "";
+    off_t offset;
+    hsize_t size;
+    if (external > 0 && H5Pget_external(dcpl, 0, sizeof file, file, &offset, &size) < 0)
+        snprintf(file, sizeof file, "?");
+    H5Pclose(dcpl);
+    H5Eclear2(H5E_DEFAULT);
+    if (external > 0) {
+        snprintf(err, errlen, "dataset '%s' stores its data in %d external file%s ('%s'%s), "
+                 "not in the input file: refused (ckpt import reads nothing but the file "
+                 "it is given)", name, external, external > 1 ? "s" : "", file,
+                 external > 1 ? ", ..." : "");
+        return 1;
+    }
+    if (layout == H5D_VIRTUAL) {
+        snprintf(err, errlen, "dataset '%s' is a virtual dataset (its data is mapped from "
+                 "other files): refused (ckpt import reads nothing but the file it is "
+                 "given)", name);
+        return 1;
+    }
+    if (external < 0 || layout < 0) {
+        snprintf(err, errlen, "dataset '%s': cannot read its storage layout", name);
+        return 1;
+    }
+    return 0;
+}
+
 static int imp_add(imp_list *l, const char *name, hid_t dset)
 {
     imp_tensor t;
@@ -221,6 +264,8 @@ static int imp_add(imp_list *l, const char *name, hid_t dset)
         snprintf(l->err, sizeof l->err, "dataset '%s': %s", name, h5_reason(why, sizeof why));
         goto fail;
     }
+    if (stored_elsewhere(dset, name, l->err, sizeof l->err))
+        goto fail;
     hsize_t extra;
     t.dtype = map_type(ft, &t.memtype, &extra, why, sizeof why);
     if (t.dtype == CKPT_DTYPE_INVALID || t.memtype < 0) {

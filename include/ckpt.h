@@ -339,7 +339,8 @@ typedef enum ckpt_snapshot_mode {
                                  ckpt_save_begin)                             */
     CKPT_SNAPSHOT_DEVICE = 1, /* D2D into spare device memory, drained to host
                                  in the background; falls back to HOST when
-                                 the state does not fit                       */
+                                 the state does not fit (in device memory,
+                                 or in host_memory_limit)                     */
     CKPT_SNAPSHOT_STREAM = 2  /* as HOST: the pinned pool is at most
                                  pinned_limit; kept for compatibility         */
 } ckpt_snapshot_mode;

@@ -792,9 +792,15 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
      * pool of an earlier save) counts against the cap, and host tensors
      * share the buffer. */
     int pinned_ok = !any_device || arena_fits_pinned(st, total < limit ? total : limit);
-    int stage = st->opts.snapshot_mode == CKPT_SNAPSHOT_DEVICE && !many && pinned_ok;
+    int stage = st->opts.snapshot_mode == CKPT_SNAPSHOT_DEVICE && !many && pinned_ok &&
+                total <= limit;
+    /* A snapshot buffer smaller than the state (host_memory_limit) wraps:
+     * waiting for its first part to drain would make the caller wait for
+     * the device copies queued behind its GPU work (in DEVICE mode too, as
+     * the staged copies drain into it), so device tensors go through the
+     * pool on the persist thread then. */
     int split = any_device && !stage &&
-                (dev_bytes > st->opts.pinned_limit || many || !pinned_ok);
+                (dev_bytes > st->opts.pinned_limit || many || !pinned_ok || total > limit);
     uint64_t arena_bytes = split ? host_bytes : total;
     uint64_t need = arena_bytes < limit ? arena_bytes : limit;
     if (need < chunk && arena_bytes > need)

@@ -6,6 +6,8 @@
  * one that writes state B after it lets us check exactly which state the
  * checkpoint captured. */
 #include <jansson.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -259,6 +261,75 @@ Test(cuda_save, stream_mode_passes_through_a_bounded_pool)
     M.Free(d1);
     M.Free(d2);
     expect_no_leaks(&M);
+}
+
+/* Opens the gate after `arg` (a flag the test sets once ckpt_save_begin
+ * has returned) or after ten seconds, whichever is first: a begin that
+ * waited for the gated stream would otherwise never return. */
+static void *gate_breaker(void *arg)
+{
+    volatile int *returned = arg;
+    for (int i = 0; i < 10000 && !__atomic_load_n(returned, __ATOMIC_ACQUIRE); i++)
+        usleep(1000);
+    int by_timeout = !__atomic_load_n(returned, __ATOMIC_ACQUIRE);
+    __atomic_store_n(&gate_open, 1, __ATOMIC_RELEASE);
+    return (void *)(intptr_t)by_timeout;
+}
+
+/* A host_memory_limit below the device state (the snapshot buffer wraps):
+ * the wrapping must happen on the persist thread, never in
+ * ckpt_save_begin, which would wait there for the copies queued behind the
+ * caller's GPU work.  Here the caller's stream is held by a kernel until
+ * begin returns: begin must return while it is held. */
+static void limit_below_state(ckpt_snapshot_mode mode)
+{
+    ckpt_store *st = open_store(mode, 64 * N, 2 * CHUNK);
+    void *s, *d1 = dmalloc(), *d2 = dmalloc();
+    cr_assert_eq(M.StreamCreate(&s), 0);
+    pattern_fill(d1, N, 41);
+    pattern_fill(d2, N, 42);
+    gate_open = 0;
+    cr_assert_eq(M.LaunchHostFunc(s, gate_kernel, NULL), 0);
+    static volatile int returned;
+    returned = 0;
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, gate_breaker, (void *)&returned), 0);
+    ckpt_tensor t[2] = { dtensor("a", d1, CKPT_MEM_DEVICE), dtensor("b", d2, CKPT_MEM_DEVICE) };
+    ckpt_save_options so = CKPT_SAVE_OPTIONS_INIT;
+    so.cuda_stream = s;
+    ckpt_save *save;
+    int rc = ckpt_save_begin(&save, st, 5, t, 2, &so);
+    __atomic_store_n(&returned, 1, __ATOMIC_RELEASE);
+    void *by_timeout;
+    pthread_join(th, &by_timeout);
+    cr_assert_eq(rc, CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_eq((intptr_t)by_timeout, 0, "ckpt_save_begin waited for the caller's stream");
+    cr_assert_eq(ckpt_save_wait_snapshot(save), CKPT_OK, "%s", ckpt_error_last());
+    pattern_fill(d1, N, 51);
+    cr_assert_eq(ckpt_save_wait(save), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_save_free(save);
+    expect_saved(st, 5, "a", 41);
+    expect_saved(st, 5, "b", 42);
+    ckpt_store_free(st);
+    M.StreamDestroy(s);
+    M.Free(d1);
+    M.Free(d2);
+    expect_no_leaks(&M);
+}
+
+Test(cuda_save, a_host_memory_limit_below_the_state_never_waits_in_begin)
+{
+    limit_below_state(CKPT_SNAPSHOT_HOST);
+}
+
+Test(cuda_save, a_host_memory_limit_below_the_state_never_waits_in_begin_device_mode)
+{
+    limit_below_state(CKPT_SNAPSHOT_DEVICE);
+}
+
+Test(cuda_save, a_host_memory_limit_below_the_state_never_waits_in_begin_stream_mode)
+{
+    limit_below_state(CKPT_SNAPSHOT_STREAM);
 }
 
 Test(cuda_save, device_mode_uses_spare_device_memory)

@@ -121,6 +121,7 @@ static int resolve_driver_in(void *drv, cuda_api *a)
     *(void **)(&a->DrvDeviceGet) = dlsym(drv, "cuDeviceGet");
     *(void **)(&a->DrvPrimaryCtxGetState) = dlsym(drv, "cuDevicePrimaryCtxGetState");
     *(void **)(&a->DrvCtxGetCurrent) = dlsym(drv, "cuCtxGetCurrent");
+    *(void **)(&a->DrvMemGetAddressRange) = dlsym(drv, "cuMemGetAddressRange_v2");
     return a->DrvDeviceGet && a->DrvPrimaryCtxGetState;
 }
 
@@ -133,6 +134,7 @@ static void resolve_driver(void *h, cuda_api *a)
         a->DrvDeviceGet = NULL;
         a->DrvPrimaryCtxGetState = NULL;
         a->DrvCtxGetCurrent = NULL;
+        a->DrvMemGetAddressRange = NULL;
     }
 }
 

@@ -102,6 +102,11 @@ typedef struct cuda_api {
      * application made itself (cuCtxCreate, PyCUDA's make_context) from
      * none when the current device's primary context is inactive. */
     int (*DrvCtxGetCurrent)(void **ctx);
+    /* Optional, from the driver: cuMemGetAddressRange (the _v2 ABI), the
+     * base and size of the device allocation holding a pointer, so that no
+     * copy runs from one allocation into the next. */
+    int (*DrvMemGetAddressRange)(unsigned long long *base, size_t *size,
+                                 unsigned long long dptr);
 
     const char *library; /* what was loaded ("libcudart.so.13", a path, or
                             "(in process)") */

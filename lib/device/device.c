@@ -287,6 +287,12 @@ int device_snapshot_start(device *dev, void *caller_stream)
     return cu ? dcuda_snapshot_start(cu, caller_stream) : CKPT_OK;
 }
 
+int device_alloc_end(device *dev, const void *p, const void **end)
+{
+    dcuda *cu = cuda_of(dev);
+    return cu ? dcuda_alloc_end(cu, p, end) : CKPT_ENOTFOUND;
+}
+
 int device_copy_d2h(device *dev, void *dst, const void *src, size_t n,
                     const char *tensor)
 {

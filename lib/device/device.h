@@ -83,6 +83,9 @@ int device_refuse_capture(device *dev, void *caller_stream, const char *op);
 /* Order the copies that follow after all work enqueued on caller_stream
  * (refusing a capturing one, as device_refuse_capture). */
 int device_snapshot_start(device *dev, void *caller_stream);
+/* The end of the device allocation holding `p` into *end: CKPT_OK, or
+ * CKPT_ENOTFOUND when unknown (no CUDA driver function to ask). */
+int device_alloc_end(device *dev, const void *p, const void **end);
 /* Copy n bytes of device memory src into host memory dst, asynchronously on
  * the copy stream.  `tensor` names it in error messages. */
 int device_copy_d2h(device *dev, void *dst, const void *src, size_t n,

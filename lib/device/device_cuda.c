@@ -883,6 +883,23 @@ int dcuda_copy_d2h(dcuda *cu, void *dst, const void *src, size_t n, const char *
     return CKPT_OK;
 }
 
+int dcuda_alloc_end(dcuda *cu, const void *p, const void **end)
+{
+    if (!cu->api->DrvMemGetAddressRange)
+        return CKPT_ENOTFOUND;
+    int prev;
+    if (guard_enter(cu, &prev) != CKPT_OK)
+        return CKPT_ENOTFOUND; /* the copy itself will say why */
+    unsigned long long base = 0;
+    size_t size = 0;
+    int res = cu->api->DrvMemGetAddressRange(&base, &size, (unsigned long long)(uintptr_t)p);
+    guard_leave(cu, prev);
+    if (res != 0 || (uintptr_t)p < base || (uintptr_t)p - base >= size)
+        return CKPT_ENOTFOUND;
+    *end = (const char *)(uintptr_t)base + size;
+    return CKPT_OK;
+}
+
 /* Staged snapshot: the event joins the pending drain batch.  Copies of
  * memory that was not staged went straight to the host on the copy stream:
  * they get a snap of their own, which the drain stream waits for, so the

@@ -35,6 +35,9 @@ int dcuda_snapshot_reserve(dcuda *cu, const ckpt_tensor *t, const ckpt_memory *m
 int dcuda_refuse_capture(dcuda *cu, void *stream, const char *op);
 int dcuda_snapshot_start(dcuda *cu, void *caller_stream);
 int dcuda_copy_d2h(dcuda *cu, void *dst, const void *src, size_t n, const char *tensor);
+/* The end of the device allocation holding `p` (on the store's device)
+ * into *end: CKPT_OK; CKPT_ENOTFOUND when the driver cannot say. */
+int dcuda_alloc_end(dcuda *cu, const void *p, const void **end);
 
 typedef struct device_event device_event;
 /* on_stream 0: mark the copies on our own streams (save side); 1: mark the

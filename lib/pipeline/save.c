@@ -349,6 +349,13 @@ typedef struct copy_run {
     size_t first_job;  /* jobs [first_job, end_job) inside [dst, dst + n) */
     size_t end_job;
     const char *tensor;
+    size_t tensor_index; /* the last chunk's tensor */
+    /* The end of the device allocation the run starts in, asked once the
+     * run could take another tensor's chunk (NULL: unknown, or not asked
+     * yet while `asked` is 0).  A copy may not run from one allocation into
+     * the next, though separate cudaMalloc blocks often sit side by side. */
+    const unsigned char *alloc_end;
+    int asked;
 } copy_run;
 
 static int run_flush(ckpt_save *s, copy_run *r)
@@ -376,10 +383,23 @@ static int run_flush(ckpt_save *s, copy_run *r)
     return rc;
 }
 
-static int run_add(ckpt_save *s, copy_run *r, unsigned char *dst, const unsigned char *src,
-                   size_t n, size_t job, const char *tensor)
+/* Whether a chunk of another tensor at [src, src + n) may join run r: only
+ * inside the allocation r starts in. */
+static int same_allocation(ckpt_save *s, copy_run *r, const unsigned char *src, size_t n)
 {
-    if (r->n && (dst != r->dst + r->n || src != r->src + r->n || r->n + n > RUN_MAX)) {
+    if (!r->asked) {
+        const void *end;
+        r->asked = 1;
+        r->alloc_end = device_alloc_end(s->store->dev, r->src, &end) == CKPT_OK ? end : NULL;
+    }
+    return r->alloc_end && n <= (size_t)(r->alloc_end - src) && src < r->alloc_end;
+}
+
+static int run_add(ckpt_save *s, copy_run *r, unsigned char *dst, const unsigned char *src,
+                   size_t n, size_t job, const char *tensor, size_t tensor_index)
+{
+    if (r->n && (dst != r->dst + r->n || src != r->src + r->n || r->n + n > RUN_MAX ||
+                 (tensor_index != r->tensor_index && !same_allocation(s, r, src, n)))) {
         int rc = run_flush(s, r);
         if (rc)
             return rc;
@@ -388,10 +408,13 @@ static int run_add(ckpt_save *s, copy_run *r, unsigned char *dst, const unsigned
         r->dst = dst;
         r->src = src;
         r->first_job = job;
+        r->asked = 0;
+        r->alloc_end = NULL;
     }
     r->n += n;
     r->end_job = job + 1;
     r->tensor = tensor;
+    r->tensor_index = tensor_index;
     return CKPT_OK;
 }
 
@@ -535,7 +558,7 @@ int save_snapshot_chunks(ckpt_save *s, const ckpt_tensor *t, size_t count,
             *j = (encode_job){s, (uint32_t)i, off, dst, n, codec_shuffle_width(t[i].dtype),
                               NULL, 0, 0};
             if (is_dev) {
-                if ((rc = run_add(s, &run, dst, src, n, k, t[i].name))) {
+                if ((rc = run_add(s, &run, dst, src, n, k, t[i].name, i))) {
                     free(host.p);
                     return rc;
                 }

@@ -132,6 +132,10 @@ static struct counted g_counted[MAX_COUNTED];
 static int g_sticky;
 static unsigned g_copy_delay_us;
 static int g_device_count = 1;
+/* mock_cuda_set_adjacent: the region device allocations are carved from */
+static char *g_adj_base;
+static size_t g_adj_cap, g_adj_used;
+static int g_adj_on;
 static size_t g_device_total = (size_t)4 << 30;
 static size_t g_reported_free = SIZE_MAX; /* cudaMemGetInfo's lie, if any */
 static unsigned g_queue_depth = 1024;     /* pending operations per stream */
@@ -1100,12 +1104,17 @@ static cudaError_t device_alloc(void **p, size_t n, enum alloc_kind kind)
         pthread_mutex_unlock(&g_mu);
         return ret(cudaErrorMemoryAllocation);
     }
-    char *m = aligned(sz);
+    size_t carve = (sz + 255) / 256 * 256;
+    int carved = kind == A_DEVICE && g_adj_on && g_adj_used + carve <= g_adj_cap;
+    char *m = carved ? g_adj_base + g_adj_used : aligned(sz);
     if (!m || add_alloc(m, sz, kind) != 0) {
-        free(m);
+        if (!carved)
+            free(m);
         pthread_mutex_unlock(&g_mu);
         return ret(cudaErrorMemoryAllocation);
     }
+    if (carved)
+        g_adj_used += carve;
     memset(m, 0xA5, sz); /* device memory starts as garbage */
     g_cnt.device_allocs++;
     g_cnt.device_bytes += sz;
@@ -1139,8 +1148,10 @@ EXPORT cudaError_t cudaFree(void *p)
     g_cnt.device_allocs--;
     g_cnt.device_bytes -= n;
     int rel = g_release_err;
+    int carved = (char *)p >= g_adj_base && (char *)p < g_adj_base + g_adj_cap;
     pthread_mutex_unlock(&g_mu);
-    free(p);
+    if (!carved) /* a carved one is part of the region, kept for the process */
+        free(p);
     return ret(rel);
 }
 
@@ -1329,6 +1340,33 @@ EXPORT void mock_cuda_set_reported_free(size_t bytes)
     pthread_mutex_lock(&g_mu);
     g_reported_free = bytes;
     pthread_mutex_unlock(&g_mu);
+}
+
+EXPORT void mock_cuda_set_adjacent(size_t region)
+{
+    pthread_mutex_lock(&g_mu);
+    if (region && !g_adj_base && (g_adj_base = aligned(region)))
+        g_adj_cap = region; /* once per process: carved blocks may outlive a test */
+    g_adj_on = region != 0 && g_adj_base;
+    pthread_mutex_unlock(&g_mu);
+}
+
+/* The driver's cuMemGetAddressRange (the _v2 ABI, what cuda.h maps the
+ * name to): the base and size of the device allocation holding dptr. */
+EXPORT int cuMemGetAddressRange_v2(unsigned long long *base, size_t *size,
+                                   unsigned long long dptr)
+{
+    pthread_mutex_lock(&g_mu);
+    struct alloc *a = find_alloc((const void *)(uintptr_t)dptr);
+    int ok = a && a->kind != A_PINNED;
+    if (ok) {
+        if (base)
+            *base = (unsigned long long)(uintptr_t)a->p;
+        if (size)
+            *size = a->n;
+    }
+    pthread_mutex_unlock(&g_mu);
+    return ok ? 0 : 1; /* CUDA_ERROR_INVALID_VALUE */
 }
 
 EXPORT void mock_cuda_set_queue_depth(unsigned int ops)

@@ -94,6 +94,13 @@ void mock_cuda_set_reported_free(size_t bytes);
 /* Pending operations a stream holds before enqueueing blocks (default
  * 1024, MOCK_CUDA_QUEUE_DEPTH). */
 void mock_cuda_set_queue_depth(unsigned int ops);
+/* With `region` > 0: cudaMalloc carves device allocations one after the
+ * other (256-byte aligned) out of a region of that size, as the real
+ * allocator often places them: separate allocations then sit next to each
+ * other in the address space, and a copy that runs from one into the next
+ * fails (cudaErrorInvalidValue) as on a real device.  0: back to separate
+ * blocks (carved ones stay valid until freed). */
+void mock_cuda_set_adjacent(size_t region);
 /* Forget which devices have a context, except those holding device memory
  * (a test's baseline before the calls it checks). */
 void mock_cuda_forget_contexts(void);

@@ -332,6 +332,46 @@ Test(cuda_save, a_host_memory_limit_below_the_state_never_waits_in_begin_stream_
     limit_below_state(CKPT_SNAPSHOT_STREAM);
 }
 
+/* Separate cudaMalloc allocations often sit next to each other in the
+ * address space (the mock places them so here).  Chunks of two tensors in
+ * two such allocations are contiguous on both sides, yet one copy over
+ * both would run out of its allocation (cudaErrorInvalidValue on a real
+ * device): copies join across tensors only inside one allocation (the
+ * driver's cuMemGetAddressRange says which), as for tensors that are
+ * views of one block (a framework's caching allocator), which still go in
+ * one copy. */
+Test(cuda_save, copies_never_span_two_allocations)
+{
+    M.set_adjacent(8 * N);
+    void *d1 = dmalloc(), *d2 = dmalloc(), *block = NULL;
+    M.set_adjacent(0);
+    cr_assert_eq((char *)d2, (char *)d1 + N, "the mock's allocations are not adjacent");
+    cr_assert_eq(M.Malloc(&block, 2 * N), 0);
+    pattern_fill(d1, N, 61);
+    pattern_fill(d2, N, 62);
+    pattern_fill(block, N, 63);
+    pattern_fill((char *)block + N, N, 64);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 64 * N, 0);
+    ckpt_tensor t[2] = { dtensor("a", d1, CKPT_MEM_DEVICE), dtensor("b", d2, CKPT_MEM_DEVICE) };
+    cr_assert_eq(ckpt_save_sync(st, 6, t, 2, NULL), CKPT_OK, "%s", ckpt_error_last());
+    expect_saved(st, 6, "a", 61);
+    expect_saved(st, 6, "b", 62);
+    long before = M.calls("cudaMemcpyAsync");
+    ckpt_tensor v[2] = { dtensor("c", block, CKPT_MEM_DEVICE),
+                         dtensor("d", (char *)block + N, CKPT_MEM_DEVICE) };
+    cr_assert_eq(ckpt_save_sync(st, 7, v, 2, NULL), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_eq(M.calls("cudaMemcpyAsync") - before, 1,
+                 "two views of one allocation: one copy, not %ld",
+                 M.calls("cudaMemcpyAsync") - before);
+    expect_saved(st, 7, "c", 63);
+    expect_saved(st, 7, "d", 64);
+    ckpt_store_free(st);
+    M.Free(d1);
+    M.Free(d2);
+    M.Free(block);
+    expect_no_leaks(&M);
+}
+
 Test(cuda_save, device_mode_uses_spare_device_memory)
 {
     ckpt_store *st = open_store(CKPT_SNAPSHOT_DEVICE, 0, 0);

@@ -181,12 +181,42 @@ static int find_resident(void **h, const char **what)
     return 0;
 }
 
+/* The CUDA driver is in the process: something started CUDA, perhaps a
+ * runtime linked statically into the program (nvcc's default), which
+ * exports nothing find_resident could see.  Its device pointers are as
+ * real as any: AUTO must load a runtime to classify them, never memcpy. */
+static int driver_in_process(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (h)
+        dlclose(h); /* drop the reference NOLOAD took */
+    return h != NULL;
+}
+
+int cuda_loader_driver_says_device(const void *p)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!h)
+        return 0;
+    int (*get)(void *data, int attribute, unsigned long long ptr);
+    *(void **)(&get) = dlsym(h, "cuPointerGetAttribute");
+    unsigned int type = 0; /* CUmemorytype */
+    int res = get ? get(&type, 2 /* CU_POINTER_ATTRIBUTE_MEMORY_TYPE */,
+                        (unsigned long long)(uintptr_t)p)
+                  : -1;
+    dlclose(h);
+    /* Pageable host memory is CUDA_ERROR_INVALID_VALUE; registered or
+     * pinned host memory CU_MEMORYTYPE_HOST (1), device and managed memory
+     * CU_MEMORYTYPE_DEVICE (2) */
+    return res == 0 && type == 2;
+}
+
 static int runtime_in_process(void)
 {
     const char *what;
     void *h;
     if (!find_resident(&h, &what))
-        return 0;
+        return driver_in_process();
     if (h != RTLD_DEFAULT)
         dlclose(h); /* drop the reference NOLOAD took */
     return 1;

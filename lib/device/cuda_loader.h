@@ -127,6 +127,12 @@ int cuda_loader_get(const cuda_api **api);
  * the process is remembered until another library is loaded. */
 const cuda_api *cuda_loader_peek(void);
 
+/* Whether the CUDA driver loaded in this process (none: 0) reports `p` as
+ * device memory (cuPointerGetAttribute): for a CKPT_MEM_AUTO pointer when
+ * the driver is in the process but no runtime could be loaded (a program
+ * with a statically linked runtime, on a machine without libcudart.so). */
+int cuda_loader_driver_says_device(const void *p);
+
 /* "cudaErrorIllegalAddress (an illegal memory access was encountered)" into
  * buf; never fails. */
 const char *cuda_loader_errstr(const cuda_api *api, cu_err err, char *buf,

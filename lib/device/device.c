@@ -221,6 +221,19 @@ int device_classify(device *dev, const void *ptr, ckpt_memory declared,
         break;
     case CKPT_MEM_AUTO:
         api = ptr ? cuda_loader_peek() : NULL;
+        if (!api && ptr && cuda_loader_driver_says_device(ptr)) {
+            /* A runtime libckpt cannot see (linked statically) made it: a
+             * memcpy would fault.  Say what to do instead. */
+            const cuda_api *none;
+            char why[2048];
+            cuda_loader_get(&none);
+            snprintf(why, sizeof why, "%s", ckpt_error_last());
+            return ckpt_seterr(CKPT_ENODEVICE, "pointer %p is device memory (the CUDA "
+                               "driver in this process says so) but libckpt could not load "
+                               "a CUDA runtime to copy it: %s; install libcudart.so (or set "
+                               "CKPT_CUDART_LIBRARY to it), or link the program with "
+                               "-cudart shared", ptr, why);
+        }
         if (!api) {
             *actual = CKPT_MEM_HOST;
             return CKPT_OK;

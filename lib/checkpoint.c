@@ -39,7 +39,7 @@ CKPT_API int64_t ckpt_checkpoint_step(const ckpt_checkpoint *ck)
 
 CKPT_API const char *ckpt_checkpoint_path(const ckpt_checkpoint *ck)
 {
-    return ck ? ck->dir : NULL;
+    return ck ? ck->shown : NULL;
 }
 
 CKPT_API size_t ckpt_checkpoint_tensor_count(const ckpt_checkpoint *ck)

@@ -20,10 +20,17 @@
 static int make_dir(layout *l, const char *path)
 {
     int rc = fsio_mkdir(&l->fs, path, l->dir_mode);
+    if (rc != 0 || !(l->dir_mode & 0020))
+        return rc;
+    /* Through a descriptor of the directory itself, never a path that a
+     * member of the group could have swapped for a link since the mkdir
+     * (chmod would follow it). */
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     struct stat st; /* keep the setgid bit a project directory passes down */
-    if (rc == 0 && (l->dir_mode & 0020) && lstat(path, &st) == 0 && S_ISDIR(st.st_mode) &&
-        (st.st_mode & 0777) != (mode_t)l->dir_mode)
-        chmod(path, (st.st_mode & 07000) | (mode_t)l->dir_mode); /* best effort */
+    if (fd >= 0 && fstat(fd, &st) == 0 && (st.st_mode & 0777) != (mode_t)l->dir_mode)
+        fchmod(fd, (st.st_mode & 07000) | (mode_t)l->dir_mode); /* best effort */
+    if (fd >= 0)
+        close(fd);
     return rc;
 }
 
@@ -181,10 +188,11 @@ void layout_adopt_file(const layout *l, int fd, int shared)
     if (fd < 0 || fstat(fd, &st) != 0)
         return;
     unsigned self = (unsigned)geteuid();
+    int handed = 0;
     if (self == 0 && st.st_uid == 0 && l->tr.root_uid != 0 &&
         fchown(fd, (uid_t)l->tr.root_uid, (gid_t)-1) == 0)
-        st.st_uid = (uid_t)l->tr.root_uid; /* handed over: theirs from now on */
-    if (shared && st.st_uid == self && (st.st_mode & 0777) != 0660)
+        handed = 1; /* theirs from now on, with the mode a member's would have */
+    if (shared && (st.st_uid == self || handed) && (st.st_mode & 0777) != 0660)
         (void)fchmod(fd, 0660);
 }
 
@@ -250,7 +258,38 @@ char *layout_step_path(const layout *l, int64_t step)
 {
     char name[LAYOUT_NAME_SIZE];
     layout_step_name(step, name);
-    return util_join(l->root, name);
+    return layout_pinned_path(l, name);
+}
+
+char *layout_shown_path(const layout *l, const char *path)
+{
+    size_t n = l->at ? strlen(l->at) : 0;
+    if (n && strncmp(path, l->at, n) == 0 && (path[n] == '/' || path[n] == '\0'))
+        return util_printf("%s%s", l->root, path + n);
+    return util_strdup(path);
+}
+
+int layout_shown_error(const layout *l, int status)
+{
+    size_t n = l->at ? strlen(l->at) : 0;
+    const char *msg = ckpt_error_last();
+    if (!status || !n || !strstr(msg, l->at))
+        return status;
+    char out[CKPT_ERROR_MESSAGE_MAX];
+    size_t k = 0;
+    for (const char *c = msg; *c && k + 1 < sizeof out;) {
+        if (strncmp(c, l->at, n) == 0 && (c[n] == '/' || c[n] == '\0' || c[n] == ' ' ||
+                                          c[n] == ':' || c[n] == ',' || c[n] == ')')) {
+            k += (size_t)snprintf(out + k, sizeof out - k, "%s", l->root);
+            if (k >= sizeof out)
+                k = sizeof out - 1;
+            c += n;
+        } else {
+            out[k++] = *c++;
+        }
+    }
+    out[k] = '\0';
+    return ckpt_seterr(status, "%s", out);
 }
 
 /* The lock file holds "pid host" of its holder, padded to a fixed size so
@@ -359,10 +398,15 @@ int layout_check_lock(layout *l)
     if (l->lock_fd < 0)
         return ckpt_seterr(CKPT_EACCES, "%s is not open for writing", l->root);
     char *path = util_join(l->root, LAYOUT_LOCK_NAME);
-    if (!path)
+    char *at = layout_pinned_path(l, LAYOUT_LOCK_NAME); /* the root it locked */
+    if (!path || !at) {
+        free(path);
+        free(at);
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    }
     int same = 0;
-    int rc = fsio_same_file(&l->fs, l->lock_fd, path, &same);
+    int rc = fsio_same_file(&l->fs, l->lock_fd, at, &same);
+    free(at);
     if (rc && rc != -ENOENT)
         rc = ckpt_seterr_errno(-rc, "cannot check the lock file %s", path);
     else if (rc || !same)
@@ -384,10 +428,11 @@ static int cmp_i64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* The kind of ROOT/name, not following a link; FSIO_KIND_NONE on error. */
+/* The kind of ROOT/name (in the pinned root), not following a link;
+ * FSIO_KIND_NONE on error. */
 static int entry_kind(layout *l, const char *name)
 {
-    char *p = util_join(l->root, name);
+    char *p = layout_pinned_path(l, name);
     int kind = FSIO_KIND_NONE;
     if (p && fsio_kind(&l->fs, p, 0, &kind))
         kind = FSIO_KIND_NONE;
@@ -401,7 +446,11 @@ int layout_scan(layout *l, int64_t **steps, size_t *count)
     *count = 0;
     char **names;
     size_t n;
-    int rc = fsio_list(&l->fs, l->root, &names, &n);
+    /* A writer lists the root it pinned, whatever its path names by now:
+     * a member of a trusted group who renames the root's path to another
+     * of the caller's directories must not have the writer restore (and
+     * save again in the shared root) a private run. */
+    int rc = fsio_list(&l->fs, l->at ? l->at : l->root, &names, &n);
     if (rc)
         return ckpt_seterr_errno(-rc, "cannot list the checkpoint root %s", l->root);
     int64_t *v = malloc((n ? n : 1) * sizeof *v);
@@ -450,9 +499,9 @@ int layout_make_temp(layout *l, int64_t step, char **path)
         char name[128];
         snprintf(name, sizeof name, "%sstep-%012lld-%s", LAYOUT_TMP_PREFIX, (long long)step,
                  l->shared_tag);
-        p = util_join(l->root, name);
+        p = layout_pinned_path(l, name);
     } else {
-        p = unique_name(l, LAYOUT_TMP_PREFIX, step, 0);
+        p = unique_name(l, LAYOUT_TMP_PREFIX, step, 1);
     }
     if (!p)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
@@ -469,10 +518,28 @@ int layout_make_temp(layout *l, int64_t step, char **path)
         }
     }
     if (rc) {
-        rc = ckpt_seterr_errno(-rc, "cannot create the temporary directory %s", p);
+        rc = layout_shown_error(l, ckpt_seterr_errno(-rc, "cannot create the temporary "
+                                                     "directory %s", p));
         free(p);
         return rc;
     }
+    /* What was made (or found, on several ranks), in the pinned root: a
+     * directory, not a link swapped in since. */
+    fsio_info in;
+    char *pinned = pinned_entry(l, p);
+    rc = pinned ? fsio_info_of(&l->fs, pinned, -1, &in) : -ENOMEM;
+    free(pinned);
+    if (rc || in.kind != FSIO_KIND_DIR) {
+        rc = rc ? ckpt_seterr_errno(-rc, "cannot stat the temporary directory %s", p)
+                : ckpt_seterr(CKPT_EACCES, "the temporary directory %s was replaced as "
+                              "soon as it was made (another user who can write the root "
+                              "renamed it): nothing is written", p);
+        free(p);
+        return layout_shown_error(l, rc);
+    }
+    l->tmp_known = 1;
+    l->tmp_dev = in.dev;
+    l->tmp_ino = in.ino;
     *path = p;
     return CKPT_OK;
 }
@@ -485,6 +552,28 @@ void layout_remove_temp(layout *l, const char *path)
     free(p);
 }
 
+/* CKPT_OK when `pinned` (the temporary directory, or the step it was
+ * renamed to) is the directory layout_make_temp made for this save; else
+ * CKPT_EACCES: a member of a group the root trusts (who may rename its
+ * entries) swapped another entry in, and the save's files went there or
+ * nowhere.  The caller must not be told the step is safe. */
+static int temp_is_ours(layout *l, const char *pinned, const char *tmp, int64_t step)
+{
+    fsio_info in;
+    int rc = fsio_info_of(&l->fs, pinned, -1, &in);
+    if (!l->tmp_known || (!rc && in.kind == FSIO_KIND_DIR && in.dev == l->tmp_dev &&
+                          in.ino == l->tmp_ino))
+        return CKPT_OK;
+    if (rc)
+        return ckpt_seterr_errno(-rc, "cannot check the temporary directory %s before "
+                                 "committing step %lld", tmp, (long long)step);
+    return layout_shown_error(
+        l, ckpt_seterr(CKPT_EACCES, "step %lld is not committed: %s is no longer the "
+                       "temporary directory this save made and wrote (another user who can "
+                       "write %s replaced it%s)", (long long)step, tmp, l->root,
+                       in.kind == FSIO_KIND_LINK ? " with a link" : ""));
+}
+
 int layout_commit(layout *l, const char *tmp, int64_t step)
 {
     int lrc = layout_check_lock(l);
@@ -492,7 +581,13 @@ int layout_commit(layout *l, const char *tmp, int64_t step)
         return lrc;
     /* Renamed in the pinned root, whatever its path names by now. */
     char *final = pinned_step_path(l, step), *from = pinned_entry(l, tmp);
-    int rc = final && from ? fsio_rename(&l->fs, from, final) : -ENOMEM;
+    int rc = final && from ? CKPT_OK : -ENOMEM;
+    if (!rc && (rc = temp_is_ours(l, from, tmp, step))) {
+        free(final);
+        free(from);
+        return rc;
+    }
+    rc = fsio_rename(&l->fs, from, final);
     if (rc == -ENOTEMPTY || rc == -EEXIST) {
         /* Replace an existing step atomically: swap, then delete the old
          * one, which now sits under the temporary name. */
@@ -515,11 +610,19 @@ int layout_commit(layout *l, const char *tmp, int64_t step)
             free(aside);
         }
     }
+    if (!rc && (rc = temp_is_ours(l, final, tmp, step))) {
+        free(final);
+        free(from);
+        return rc;
+    }
     free(final);
     free(from);
     if (rc) {
-        char *shown = layout_step_path(l, step);
-        rc = ckpt_seterr_errno(-rc, "cannot commit %s as %s", tmp, shown ? shown : "?");
+        char name[LAYOUT_NAME_SIZE];
+        layout_step_name(step, name);
+        char *shown = util_join(l->root, name);
+        rc = layout_shown_error(l, ckpt_seterr_errno(-rc, "cannot commit %s as %s", tmp,
+                                                     shown ? shown : "?"));
         free(shown);
         return rc;
     }

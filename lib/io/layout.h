@@ -57,6 +57,13 @@ typedef struct layout {
      * and where /proc is not mounted (paths are used then). */
     int pin_fd;
     char *at;
+    /* The temporary directory of the save in progress (layout_make_temp):
+     * its identity, checked when it is committed, so that an entry another
+     * user who can write the root swapped in (a link to a directory of
+     * theirs) is never committed as the step the caller was told is
+     * safe.  tmp_known 0: none. */
+    int tmp_known;
+    uint64_t tmp_dev, tmp_ino;
 } layout;
 
 /* Resolve `path` into l->root (absolute), creating the directory when
@@ -95,8 +102,16 @@ void layout_step_name(int64_t step, char buf[LAYOUT_NAME_SIZE]);
 /* 1 and *step when `name` is exactly the canonical name of a step, else 0
  * (so "step-9" or "step-0000000000009" are not steps). */
 int layout_parse_step_name(const char *name, int64_t *step);
-/* malloc'd ROOT/<step name>; NULL when out of memory. */
+/* malloc'd ROOT/<step name>, for a writer through its pinned root (l->at:
+ * reads of its steps never follow a rename of the root's path); NULL when
+ * out of memory.  layout_shown_path gives the path to show. */
 char *layout_step_path(const layout *l, int64_t step);
+/* `path` as users know it: a path through the pinned root (l->at...) with
+ * l->root in its place; others as they are.  malloc'd; NULL: no memory. */
+char *layout_shown_path(const layout *l, const char *path);
+/* The thread's error message with each path through the pinned root shown
+ * as under l->root (messages name what users know); returns `status`. */
+int layout_shown_error(const layout *l, int status);
 
 /* Take the writer lock (ROOT/.lock, private to the owner, holding the
  * holder's pid and host); CKPT_EBUSY naming the holder if held elsewhere. */

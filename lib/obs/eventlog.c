@@ -326,11 +326,15 @@ static int read_one(layout *lay, const char *name, double since, json_t *out,
                     eventlog_counts *c)
 {
     char *path = util_join(lay->root, name), *text = NULL;
+    char *io = layout_pinned_path(lay, name); /* a writer's: in the root it pinned */
     size_t len = 0;
-    if (!path)
+    if (!path || !io) {
+        free(path);
+        free(io);
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    }
     /* A file grows while we read it only by whole lines at its end. */
-    int e = fsio_read_file(&plain_fs, path, 64ull * EVENTLOG_MAX_BYTES, &text, &len);
+    int e = fsio_read_file(&plain_fs, io, 64ull * EVENTLOG_MAX_BYTES, &text, &len);
     int rc = CKPT_OK;
     if (e == -ENOENT)
         goto done;
@@ -343,8 +347,10 @@ static int read_one(layout *lay, const char *name, double since, json_t *out,
         rc = ckpt_seterr_errno(-e, "cannot read %s", path);
         goto done;
     }
-    if ((rc = trust_check_path(&lay->tr, &plain_fs, path)))
+    if ((rc = trust_check_path(&lay->tr, &plain_fs, io))) {
+        rc = layout_shown_error(lay, rc);
         goto done;
+    }
     char *p = text, *end = text + len;
     while (p < end) {
         char *nl = memchr(p, '\n', (size_t)(end - p));
@@ -371,6 +377,7 @@ static int read_one(layout *lay, const char *name, double since, json_t *out,
 done:
     free(text);
     free(path);
+    free(io);
     return rc;
 }
 

@@ -287,6 +287,9 @@ void *save_persist_thread(void *arg)
         layout_remove_temp(&s->store->lay, s->tmp);
         ckpt_error_restore(&e);
     }
+    /* Its files were written through the pinned root: named as users know
+     * them. */
+    rc = layout_shown_error(&s->store->lay, rc);
     eventlog_save_end(s->store->events, s->m.step, rc,
                       s->have_job_stats ? &s->job_stats : &s->stats, s->m.time,
                       util_now() - s->t_return);

@@ -30,6 +30,7 @@ void reader_close(ckpt_checkpoint *ck)
     mdecoded_release(ck->decoded); /* ck->m is its: nothing else to free */
     free(ck->text);
     free(ck->dir);
+    free(ck->shown);
     free(ck->label);
     free(ck);
 }
@@ -162,8 +163,12 @@ static int open_manifest(ckpt_store *s, const char *dir, const char *manifest_na
     ckpt_checkpoint *ck = calloc(1, sizeof *ck);
     char name[LAYOUT_NAME_SIZE];
     layout_step_name(step, name);
-    if (!ck || !(ck->dir = util_strdup(dir)) || !(ck->label = util_strdup(name))) {
-        free(ck ? ck->dir : NULL);
+    if (!ck || !(ck->dir = util_strdup(dir)) || !(ck->label = util_strdup(name)) ||
+        !(ck->shown = layout_shown_path(&s->lay, dir))) {
+        if (ck) {
+            free(ck->dir);
+            free(ck->label);
+        }
         free(ck);
         return ckpt_seterr(CKPT_ENOMEM, "out of memory opening step %lld", (long long)step);
     }
@@ -280,7 +285,7 @@ int reader_open_step(ckpt_store *s, int64_t step, ckpt_checkpoint **out)
             break; /* damaged, not replaced */
     }
     free(dir);
-    return rc;
+    return layout_shown_error(&s->lay, rc);
 }
 
 int reader_open_newest(ckpt_store *s, ckpt_verify_level level, ckpt_checkpoint **out)

@@ -14,7 +14,9 @@
 
 struct ckpt_checkpoint {
     ckpt_store *store;  /* borrowed */
-    char *dir;          /* absolute or as given */
+    char *dir;          /* absolute or as given; a writer's through its
+                           pinned root (layout_step_path)                */
+    char *shown;        /* dir as users know it (ckpt_checkpoint_path)    */
     char *label;        /* "step-NNNNNNNNNNNN" for messages */
     mdecoded *decoded;  /* the manifest decoded, shared (mcache.h); NULL
                          * until opened */

@@ -939,7 +939,7 @@ int save_begin(ckpt_save **out, ckpt_store *st, int64_t step, const ckpt_tensor 
     pthread_mutex_unlock(&st->api_lock);
     if (rc) {
         ckpt_error_state e;
-        ckpt_error_capture(&e, rc);
+        ckpt_error_capture(&e, layout_shown_error(&st->lay, rc));
         save_unref(s);
         return ckpt_error_restore(&e);
     }

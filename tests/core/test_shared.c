@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
+#include "testing.h"
 
 TestSuite(shared, .init = tc_setup, .fini = tc_teardown, .timeout = 60);
 
@@ -270,4 +271,109 @@ Test(shared, a_step_copied_under_another_name_is_refused)
     free(d1);
     free(d2);
     tc_state_free(&s1);
+}
+
+/* Whoever may rename the root's last entry (its owner; in a root that
+ * trusts its group, a member who can write the directory above) renames
+ * the root away while a writer has it open and puts a link to another of
+ * the writer's roots (a private run) in its place.  The writer goes on in
+ * the root it opened: lists, restores and saves there, never in the
+ * other (it would restore the private run and save it into the shared
+ * root). */
+Test(shared, a_writer_stays_in_its_root_when_the_path_is_swapped)
+{
+    char *other = tc_mkdtemp();
+    tc_state mine, theirs;
+    tc_state_standard(&mine, 11);
+    tc_state_standard(&theirs, 99);
+    ckpt_store *o = tc_open(other);
+    for (int64_t step = 1; step <= 5; step++)
+        tc_save_ok(o, step, &theirs);
+    ckpt_store_free(o);
+    ckpt_store *st = tc_open(tc_root);
+    tc_save_ok(st, 1, &mine);
+    tc_save_ok(st, 2, &mine);
+    char *moved = tc_join(other, "moved-root");
+    cr_assert_eq(rename(tc_root, moved), 0, "%s", strerror(errno));
+    cr_assert_eq(symlink(other, tc_root), 0, "%s", strerror(errno));
+    int64_t want[] = {1, 2};
+    tc_assert_steps(st, want, 2);
+    cr_assert_eq(tc_restore_check(st, CKPT_LATEST, &mine), 2);
+    tc_save_ok(st, 3, &mine);
+    ckpt_checkpoint *ck;
+    cr_assert_eq(ckpt_checkpoint_open(&ck, st, 3, CKPT_VERIFY_QUICK), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_assert_null(strstr(ckpt_checkpoint_path(ck), "/proc/"), "path shown: %s",
+                   ckpt_checkpoint_path(ck));
+    ckpt_checkpoint_free(ck);
+    ckpt_store_free(st);
+    char *step3 = tc_join(moved, "step-000000000003");
+    cr_assert(tc_exists(step3), "step 3 was not saved in the root the writer opened");
+    ckpt_store *ro = tc_open_ro(other);
+    int64_t theirs_steps[] = {1, 2, 3, 4, 5};
+    tc_assert_steps(ro, theirs_steps, 5);
+    cr_assert_eq(tc_restore_check(ro, 3, &theirs), 3, "the other root's step 3 changed");
+    ckpt_store_free(ro);
+    unlink(tc_root);
+    cr_assert_eq(rename(moved, tc_root), 0);
+    tc_state_free(&mine);
+    tc_state_free(&theirs);
+    tc_rmtree(other);
+    free(other);
+    free(moved);
+    free(step3);
+}
+
+/* The temporary directory of a save is swapped for a link to a directory
+ * outside the root as the shard is created (a member of a trusted group
+ * can rename the root's entries).  The step must not be reported saved:
+ * the commit finds that the entry is not the directory the save made. */
+typedef struct swap_ctx {
+    char *outside;
+    int done;
+} swap_ctx;
+
+static int swap_temp(void *ctx, fsio_op op, const char *path)
+{
+    swap_ctx *c = ctx;
+    if (c->done || op != FSIO_OPEN || !path || !strstr(path, "/.tmp-") ||
+        !strstr(path, ".shard"))
+        return 0;
+    c->done = 1;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    *strrchr(dir, '/') = '\0';
+    char aside[4200];
+    snprintf(aside, sizeof aside, "%s-aside", c->outside);
+    if (rename(dir, aside) != 0 || symlink(c->outside, dir) != 0)
+        return -EIO;
+    return 0;
+}
+
+Test(shared, a_temporary_directory_swapped_for_a_link_is_never_committed)
+{
+    swap_ctx c = {tc_mkdtemp(), 0};
+    fsio fs = {swap_temp, NULL, NULL, &c};
+    ckpt_store_options o;
+    tc_opts(&o);
+    ckpt_store *st;
+    cr_assert_eq(ckpt_store_open_with_fsio(&st, tc_root, &o, &fs), CKPT_OK, "%s",
+                 ckpt_error_last());
+    tc_state s;
+    tc_state_standard(&s, 5);
+    int rc = tc_save(st, 1, &s, NULL);
+    cr_assert(c.done, "the hook never saw the shard created");
+    cr_assert_eq(rc, CKPT_EACCES, "save: %d %s", rc, ckpt_error_last());
+    cr_assert(strstr(ckpt_error_last(), "not committed") &&
+              strstr(ckpt_error_last(), tc_root) && !strstr(ckpt_error_last(), "/proc/"),
+              "%s", ckpt_error_last());
+    int64_t none[1];
+    tc_assert_steps(st, none, 0);
+    ckpt_store_free(st);
+    tc_state_free(&s);
+    tc_rmtree(c.outside);
+    char aside[4200];
+    snprintf(aside, sizeof aside, "%s-aside", c.outside);
+    tc_rmtree(aside);
+    free(c.outside);
 }

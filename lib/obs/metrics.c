@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "error.h"
@@ -178,6 +179,10 @@ int metrics_write_file(const fsio *fs, const char *path, const char *text, int d
         rc = ckpt_seterr_errno(-fd, "cannot create the metrics file %s", tmp);
         goto done;
     }
+    /* 0644 whatever the umask: a job's umask 077 left it unreadable to the
+     * collector, whose node_exporter then reported nothing, and alerts on
+     * the checkpoint's age went silent instead of firing. */
+    (void)fchmod(fd, 0644);
     int e = fsio_pwrite(fs, fd, text, strlen(text), 0);
     if (!e && durable)
         e = fsio_fsync(fs, fd);

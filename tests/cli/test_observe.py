@@ -169,6 +169,25 @@ def test_metrics_survive_a_log_planted_as_a_fifo_or_link(tmp):
     check("ckpt_saves_total" not in m, "a counter of 0 would read as a reset: %s" % m)
 
 
+def test_metrics_files_are_readable_by_the_collector_whatever_the_umask(tmp):
+    """Under umask 077 the job's metrics file and `ckpt metrics --output`
+    are still 0644: the collector's user must read them, or
+    node_exporter exports nothing and alerts on the checkpoint's age go
+    silent instead of firing."""
+    root = os.path.join(tmp, "root")
+    prom = os.path.join(tmp, "job.prom")
+    cron = os.path.join(tmp, "cron.prom")
+    old = os.umask(0o077)
+    try:
+        train(root, "--metrics", prom, steps=20)
+        expect_rc(ckpt("metrics", root, "--output", cron), 0)
+    finally:
+        os.umask(old)
+    for f in (prom, cron):
+        check(oct(os.stat(f).st_mode & 0o777) == oct(0o644), "%s mode %o"
+              % (f, os.stat(f).st_mode & 0o777))
+
+
 @needs_promtool
 def test_metrics_file_of_a_running_job(tmp):
     root = os.path.join(tmp, "root")

@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -175,7 +176,10 @@ static int write_atomically(cli_ctx *ctx, const char *path, const char *text)
     int ret = CLI_EXIT_OK;
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     size_t len = strlen(text);
-    if (fd < 0 || write(fd, text, len) != (ssize_t)len || fsync(fd) != 0 ||
+    /* 0644 whatever the umask: the collector's user must read it (as the
+     * library's metrics_path file). */
+    if (fd < 0 || fchmod(fd, 0644) != 0 || write(fd, text, len) != (ssize_t)len ||
+        fsync(fd) != 0 ||
         close(fd) != 0 || rename(tmp, path) != 0) {
         ret = cli_fail(ctx, CLI_EXIT_ERROR, CKPT_EIO, "cannot write %s: %s", path,
                        strerror(errno));

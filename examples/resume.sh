@@ -144,7 +144,9 @@ while :; do
         why="crashed (exit $status)"
     fi
     if [ "$attempt" -ge "$max" ]; then
-        log "job $why; giving up after $max restart$( ((max == 1)) || echo s)"
+        plural=s
+        [ "$max" -eq 1 ] && plural=
+        log "job $why; giving up after $max restart$plural"
         exit "$status"
     fi
     attempt=$((attempt + 1))

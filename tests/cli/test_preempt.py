@@ -158,6 +158,11 @@ def test_resume_sh_gives_up(tmp):
             env={"CKPT": CKPT})
     check(r.rc == 134, "status of the last crash (134), got %d" % r.rc, r)
     check(r.out.count("pid ") == 3 and "giving up after 2 restarts" in r.err, "3 runs", r)
+    # POSIX sh (dash): no bash-only arithmetic in the message
+    r = run("sh", RESUME_SH, "-n", "1", "-w", "0", "-d", root, "--",
+            *toy_args(root, os.path.join(tmp, "out.bin"), "--crash-at", "30"),
+            env={"CKPT": CKPT})
+    check("giving up after 1 restart\n" in r.err and "not found" not in r.err, "-n 1", r)
     r = run("sh", RESUME_SH, "-n", "x", "--", "true")
     check(r.rc == 2, "bad -n", r)
 

@@ -146,18 +146,28 @@ int device_host_alloc(device *dev, size_t bytes, int want_pinned, void **ptr,
         }
         if (fits) {
             int rc = dcuda_host_alloc(cu, bytes, ptr);
-            if (rc != CKPT_OK) {
-                pthread_mutex_lock(&dev->mu);
-                dev->pinned_bytes -= bytes;
-                pthread_mutex_unlock(&dev->mu);
-                return rc;
+            if (rc == CKPT_OK) {
+                *pinned = 1;
+                return CKPT_OK;
             }
-            *pinned = 1;
-            return CKPT_OK;
+            pthread_mutex_lock(&dev->mu);
+            dev->pinned_bytes -= bytes;
+            pthread_mutex_unlock(&dev->mu);
+            if (rc != CKPT_ENOMEM)
+                return rc;
+            /* The system refused page-locked memory (ulimit -l, a container,
+             * other processes' pinned buffers): the save goes on through
+             * pageable memory, slower (each device copy into it returns
+             * only once done), rather than failing. */
+            char why[512];
+            snprintf(why, sizeof why, "%s", ckpt_error_last());
+            dcuda_note(cu, "%s: a %zu-byte buffer is pageable instead, device copies into "
+                       "it are slower", why, bytes);
+        } else {
+            dcuda_note(cu, "pinned memory cap of %llu bytes reached: a %zu-byte buffer is "
+                       "pageable, device copies into it are slower (raise pinned_limit)",
+                       (unsigned long long)dev->opts.pinned_limit, bytes);
         }
-        dcuda_note(cu, "pinned memory cap of %llu bytes reached: a %zu-byte buffer is "
-                   "pageable, device copies into it are slower (raise pinned_limit)",
-                   (unsigned long long)dev->opts.pinned_limit, bytes);
     }
     return pageable_alloc(bytes, ptr);
 }

@@ -594,7 +594,10 @@ int dcuda_host_alloc(dcuda *cu, size_t bytes, void **ptr)
     if (err != CU_SUCCESS) {
         char buf[256];
         *ptr = NULL;
-        return ckpt_seterr(CKPT_EDEVICE,
+        /* Out of page-locked memory (a scarce resource, refused long before
+         * pageable memory is): CKPT_ENOMEM, which the caller answers with
+         * pageable memory; any other error is the device's. */
+        return ckpt_seterr(err == CU_ERR_MEMORY_ALLOCATION ? CKPT_ENOMEM : CKPT_EDEVICE,
                            "cannot allocate %zu bytes of pinned host memory for "
                            "device tensors: %s", bytes, errstr(cu, err, buf, sizeof buf));
     }

@@ -505,9 +505,40 @@ Test(cuda_save, event_failure)
                NULL);
 }
 
-Test(cuda_save, pinned_out_of_memory)
+/* Page-locked memory refused (ulimit -l, a container, other processes'
+ * pinned buffers: it runs out long before pageable memory): the save goes
+ * through pageable memory instead, slower but whole, and says so in the
+ * step's environment record; any other cudaHostAlloc error is the
+ * device's, and fails the save. */
+Test(cuda_save, pinned_out_of_memory_falls_back_to_pageable)
 {
-    save_fault("cudaHostAlloc", 1, CU_OOM, 0, "cudaErrorMemoryAllocation", NULL);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0, 0);
+    void *d1 = dmalloc(), *d2 = dmalloc();
+    pattern_fill(d1, N, 71);
+    pattern_fill(d2, N, 72);
+    ckpt_tensor t[2] = { dtensor("layer1", d1, CKPT_MEM_DEVICE),
+                         dtensor("layer2", d2, CKPT_MEM_DEVICE) };
+    M.fault("cudaHostAlloc", 0, CU_OOM, 0);
+    cr_assert_eq(ckpt_save_sync(st, 1, t, 2, NULL), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_gt(M.fault_fired("cudaHostAlloc"), 0, "no pinned allocation was refused");
+    cr_assert_eq(ckpt_store_pinned_bytes(st), 0);
+    expect_saved(st, 1, "layer1", 71);
+    expect_saved(st, 1, "layer2", 72);
+    ckpt_checkpoint *ck;
+    cr_assert_eq(ckpt_checkpoint_open(&ck, st, 1, CKPT_VERIFY_QUICK), CKPT_OK);
+    cr_assert(strstr(ckpt_checkpoint_env(ck), "pageable instead"), "no note in %s",
+              ckpt_checkpoint_env(ck));
+    ckpt_checkpoint_free(ck);
+    M.reset();
+    ckpt_store_free(st);
+    M.Free(d1);
+    M.Free(d2);
+    expect_no_leaks(&M);
+}
+
+Test(cuda_save, pinned_allocation_failure)
+{
+    save_fault("cudaHostAlloc", 1, CU_UNKNOWN, 0, "cudaErrorUnknown", NULL);
 }
 
 /* A save whose begin fails while its first copies are still queued (the

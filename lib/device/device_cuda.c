@@ -619,7 +619,9 @@ void dcuda_host_free(dcuda *cu, void *ptr)
 static int rehome(dcuda *cu, int ordinal)
 {
     char buf[256];
-    if (ordinal == cu->ordinal)
+    /* Home already, with both handles: an earlier rehome that failed
+     * half-way (the stream made, not the event) is tried again. */
+    if (ordinal == cu->ordinal && cu->copy && cu->start)
         return CKPT_OK;
     dcuda_quiesce(cu);
     shared_release(cu, cu->snap);
@@ -641,11 +643,18 @@ static int rehome(dcuda *cu, int ordinal)
     cu_err err = cu->api->StreamCreateWithFlags(&cu->copy, CU_STREAM_NON_BLOCKING);
     if (err == CU_SUCCESS)
         err = cu->api->EventCreateWithFlags(&cu->start, CU_EVENT_FLAGS);
+    if (err != CU_SUCCESS) {
+        rc = ckpt_seterr(CKPT_EDEVICE, "cannot create the CUDA copy stream on device "
+                         "%d: %s", ordinal, errstr(cu, err, buf, sizeof buf));
+        /* Neither half kept: the next save makes both again instead of
+         * recording on a NULL event. */
+        if (cu->copy && cu->api->StreamDestroy(cu->copy) != CU_SUCCESS)
+            cu->api->GetLastError();
+        cu->copy = NULL;
+        cu->start = NULL;
+    }
     guard_leave(cu, prev);
-    if (err != CU_SUCCESS)
-        return ckpt_seterr(CKPT_EDEVICE, "cannot create the CUDA copy stream on device "
-                           "%d: %s", ordinal, errstr(cu, err, buf, sizeof buf));
-    return CKPT_OK;
+    return rc;
 }
 
 /* --------------------------------------------------------------- save side */

@@ -111,6 +111,34 @@ Test(semantics, second_gpu_only_touches_that_gpu)
     expect_no_leaks(&M);
 }
 
+/* The move of the copy stream to GPU 1 fails half-way (the stream made,
+ * its start event refused): that save fails naming the cause, and the next
+ * one makes both again instead of recording on a missing event. */
+Test(semantics, a_move_between_gpus_that_fails_half_way_is_retried)
+{
+    M.set_device_count(2);
+    void *d0 = dmalloc_on(0, N), *d1 = dmalloc_on(1, N);
+    pattern_fill(d0, N, 5);
+    pattern_fill(d1, N, 6);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0);
+    ckpt_tensor t0 = tensor("w", d0, N, CKPT_MEM_DEVICE);
+    ckpt_tensor t1 = tensor("w", d1, N, CKPT_MEM_DEVICE);
+    M.SetDevice(0);
+    cr_assert_eq(ckpt_save_sync(st, 1, &t0, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    M.SetDevice(1);
+    M.fault("cudaEventCreateWithFlags", 1, 2 /* cudaErrorMemoryAllocation */, 0);
+    int rc = ckpt_save_sync(st, 2, &t1, 1, NULL);
+    cr_assert_eq(rc, CKPT_EDEVICE, "%d %s", rc, ckpt_error_last());
+    cr_expect(strstr(ckpt_error_last(), "copy stream on device 1"), "%s", ckpt_error_last());
+    M.reset();
+    cr_assert_eq(ckpt_save_sync(st, 3, &t1, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    expect_saved(st, 3, "w", N, 6);
+    ckpt_store_free(st);
+    M.Free(d0);
+    M.Free(d1);
+    expect_no_leaks(&M);
+}
+
 /* The same store may save from GPU 0 and later from GPU 1 (its copy
  * stream moves), and restore into a tensor on either. */
 Test(semantics, store_moves_between_gpus_and_restores_anywhere)

@@ -121,6 +121,12 @@ int layout_open(layout *l, const char *path, int writing, int trust_group)
                 if (path[i] == '/')
                     slash = path + i;
             int plen = !slash ? 1 : slash == path ? 1 : (int)(slash - path);
+            char *parent = util_printf("%.*s", plen, slash ? path : ".");
+            struct stat ps;
+            int there = parent && stat(parent, &ps) == 0;
+            free(parent);
+            if (there) /* /proc, say: a parent that takes no new directory */
+                return ckpt_seterr_errno(-e, "cannot create the checkpoint root %s", path);
             return ckpt_seterr(CKPT_ENOTFOUND, "cannot create the checkpoint root %s: its "
                                "parent directory %.*s does not exist (libckpt creates the "
                                "root, not the directories above it: mkdir -p them first)",
@@ -159,6 +165,21 @@ int layout_open(layout *l, const char *path, int writing, int trust_group)
     trust_init(&l->tr, &in, trust_group);
     if ((rc = trust_check_root(&l->tr, l->root, &in, writing)))
         return rc;
+    /* A writer must be able to make its steps there: said now, not after
+     * the job has trained up to its first save. */
+    if (writing && faccessat(AT_FDCWD, l->root, W_OK | X_OK, AT_EACCESS) != 0) {
+        int e = errno;
+        if (e == EROFS)
+            return ckpt_seterr(CKPT_EACCES, "the checkpoint root %s is on a read-only file "
+                               "system: no save could be written there; open it with "
+                               "CKPT_OPEN_READONLY (Python: readonly=True) to read", l->root);
+        if (e == EACCES || e == EPERM)
+            return ckpt_seterr(CKPT_EACCES, "the checkpoint root %s is not writable by you "
+                               "(mode %04o, owner uid %u): no save could create its step "
+                               "there; open it with CKPT_OPEN_READONLY (Python: "
+                               "readonly=True) to read, or give it back write permission",
+                               l->root, in.mode & 07777, in.uid);
+    }
     return writing ? pin_root(l, &in) : CKPT_OK;
 }
 

@@ -66,10 +66,20 @@ int trust_private_group(unsigned uid, unsigned gid)
 /* CKPT_OK unless others may write `in`. */
 static int check_mode(const trust *t, const char *path, const fsio_info *in, const char *what)
 {
-    if (in->mode & 0002)
+    if (in->mode & 0002) {
+        /* Advice the reader can follow: a shared directory such as /tmp
+         * (sticky, another owner's) is not to be changed, but a root made
+         * inside it, one's own, is. */
+        if (in->uid != t->self || (in->mode & 01000))
+            return ckpt_seterr(CKPT_EACCES, "%s %s is writable by every user (mode %04o%s): "
+                               "anyone could plant or swap checkpoints there; use a "
+                               "directory of your own inside it as the root (mkdir -m 700 "
+                               "%s/NAME)", what, path, in->mode,
+                               in->mode & 01000 ? ", a shared scratch directory" : "", path);
         return ckpt_seterr(CKPT_EACCES, "%s %s is writable by every user (mode %04o): "
                            "anyone could plant or swap checkpoints there; run "
                            "chmod o-w on it", what, path, in->mode);
+    }
     if (in->acl_writers && !t->group)
         return ckpt_seterr(CKPT_EACCES, "%s %s has a POSIX ACL that lets other users or "
                            "groups write it (getfacl lists them): they could plant or swap "

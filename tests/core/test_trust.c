@@ -78,6 +78,12 @@ Test(trust, a_world_writable_root_is_refused_even_when_trusting_the_group)
                    "writable by every user");
     assert_refused(open_flags(tc_root, CKPT_OPEN_READONLY, &st), "reader", "o-w");
     cr_assert_eq(tc_count_prefix(tc_root, ".lock"), 0, "a refused writer created its lock");
+    /* A shared scratch directory (sticky, like /tmp) is not to be opened up
+     * or closed: the advice is a directory of one's own inside it. */
+    cr_assert_eq(chmod(tc_root, 01777), 0);
+    assert_refused(open_flags(tc_root, CKPT_OPEN_READONLY, &st), "sticky",
+                   "use a directory of your own inside it");
+    cr_assert_null(strstr(ckpt_error_last(), "chmod o-w"), "%s", ckpt_error_last());
 }
 
 Test(trust, a_group_writable_root_needs_the_group_trusted)
@@ -879,4 +885,48 @@ Test(trust, a_shared_primary_group_gets_private_modes)
                      (unsigned)(sb.st_mode & 07777));
     }
     free(step), free(man), free(shard), free(log);
+}
+
+/* A root its owner made read-only (chmod 555) refuses a writer at open,
+ * saying so, rather than at the first save, after the job has trained up
+ * to it; read-only opens still work.  (As another user: root may write
+ * anything.) */
+Test(trust, a_root_without_write_permission_refuses_a_writer_at_open)
+{
+    need_root();
+    cr_assert_eq(chmod(tc_root, 01777), 0);
+    char root[4096];
+    snprintf(root, sizeof root, "%s/ro", tc_root);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (setgid(OTHER_UID) || setuid(OTHER_UID))
+            _exit(10);
+        tc_state s;
+        tc_state_standard(&s, 1);
+        ckpt_store *st = NULL;
+        if (open_flags(root, 0, &st) || tc_save(st, 1, &s, NULL))
+            _exit(11);
+        ckpt_store_free(st);
+        if (chmod(root, 0555) != 0)
+            _exit(12);
+        int rc = open_flags(root, 0, &st);
+        int named = strstr(ckpt_error_last(), "not writable by you") &&
+                    strstr(ckpt_error_last(), "0555") && strstr(ckpt_error_last(), "READONLY");
+        ckpt_store_free(st);
+        if (rc != CKPT_EACCES || !named) {
+            fprintf(stderr, "writer open: %s: %s\n", ckpt_status_name(rc), ckpt_error_last());
+            _exit(13);
+        }
+        if (open_flags(root, CKPT_OPEN_READONLY, &st) != CKPT_OK)
+            _exit(14);
+        int64_t step = -1;
+        rc = ckpt_store_latest(st, CKPT_VERIFY_FULL, &step);
+        ckpt_store_free(st);
+        tc_state_free(&s);
+        chmod(root, 0755);
+        _exit(rc || step != 1 ? 15 : 0);
+    }
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: %d", status);
 }

@@ -252,11 +252,14 @@ int cmd_health(cli_ctx *ctx, int argc, char **argv)
     int64_t step = -1;
     double age = -1;
     uint64_t free_bytes = 0, size = 0, fits = 0;
-    int have_free = 0;
+    int have_free = 0, read_only = 0;
     struct statvfs v;
     if (statvfs(ckpt_store_path(store), &v) == 0) {
         have_free = 1;
-        free_bytes = (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
+        /* Mounted read-only (a full or failing disk remounted so): free
+         * blocks, but room for no checkpoint at all. */
+        read_only = (v.f_flag & ST_RDONLY) != 0;
+        free_bytes = read_only ? 0 : (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
     }
     int st = ckpt_checkpoint_open(&ck, store, CKPT_LATEST, CKPT_VERIFY_FULL);
     if (st == CKPT_ENOCKPT) {
@@ -275,6 +278,9 @@ int cmd_health(cli_ctx *ctx, int argc, char **argv)
             snprintf(reason, sizeof reason, "the newest valid checkpoint (step %" PRId64
                      ") is %s old, more than %s", step, cli_fmt_duration(age, a),
                      cli_fmt_duration(max_age, b));
+        else if (read_only)
+            snprintf(reason, sizeof reason, "the file system of %s is mounted read-only: "
+                     "no checkpoint can be written there", dir);
         else if (have_free && size && fits < (uint64_t)min_saves)
             snprintf(reason, sizeof reason, "%s free on the file system of %s holds %" PRIu64
                      " more checkpoint%s of %s (step %" PRId64 "), fewer than %" PRId64,

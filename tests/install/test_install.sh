@@ -152,7 +152,7 @@ rm -rf "$build"
 for f in "$prefix/bin/ckpt" "$libdir/libckpt.so.0" "$libdir/libckpt.a" \
     "$libdir/pkgconfig/libckpt.pc" "$prefix/include/ckpt.h" \
     "$pydir/libckpt/__init__.py" "$pydir/libckpt/_install.py" \
-    "$prefix/share/doc/libckpt/CLI.md"; do
+    "$prefix/share/doc/libckpt/docs/CLI.md" "$prefix/share/doc/libckpt/LICENSE"; do
     [[ -e $f ]] || fail "not installed: $f"
 done
 if [[ $plugindir != - ]]; then
@@ -177,8 +177,8 @@ echo "$out"
 [[ $out == *0.* ]] || fail "ckpt --version printed '$out'"
 # --help points at the JSON schemas where they were installed
 out=$("${user[@]}" ckpt --help 2>&1) || fail "ckpt --help: $out"
-[[ $out == *"$prefix/share/doc/libckpt/CLI.md"* ]] ||
-    fail "ckpt --help does not name the installed $prefix/share/doc/libckpt/CLI.md"
+[[ $out == *"$prefix/share/doc/libckpt/docs/CLI.md"* ]] ||
+    fail "ckpt --help does not name the installed $prefix/share/doc/libckpt/docs/CLI.md"
 
 # -------------------------------------------------- a C program, pkg-config
 step "C program built with pkg-config"

@@ -34,11 +34,11 @@ static int unavailable(cli_ctx *ctx, const cli_cmd *cmd, const char *usage, int 
 
 int cmd_export(cli_ctx *ctx, int argc, char **argv)
 {
-    return unavailable(ctx, &cli_cmd_export, "DIR --step N OUT.h5 [--codec none|deflate|zstd]",
+    return unavailable(ctx, &cli_cmd_export, "DIR OUT.h5 [--step N] [--codec none|deflate|zstd]",
                        argc, argv);
 }
 
 int cmd_import(cli_ctx *ctx, int argc, char **argv)
 {
-    return unavailable(ctx, &cli_cmd_import, "IN.h5 DIR --step N", argc, argv);
+    return unavailable(ctx, &cli_cmd_import, "IN.h5 DIR [--step N]", argc, argv);
 }

@@ -14,9 +14,15 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 top=$(cd "$here/../.." && pwd)
 build=${1:-$top/build}
 py=${PYTHON:-/usr/bin/python3}
-export PYTHONPATH="$top/bindings/python${PYTHONPATH:+:$PYTHONPATH}"
+# The binding from this tree goes with a library from this tree (or one
+# named by LIBCKPT_LIBRARY); without either, the installed package (meson
+# install or pip), which finds its own library: the tree's copy of the
+# package would hide it and find none.
 if [ -z "${LIBCKPT_LIBRARY:-}" ] && [ -e "$build/lib/libckpt.so" ]; then
   export LIBCKPT_LIBRARY="$build/lib/libckpt.so"
+fi
+if [ -n "${LIBCKPT_LIBRARY:-}" ]; then
+  export PYTHONPATH="$top/bindings/python${PYTHONPATH:+:$PYTHONPATH}"
 fi
 "$py" -c 'import torch, numpy, libckpt' || {
   echo "demo: needs torch, numpy and libckpt for $py (see docs/PYTHON.md)" >&2

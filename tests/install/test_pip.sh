@@ -93,6 +93,10 @@ if git -C "$src" rev-parse --is-inside-work-tree >/dev/null 2>&1; then
 else
     cp -a "$src/." "$tmp/src/"
     find "$tmp/src" -name __pycache__ -prune -exec rm -rf {} +
+    # A .git left in the copy (a worktree's .git file, or a repository git
+    # refused to use) would make the git commands below act on that
+    # repository, not the copy.
+    rm -rf "$tmp/src/.git"
 fi
 link=$tmp/src/bindings/python/subprojects/libckpt
 [[ -L $link && -f $link/meson.build ]] ||

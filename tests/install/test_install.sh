@@ -256,6 +256,24 @@ out=$("${pip[@]}" "LIBCKPT_LIBRARY=$libdir/libckpt.so.0" "$python" -c "$probe" 2
     fail "binding with LIBCKPT_LIBRARY: $out"
 [[ $out == "$libdir/libckpt.so.0" ]] || fail "with LIBCKPT_LIBRARY loaded '$out'"
 
+# A meson install whose library was removed since (uninstalled, moved):
+# the package says so and how to mend it, not to point LIBCKPT_LIBRARY at
+# the very file that is gone.
+step "binding whose installed library is gone"
+mkdir -p "$tmp/gone"
+cp -r "$pydir/libckpt" "$tmp/gone/"
+rm -rf "$tmp/gone/libckpt/__pycache__"
+printf 'LIBDIR = "%s"\n' "$tmp/no-such-libdir" >"$tmp/gone/libckpt/_install.py"
+if out=$("${user[@]}" PYTHONPATH="$tmp/gone" PYTHONNOUSERSITE=1 PYTHONDONTWRITEBYTECODE=1 \
+        "$python" -c "$probe" 2>&1); then
+    echo "found $out without the recorded library (a system libckpt): message not checked"
+else
+    msg=$(tail -n 1 <<<"$out")
+    echo "$msg"
+    [[ $msg == *"$tmp/no-such-libdir/libckpt.so.0, is gone"* && $msg == *"install libckpt again"* ]] ||
+        fail "ImportError does not say the installed library is gone: $msg"
+fi
+
 # --------------------------------------------------- HDF5 zstd plugin hint
 step "ckpt export --codec zstd"
 if [[ $plugindir == - ]]; then

@@ -252,6 +252,11 @@ def test_library_from_environment_variable_only():
     r = run_import(env)
     assert r.returncode != 0
     assert "ImportError" in r.stderr and "/nonexistent/libckpt.so" in r.stderr
+    # a quoted '~' reaches Python unexpanded: said so
+    env["LIBCKPT_LIBRARY"] = "~/nonexistent/libckpt.so.0"
+    r = run_import(env)
+    assert r.returncode != 0
+    assert "the shell did not expand" in r.stderr and "$HOME" in r.stderr, r.stderr
 
 
 def test_library_next_to_the_package(tmp_path):

@@ -218,6 +218,15 @@ def _candidates():
     yield "libckpt.so.0"
 
 
+def _recorded(path):
+    """Whether `path` is the library a meson install recorded (_install.py)."""
+    try:
+        from ._install import LIBDIR
+    except ImportError:
+        return False
+    return path == os.path.join(LIBDIR, "libckpt.so.0")
+
+
 def _libdir_example():
     """Where `meson setup --prefix PREFIX` puts the library on this system:
     PREFIX/lib/<multiarch triplet> on Debian and Ubuntu."""
@@ -227,9 +236,15 @@ def _libdir_example():
 
 def _load():
     tried = []
+    installed = None  # the library a meson install recorded, gone since
     for cand in _candidates():
         if os.sep in cand and not os.path.exists(cand):
-            tried.append("%s (no such file)" % cand)
+            why = "no such file"
+            if cand.startswith("~"):
+                why += ": a '~' the shell did not expand (it was quoted): write $HOME"
+            elif installed is None and _recorded(cand):
+                installed = cand
+            tried.append("%s (%s)" % (cand, why))
             continue
         try:
             return ctypes.CDLL(cand), cand
@@ -241,6 +256,12 @@ def _load():
             "Point it at the installed libckpt.so.0 (PREFIX/%s/libckpt.so.0 for "
             "`meson setup --prefix PREFIX`) or unset it."
             % ("; ".join(tried), _libdir_example()))
+    if installed:
+        raise ImportError(
+            "libckpt: the C library this package was installed with, %s, is gone "
+            "(uninstalled or moved; tried: %s): install libckpt again (meson "
+            "install from its build directory), or point LIBCKPT_LIBRARY at "
+            "another libckpt.so.0" % (installed, "; ".join(tried)))
     libdir = _libdir_example()
     raise ImportError(
         "libckpt: cannot load the C library; tried: %s.  Set LIBCKPT_LIBRARY to "

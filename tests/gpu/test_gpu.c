@@ -507,6 +507,58 @@ static void larger_than_pinned_limit(void)
     free_root(root);
 }
 
+/* host_memory_limit below the device state (the snapshot buffer wraps),
+ * pinned_limit above it, in each mode: begin must return while the
+ * caller's stream is still gated (the wrap happens on the persist thread,
+ * never in begin), and the data is exact. */
+static void smaller_host_memory_limit(ckpt_snapshot_mode mode)
+{
+    char what[96];
+    snprintf(what, sizeof what, "host_memory_limit 32 MiB under a 256 MiB state, %s mode",
+             mode_name(mode));
+    char *root = new_root();
+    ckpt_store *st = NULL;
+    ckpt_store_options o = CKPT_STORE_OPTIONS_INIT;
+    o.fsync = 0;
+    o.snapshot_mode = mode;
+    o.pinned_limit = (uint64_t)1 << 30;
+    o.host_memory_limit = 32 * MIB;
+    if (ckpt_store_open(&st, root, &o) != CKPT_OK) {
+        CHECK(0, "%s: ckpt_store_open: %s", what, ckpt_error_last());
+        free_root(root);
+        return;
+    }
+    size_t sizes[4] = { 64 * MIB, 64 * MIB, 64 * MIB, 64 * MIB };
+    state x;
+    state_make(&x, 4, sizes, 30);
+    cudaStream_t s;
+    CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CU(cudaMemset(x.d[0], 0, x.bytes[0]));
+    CU(cudaDeviceSynchronize());
+    gate g;
+    gate_close(&g, s);
+    CU(cudaMemcpyAsync(x.d[0], x.h[0], x.bytes[0], cudaMemcpyHostToDevice, s));
+    ckpt_save_options so = CKPT_SAVE_OPTIONS_INIT;
+    so.cuda_stream = s;
+    ckpt_save *save = NULL;
+    CK(ckpt_save_begin(&save, st, 1, x.t, 4, &so));
+    CHECK(!gate_open(&g), "%s: ckpt_save_begin waited for the caller's stream", what);
+    if (save) {
+        CK(ckpt_save_fence(save, s));
+        CU(cudaMemsetAsync(x.d[3], 0xEE, x.bytes[3], s)); /* after the fence */
+        CK(ckpt_save_wait(save));
+    }
+    ckpt_save_free(save);
+    CU(cudaStreamSynchronize(s));
+    gate_destroy(&g);
+    CU(cudaMemcpy(x.d[3], x.h[3], x.bytes[3], cudaMemcpyHostToDevice));
+    state_expect_saved(st, 1, &x, what);
+    ckpt_store_free(st);
+    state_free(&x);
+    CU(cudaStreamDestroy(s));
+    free_root(root);
+}
+
 /* STREAM mode through a 16 MiB pool: tensors of odd sizes, many passes;
  * after wait_snapshot the device buffers are overwritten. */
 static void stream_passes(void)
@@ -976,6 +1028,9 @@ int main(int argc, char **argv)
     printf("STREAM mode in passes: done\n");
     device_fallback();
     printf("DEVICE mode falling back to host memory: done\n");
+    for (int i = 0; i < 3; i++)
+        smaller_host_memory_limit(modes[i]);
+    printf("host_memory_limit below the state, each mode: done\n");
     separate_allocations();
     printf("separate allocations side by side: done\n");
     if (graph_capture(ha))

@@ -101,6 +101,8 @@ int layout_open(layout *l, const char *path, int writing, int trust_group)
     l->pin_fd = -1;
     l->at = NULL;
     l->root = NULL;
+    l->tmp_fd = -1;
+    l->tmp_at = l->tmp_name = l->tmp_shown = NULL;
     /* Private to the owner (and the group's readers) unless shared with a
      * trusted group; the command line in each manifest is no one else's. */
     l->dir_mode = trust_group ? 0770 : 0750;
@@ -239,6 +241,13 @@ void layout_close(layout *l)
     if (l->at && l->pin_fd >= 0) /* `at` set: pinned by layout_open (a zeroed
                                     layout holds fd 0, not its own) */
         close(l->pin_fd);
+    if (l->tmp_at && l->tmp_fd >= 0) /* likewise: set with tmp_at */
+        close(l->tmp_fd);
+    l->tmp_fd = -1;
+    free(l->tmp_at);
+    free(l->tmp_name);
+    free(l->tmp_shown);
+    l->tmp_at = l->tmp_name = l->tmp_shown = NULL;
     l->pin_fd = -1;
     free(l->at);
     l->at = NULL;
@@ -282,29 +291,42 @@ char *layout_step_path(const layout *l, int64_t step)
     return layout_pinned_path(l, name);
 }
 
+/* Whether `s` starts with the pin `at` ("/proc/self/fd/N", not N7). */
+static int starts_with_pin(const char *s, const char *at)
+{
+    size_t n = at ? strlen(at) : 0;
+    return n && strncmp(s, at, n) == 0 &&
+           (s[n] == '/' || s[n] == '\0' || s[n] == ' ' || s[n] == ':' || s[n] == ',' ||
+            s[n] == ')' || s[n] == '\'');
+}
+
 char *layout_shown_path(const layout *l, const char *path)
 {
-    size_t n = l->at ? strlen(l->at) : 0;
-    if (n && strncmp(path, l->at, n) == 0 && (path[n] == '/' || path[n] == '\0'))
-        return util_printf("%s%s", l->root, path + n);
+    if (starts_with_pin(path, l->tmp_at) && l->tmp_shown)
+        return util_printf("%s%s", l->tmp_shown, path + strlen(l->tmp_at));
+    if (starts_with_pin(path, l->at))
+        return util_printf("%s%s", l->root, path + strlen(l->at));
     return util_strdup(path);
 }
 
 int layout_shown_error(const layout *l, int status)
 {
-    size_t n = l->at ? strlen(l->at) : 0;
     const char *msg = ckpt_error_last();
-    if (!status || !n || !strstr(msg, l->at))
+    if (!status || !((l->at && strstr(msg, l->at)) || (l->tmp_at && strstr(msg, l->tmp_at))))
         return status;
     char out[CKPT_ERROR_MESSAGE_MAX];
     size_t k = 0;
     for (const char *c = msg; *c && k + 1 < sizeof out;) {
-        if (strncmp(c, l->at, n) == 0 && (c[n] == '/' || c[n] == '\0' || c[n] == ' ' ||
-                                          c[n] == ':' || c[n] == ',' || c[n] == ')')) {
-            k += (size_t)snprintf(out + k, sizeof out - k, "%s", l->root);
+        const char *pin = NULL, *shown = NULL;
+        if (l->tmp_shown && starts_with_pin(c, l->tmp_at))
+            pin = l->tmp_at, shown = l->tmp_shown;
+        else if (starts_with_pin(c, l->at))
+            pin = l->at, shown = l->root;
+        if (pin) {
+            k += (size_t)snprintf(out + k, sizeof out - k, "%s", shown);
             if (k >= sizeof out)
                 k = sizeof out - 1;
-            c += n;
+            c += strlen(pin);
         } else {
             out[k++] = *c++;
         }
@@ -513,8 +535,64 @@ static int sync_root(layout *l)
     return fsio_fsync_path(&l->fs, l->at ? l->at : l->root);
 }
 
+/* Forget the previous save's temporary directory (its descriptor and
+ * names). */
+static void temp_forget(layout *l)
+{
+    if (l->tmp_fd >= 0)
+        close(l->tmp_fd);
+    l->tmp_fd = -1;
+    l->tmp_known = 0;
+    free(l->tmp_at);
+    free(l->tmp_name);
+    free(l->tmp_shown);
+    l->tmp_at = l->tmp_name = l->tmp_shown = NULL;
+}
+
+/* The temporary directory `p` (a path through the pinned root, just made
+ * or found, known to be a directory of identity `in`), pinned like the
+ * root: *path becomes "/proc/self/fd/N" of a descriptor of it, through
+ * which every file of the save is created, so that renaming the entry
+ * (a trusted group's member may) cannot send them elsewhere.  Without
+ * /proc (or memory for the names), p stays the path: unpinned. */
+static void temp_pin(layout *l, char **path, const fsio_info *in)
+{
+    const char *slash = strrchr(*path, '/');
+    const char *name = slash ? slash + 1 : *path;
+    int fd = open(*path, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat sb, via;
+    char at[40];
+    snprintf(at, sizeof at, "/proc/self/fd/%d", fd);
+    if (fd < 0 || fstat(fd, &sb) != 0 || sb.st_dev != in->dev || sb.st_ino != in->ino ||
+        stat(at, &via) != 0 || via.st_ino != sb.st_ino || !(l->tmp_at = util_strdup(at)) ||
+        !(l->tmp_name = util_strdup(name)) || !(l->tmp_shown = util_join(l->root, name))) {
+        if (fd >= 0)
+            close(fd);
+        free(l->tmp_at);
+        free(l->tmp_name);
+        l->tmp_at = l->tmp_name = NULL;
+        return;
+    }
+    l->tmp_fd = fd;
+    free(*path);
+    *path = util_strdup(at);
+    if (!*path) { /* keep what works */
+        *path = util_join(l->at ? l->at : l->root, name);
+    }
+}
+
+/* The entry of the save's temporary directory `tmp` (as layout_make_temp
+ * gave it) in the pinned root. */
+static char *temp_entry(const layout *l, const char *tmp)
+{
+    if (l->tmp_at && l->tmp_name && strcmp(tmp, l->tmp_at) == 0)
+        return layout_pinned_path(l, l->tmp_name);
+    return pinned_entry(l, tmp);
+}
+
 int layout_make_temp(layout *l, int64_t step, char **path)
 {
+    temp_forget(l);
     char *p;
     if (l->shared_tag[0]) {
         char name[128];
@@ -561,13 +639,16 @@ int layout_make_temp(layout *l, int64_t step, char **path)
     l->tmp_known = 1;
     l->tmp_dev = in.dev;
     l->tmp_ino = in.ino;
+    temp_pin(l, &p, &in);
+    if (!p)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
     *path = p;
     return CKPT_OK;
 }
 
 void layout_remove_temp(layout *l, const char *path)
 {
-    char *p = pinned_entry(l, path);
+    char *p = temp_entry(l, path);
     if (p)
         fsio_remove_tree(&l->fs, p);
     free(p);
@@ -601,7 +682,7 @@ int layout_commit(layout *l, const char *tmp, int64_t step)
     if (lrc)
         return lrc;
     /* Renamed in the pinned root, whatever its path names by now. */
-    char *final = pinned_step_path(l, step), *from = pinned_entry(l, tmp);
+    char *final = pinned_step_path(l, step), *from = temp_entry(l, tmp);
     int rc = final && from ? CKPT_OK : -ENOMEM;
     if (!rc && (rc = temp_is_ours(l, from, tmp, step))) {
         free(final);

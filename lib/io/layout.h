@@ -61,9 +61,16 @@ typedef struct layout {
      * its identity, checked when it is committed, so that an entry another
      * user who can write the root swapped in (a link to a directory of
      * theirs) is never committed as the step the caller was told is
-     * safe.  tmp_known 0: none. */
+     * safe (tmp_known 0: none); and, like the root, a descriptor of it
+     * (tmp_fd, -1: none) whose "/proc/self/fd/N" (tmp_at) is the path the
+     * save writes its files through, so that a swap of the entry cannot
+     * send them elsewhere.  tmp_name is the entry's name in the root,
+     * tmp_shown its path as users know it (messages); both stay until the
+     * next layout_make_temp, for messages formed after the cleanup. */
     int tmp_known;
     uint64_t tmp_dev, tmp_ino;
+    int tmp_fd;
+    char *tmp_at, *tmp_name, *tmp_shown;
 } layout;
 
 /* Resolve `path` into l->root (absolute), creating the directory when
@@ -125,7 +132,9 @@ int layout_check_lock(layout *l);
 /* Committed steps, ascending: directories with canonical step names. */
 int layout_scan(layout *l, int64_t **steps, size_t *count);
 
-/* Create a fresh temporary directory for `step`; *path malloc'd.  With a
+/* Create a fresh temporary directory for `step`; *path malloc'd: where to
+ * write its files (through a descriptor of the directory made, where /proc
+ * allows; pass it back to layout_commit or layout_remove_temp).  With a
  * shared tag the name is the same on every rank and one that another rank
  * created already is used (when it is a directory this writer trusts). */
 int layout_make_temp(layout *l, int64_t step, char **path);

@@ -326,33 +326,54 @@ Test(shared, a_writer_stays_in_its_root_when_the_path_is_swapped)
 
 /* The temporary directory of a save is swapped for a link to a directory
  * outside the root as the shard is created (a member of a trusted group
- * can rename the root's entries).  The step must not be reported saved:
- * the commit finds that the entry is not the directory the save made. */
+ * can rename the root's entries).  The save's files go on into the
+ * directory it made (written through a descriptor of it, not its name),
+ * none lands outside, and the step is not reported saved: the commit
+ * finds that the entry is not the directory the save made. */
 typedef struct swap_ctx {
     char *outside;
+    char aside[4200];
     int done;
 } swap_ctx;
+
+/* The directory holding `path`, with a leading "/proc/self/fd/N" (a
+ * pinned directory) resolved to the path it names. */
+static int dir_of(const char *path, char *dir, size_t size)
+{
+    char d[4096];
+    snprintf(d, sizeof d, "%s", path);
+    *strrchr(d, '/') = '\0';
+    if (strncmp(d, "/proc/self/fd/", 14) != 0) {
+        snprintf(dir, size, "%s", d);
+        return 0;
+    }
+    const char *rest = d + 14 + strspn(d + 14, "0123456789");
+    char link[64];
+    snprintf(link, sizeof link, "%.*s", (int)(rest - d), d);
+    ssize_t n = readlink(link, dir, size - 1);
+    if (n <= 0 || (size_t)n + strlen(rest) >= size)
+        return -1;
+    snprintf(dir + n, size - (size_t)n, "%s", rest);
+    return 0;
+}
 
 static int swap_temp(void *ctx, fsio_op op, const char *path)
 {
     swap_ctx *c = ctx;
-    if (c->done || op != FSIO_OPEN || !path || !strstr(path, "/.tmp-") ||
-        !strstr(path, ".shard"))
+    char dir[4096];
+    if (c->done || op != FSIO_OPEN || !path || !strstr(path, ".shard") ||
+        dir_of(path, dir, sizeof dir) != 0 || !strstr(dir, "/.tmp-"))
         return 0;
     c->done = 1;
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", path);
-    *strrchr(dir, '/') = '\0';
-    char aside[4200];
-    snprintf(aside, sizeof aside, "%s-aside", c->outside);
-    if (rename(dir, aside) != 0 || symlink(c->outside, dir) != 0)
+    snprintf(c->aside, sizeof c->aside, "%s-aside", c->outside);
+    if (rename(dir, c->aside) != 0 || symlink(c->outside, dir) != 0)
         return -EIO;
     return 0;
 }
 
 Test(shared, a_temporary_directory_swapped_for_a_link_is_never_committed)
 {
-    swap_ctx c = {tc_mkdtemp(), 0};
+    swap_ctx c = {tc_mkdtemp(), "", 0};
     fsio fs = {swap_temp, NULL, NULL, &c};
     ckpt_store_options o;
     tc_opts(&o);
@@ -367,13 +388,15 @@ Test(shared, a_temporary_directory_swapped_for_a_link_is_never_committed)
     cr_assert(strstr(ckpt_error_last(), "not committed") &&
               strstr(ckpt_error_last(), tc_root) && !strstr(ckpt_error_last(), "/proc/"),
               "%s", ckpt_error_last());
+    cr_assert_eq(tc_count_prefix(c.outside, ""), 0, "the save's files went through the link");
+    char *shard = tc_join(c.aside, "rank-00000.shard");
+    cr_assert(tc_exists(shard), "the shard is not in the directory the save made");
+    free(shard);
     int64_t none[1];
     tc_assert_steps(st, none, 0);
     ckpt_store_free(st);
     tc_state_free(&s);
     tc_rmtree(c.outside);
-    char aside[4200];
-    snprintf(aside, sizeof aside, "%s-aside", c.outside);
-    tc_rmtree(aside);
+    tc_rmtree(c.aside);
     free(c.outside);
 }

@@ -459,6 +459,36 @@ static void state_free(state *x)
     }
 }
 
+/* Save the four-tensor state `x` as step 1 on stream `s` while a kernel
+ * gates the stream: tensor 0's content is written by the gated stream,
+ * tensor 3 is overwritten right after the fence.  ckpt_save_begin must
+ * return while the gate is closed, and the step must hold the state as
+ * the stream had it at the save. */
+static void gated_save(ckpt_store *st, state *x, cudaStream_t s, const char *what)
+{
+    /* tensor 0 holds zeros until the gated stream writes its content */
+    CU(cudaMemset(x->d[0], 0, x->bytes[0]));
+    CU(cudaDeviceSynchronize());
+    gate g;
+    gate_close(&g, s);
+    CU(cudaMemcpyAsync(x->d[0], x->h[0], x->bytes[0], cudaMemcpyHostToDevice, s));
+    ckpt_save_options so = CKPT_SAVE_OPTIONS_INIT;
+    so.cuda_stream = s;
+    ckpt_save *save = NULL;
+    CK(ckpt_save_begin(&save, st, 1, x->t, 4, &so));
+    CHECK(!gate_open(&g), "%s: ckpt_save_begin waited for the caller's stream", what);
+    if (save) {
+        CK(ckpt_save_fence(save, s));
+        CU(cudaMemsetAsync(x->d[3], 0xEE, x->bytes[3], s)); /* after the fence */
+        CK(ckpt_save_wait(save));
+    }
+    ckpt_save_free(save);
+    CU(cudaStreamSynchronize(s));
+    gate_destroy(&g);
+    CU(cudaMemcpy(x->d[3], x->h[3], x->bytes[3], cudaMemcpyHostToDevice));
+    state_expect_saved(st, 1, x, what);
+}
+
 /* Default options but a small pinned_limit: a device state four times the
  * limit.  begin must return while the caller's stream is still gated (no
  * pageable copy, no wait for the stream on the caller's thread), pinned
@@ -474,27 +504,7 @@ static void larger_than_pinned_limit(void)
     state_make(&x, 4, sizes, 10);
     cudaStream_t s;
     CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    /* tensor 0 holds zeros until the gated stream writes its content */
-    CU(cudaMemset(x.d[0], 0, x.bytes[0]));
-    CU(cudaDeviceSynchronize());
-    gate g;
-    gate_close(&g, s);
-    CU(cudaMemcpyAsync(x.d[0], x.h[0], x.bytes[0], cudaMemcpyHostToDevice, s));
-    ckpt_save_options so = CKPT_SAVE_OPTIONS_INIT;
-    so.cuda_stream = s;
-    ckpt_save *save = NULL;
-    CK(ckpt_save_begin(&save, st, 1, x.t, 4, &so));
-    CHECK(!gate_open(&g), "%s: ckpt_save_begin waited for the caller's stream", what);
-    if (save) {
-        CK(ckpt_save_fence(save, s));
-        CU(cudaMemsetAsync(x.d[3], 0xEE, x.bytes[3], s)); /* after the fence */
-        CK(ckpt_save_wait(save));
-    }
-    ckpt_save_free(save);
-    CU(cudaStreamSynchronize(s));
-    gate_destroy(&g);
-    CU(cudaMemcpy(x.d[3], x.h[3], x.bytes[3], cudaMemcpyHostToDevice));
-    state_expect_saved(st, 1, &x, what);
+    gated_save(st, &x, s, what);
     CHECK(ckpt_store_pinned_bytes(st) <= limit, "%s: pinned bytes %llu over the %zu MiB limit",
           what, (unsigned long long)ckpt_store_pinned_bytes(st), limit / MIB);
     state_expect_restore(st, &x, s, "restore of a state 4x pinned_limit");
@@ -533,26 +543,7 @@ static void smaller_host_memory_limit(ckpt_snapshot_mode mode)
     state_make(&x, 4, sizes, 30);
     cudaStream_t s;
     CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    CU(cudaMemset(x.d[0], 0, x.bytes[0]));
-    CU(cudaDeviceSynchronize());
-    gate g;
-    gate_close(&g, s);
-    CU(cudaMemcpyAsync(x.d[0], x.h[0], x.bytes[0], cudaMemcpyHostToDevice, s));
-    ckpt_save_options so = CKPT_SAVE_OPTIONS_INIT;
-    so.cuda_stream = s;
-    ckpt_save *save = NULL;
-    CK(ckpt_save_begin(&save, st, 1, x.t, 4, &so));
-    CHECK(!gate_open(&g), "%s: ckpt_save_begin waited for the caller's stream", what);
-    if (save) {
-        CK(ckpt_save_fence(save, s));
-        CU(cudaMemsetAsync(x.d[3], 0xEE, x.bytes[3], s)); /* after the fence */
-        CK(ckpt_save_wait(save));
-    }
-    ckpt_save_free(save);
-    CU(cudaStreamSynchronize(s));
-    gate_destroy(&g);
-    CU(cudaMemcpy(x.d[3], x.h[3], x.bytes[3], cudaMemcpyHostToDevice));
-    state_expect_saved(st, 1, &x, what);
+    gated_save(st, &x, s, what);
     ckpt_store_free(st);
     state_free(&x);
     CU(cudaStreamDestroy(s));

@@ -279,8 +279,11 @@ static int exchange(ckpt_store *st, ckpt_save *s, int64_t step, int status, int 
     if (!status && s && (status = write_part(s, &rep)) == CKPT_OK)
         rep.status = CKPT_OK;
     rep.status = status;
-    if (status)
+    if (status) {
+        /* paths as every rank knows them, not this rank's /proc/self/fd/N */
+        layout_shown_error(&st->lay, status);
         note_message(rep.message, sizeof rep.message, ckpt_error_last());
+    }
     part_report *reps = NULL;
     if (st->rank == 0 && !(reps = calloc((size_t)d->c.world, sizeof *reps)))
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");

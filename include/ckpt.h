@@ -52,6 +52,14 @@
  * several threads at once.  A `_free` function must not run concurrently
  * with any other call on the object it frees.
  *
+ * A child made by fork() (a data-loading worker) inherits the bytes of
+ * its parent's stores, saves and checkpoints but not their threads, nor
+ * the locks their threads held: there every call on them returns
+ * CKPT_EINVAL at once, with a message saying so (ckpt_save_done returns
+ * 1: nothing is in flight in the child), and their `_free` functions let
+ * go of nothing (ckpt_store_free closes the child's copy of the write
+ * lock).  The child opens a store of its own; the parent's go on working.
+ *
  * Ownership
  * ---------
  * Whatever a function returns through a `**` out-parameter belongs to the
@@ -543,11 +551,11 @@ CKPT_API void ckpt_store_free(ckpt_store *store);
  * lock's descriptor without unlocking.  The lock (a flock, held while any
  * process holds a descriptor of it) is then the parent's alone, so a
  * data-loading worker forked from a training process does not keep the
- * root locked after the parent frees its store.  The child must not use
- * or free `store` afterwards (its threads did not survive fork(): freeing
- * would join them and never return), whether it was open for writing or
- * reading (then there is no lock to close); the Python binding calls this
- * for every open Store, reading ones too (os.register_at_fork).
+ * root locked after the parent frees its store.  Afterwards the child
+ * cannot use `store` (see Threads: calls return CKPT_EINVAL, freeing lets
+ * go of nothing), whether it was open for writing or reading (then there
+ * is no lock to close); the Python binding calls this for every open
+ * Store, reading ones too (os.register_at_fork).
  * Only closes a descriptor: safe in a child of a multithreaded process.
  * Returns CKPT_OK; CKPT_EINVAL (NULL).
  */
@@ -810,7 +818,8 @@ CKPT_API int ckpt_save_wait_snapshot(ckpt_save *save);
 CKPT_API int ckpt_save_fence(ckpt_save *save, void *cuda_stream);
 
 /** Non-blocking: 1 when the save has finished (either way; ckpt_save_wait
- *  then returns at once), else 0.  1 for NULL.  Thread-safe. */
+ *  then returns at once), else 0.  1 for NULL, and in a child made by
+ *  fork() (see Threads).  Thread-safe. */
 CKPT_API int ckpt_save_done(ckpt_save *save);
 
 /** Statistics of a save (ckpt_save_stats_get) or, as recorded in its

@@ -20,6 +20,8 @@ CKPT_API int ckpt_checkpoint_open(ckpt_checkpoint **out, ckpt_store *s, int64_t 
     if (level != CKPT_VERIFY_QUICK && level != CKPT_VERIFY_FULL)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_open: level must be "
                            "CKPT_VERIFY_QUICK or CKPT_VERIFY_FULL");
+    if (context_usable(s, "ckpt_checkpoint_open"))
+        return CKPT_EINVAL;
     pthread_mutex_lock(&s->api_lock);
     save_drain(s);
     int rc = reader_open_select(s, step, level, out);
@@ -29,6 +31,8 @@ CKPT_API int ckpt_checkpoint_open(ckpt_checkpoint **out, ckpt_store *s, int64_t 
 
 CKPT_API void ckpt_checkpoint_free(ckpt_checkpoint *ck)
 {
+    if (ck && context_forked(ck->store)) /* a child's copy: let go of nothing */
+        return;
     reader_close(ck);
 }
 
@@ -80,6 +84,8 @@ CKPT_API int ckpt_checkpoint_find(const ckpt_checkpoint *ck, const char *name, s
 {
     if (!ck || !name || !index)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_find: NULL argument");
+    if (context_usable(ck->store, "ckpt_checkpoint_find"))
+        return CKPT_EINVAL;
     /* const to the caller: the only change is the name index made on the
      * first search, under its lock */
     long i = reader_find((ckpt_checkpoint *)ck, name);
@@ -122,6 +128,8 @@ CKPT_API int ckpt_checkpoint_read(ckpt_checkpoint *ck, const char *name, void *d
 {
     if (!ck || !name || (!dst && bytes))
         return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_read: NULL argument");
+    if (context_usable(ck->store, "ckpt_checkpoint_read"))
+        return CKPT_EINVAL;
     long i = reader_find(ck, name);
     if (i < 0)
         return ckpt_seterr(CKPT_ENOTFOUND, "tensor '%s' is not in %s", name, ck->label);
@@ -141,6 +149,8 @@ CKPT_API int ckpt_checkpoint_restore(ckpt_checkpoint *ck, const ckpt_tensor *t, 
 {
     if (!ck)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_restore: checkpoint is NULL");
+    if (context_usable(ck->store, "ckpt_checkpoint_restore"))
+        return CKPT_EINVAL;
     ckpt_restore_options o = CKPT_RESTORE_OPTIONS_INIT;
     if (opts) {
         int rc = ckpt_check_version("ckpt_restore_options", opts->version,
@@ -166,6 +176,8 @@ CKPT_API int ckpt_load(ckpt_store *s, int64_t step, const char *name, void **dat
         *data = NULL;
     if (!s || !name || !data)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_load: NULL argument");
+    if (context_usable(s, "ckpt_load"))
+        return CKPT_EINVAL;
     ckpt_checkpoint *ck;
     pthread_mutex_lock(&s->api_lock);
     save_drain(s);

@@ -15,6 +15,8 @@ CKPT_API int ckpt_store_events(ckpt_store *s, double since, char **text)
 {
     if (!s || !text)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_store_events: NULL argument");
+    if (context_usable(s, "ckpt_store_events"))
+        return CKPT_EINVAL;
     *text = NULL;
     json_t *events;
     pthread_mutex_lock(&s->api_lock); /* the layout is shared with saves */
@@ -76,6 +78,8 @@ CKPT_API int ckpt_store_metrics(ckpt_store *s, char **text)
 {
     if (!s || !text)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_store_metrics: NULL argument");
+    if (context_usable(s, "ckpt_store_metrics"))
+        return CKPT_EINVAL;
     *text = NULL;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -123,6 +127,8 @@ CKPT_API int ckpt_store_environment(ckpt_store *s, char **json)
 {
     if (!s || !json)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_store_environment: NULL argument");
+    if (context_usable(s, "ckpt_store_environment"))
+        return CKPT_EINVAL;
     *json = NULL;
     pthread_mutex_lock(&s->api_lock); /* the device is the store's */
     json_t *env = env_record(s->dev, 0);

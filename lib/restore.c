@@ -39,6 +39,8 @@ static int restore_api(const char *fn, ckpt_store *s, int64_t step, const ckpt_t
         *report = NULL;
     if (!s)
         return ckpt_seterr(CKPT_EINVAL, "%s: store is NULL", fn);
+    if (context_usable(s, fn))
+        return CKPT_EINVAL;
     ckpt_restore_options o = CKPT_RESTORE_OPTIONS_INIT;
     if (opts) {
         int rc = ckpt_check_version("ckpt_restore_options", opts->version,
@@ -98,6 +100,8 @@ CKPT_API int ckpt_verify(ckpt_store *s, int64_t step, ckpt_verify_level level,
     if (step < 0 && step != CKPT_LATEST && step != CKPT_NEWEST)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_verify: step must be >= 0, CKPT_NEWEST or "
                            "CKPT_LATEST");
+    if (context_usable(s, "ckpt_verify"))
+        return CKPT_EINVAL;
     ckpt_report *r = report_new();
     if (!r)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");

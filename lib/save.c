@@ -39,6 +39,10 @@ CKPT_API int ckpt_save_begin(ckpt_save **out, ckpt_store *st, int64_t step,
                              const ckpt_tensor *tensors, size_t count,
                              const ckpt_save_options *opts)
 {
+    if (out)
+        *out = NULL;
+    if (st && context_usable(st, "ckpt_save_begin"))
+        return CKPT_EINVAL;
     if (!st || !st->dist_finish)
         return save_begin_checked(out, st, step, tensors, count, opts);
     /* Several ranks: a rank that fails here still answers the others. */
@@ -83,12 +87,14 @@ CKPT_API int ckpt_save_wait(ckpt_save *s)
 {
     if (!s)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_save_wait: save is NULL");
+    if (context_usable(s->store, "ckpt_save_wait"))
+        return CKPT_EINVAL;
     return save_wait(s);
 }
 
 CKPT_API int ckpt_save_done(ckpt_save *s)
 {
-    if (!s)
+    if (!s || context_forked(s->store)) /* nothing to wait for here: see ckpt.h */
         return 1;
     pthread_mutex_lock(&s->lock);
     int done = s->done;
@@ -102,6 +108,8 @@ CKPT_API int ckpt_save_wait_snapshot(ckpt_save *s)
 {
     if (!s)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_save_wait_snapshot: save is NULL");
+    if (context_usable(s->store, "ckpt_save_wait_snapshot"))
+        return CKPT_EINVAL;
     pthread_mutex_lock(&s->lock);
     save_wait_snapshot_locked(s);
     int rc = s->snap_ev ? device_snapshot_wait(s->store->dev, s->snap_ev) : CKPT_OK;
@@ -113,6 +121,8 @@ CKPT_API int ckpt_save_fence(ckpt_save *s, void *stream)
 {
     if (!s)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_save_fence: save is NULL");
+    if (context_usable(s->store, "ckpt_save_fence"))
+        return CKPT_EINVAL;
     pthread_mutex_lock(&s->lock);
     save_wait_snapshot_locked(s); /* only STREAM snapshots larger than the pool wait */
     int rc = s->snap_ev ? device_fence(s->store->dev, s->snap_ev, stream) : CKPT_OK;
@@ -124,6 +134,8 @@ CKPT_API int ckpt_save_stats_get(const ckpt_save *s, ckpt_save_stats *stats)
 {
     if (!s || !stats)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_save_stats_get: NULL argument");
+    if (context_usable(s->store, "ckpt_save_stats_get"))
+        return CKPT_EINVAL;
     ckpt_save *m = (ckpt_save *)s;
     pthread_mutex_lock(&m->lock);
     *stats = m->stats;
@@ -133,7 +145,7 @@ CKPT_API int ckpt_save_stats_get(const ckpt_save *s, ckpt_save_stats *stats)
 
 CKPT_API void ckpt_save_free(ckpt_save *s)
 {
-    if (!s)
+    if (!s || context_forked(s->store)) /* a child's copy: let go of nothing */
         return;
     save_wait(s);
     save_unref(s);

@@ -173,7 +173,7 @@ CKPT_API int ckpt_store_open(ckpt_store **out, const char *path, const ckpt_stor
 
 CKPT_API void ckpt_store_free(ckpt_store *s)
 {
-    if (s && s->owner != getpid()) {
+    if (s && context_forked(s)) {
         /* A child made by fork(): the store's threads are the parent's, and
          * joining them would never return.  Give up the lock's descriptor
          * (ckpt_store_release_after_fork) and leave the copy unfreed. */
@@ -190,7 +190,8 @@ CKPT_API const char *ckpt_store_path(const ckpt_store *s)
 
 CKPT_API uint64_t ckpt_store_pinned_bytes(const ckpt_store *s)
 {
-    return s && s->dev ? device_pinned_bytes(s->dev) : 0;
+    /* in a forked child, the count's lock may be held by a parent's thread */
+    return s && s->dev && !context_forked(s) ? device_pinned_bytes(s->dev) : 0;
 }
 
 CKPT_API int ckpt_cuda_available(void)
@@ -202,6 +203,8 @@ CKPT_API int ckpt_store_steps(const ckpt_store *cs, int64_t **steps, size_t *cou
 {
     if (!cs || !steps || !count)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_store_steps: NULL argument");
+    if (context_usable(cs, "ckpt_store_steps"))
+        return CKPT_EINVAL;
     ckpt_store *s = (ckpt_store *)cs;
     pthread_mutex_lock(&s->api_lock);
     int rc = layout_scan(&s->lay, steps, count);
@@ -221,6 +224,8 @@ CKPT_API int ckpt_store_wait(ckpt_store *s)
 {
     if (!s)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_store_wait: NULL store");
+    if (context_usable(s, "ckpt_store_wait"))
+        return CKPT_EINVAL;
     pthread_mutex_lock(&s->api_lock);
     save_drain(s);
     pthread_mutex_unlock(&s->api_lock);
@@ -231,6 +236,8 @@ CKPT_API int ckpt_store_latest(ckpt_store *s, ckpt_verify_level level, int64_t *
 {
     if (!s || !step || level < CKPT_VERIFY_QUICK || level > CKPT_VERIFY_FULL)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_store_latest: invalid argument");
+    if (context_usable(s, "ckpt_store_latest"))
+        return CKPT_EINVAL;
     pthread_mutex_lock(&s->api_lock);
     save_drain(s);
     ckpt_checkpoint *ck;
@@ -249,6 +256,8 @@ CKPT_API int ckpt_store_gc(ckpt_store *s, int keep_last, int dry_run, ckpt_repor
         *report = NULL;
     if (!s || keep_last < 1)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_store_gc: keep_last must be >= 1");
+    if (context_usable(s, "ckpt_store_gc"))
+        return CKPT_EINVAL;
     if (s->readonly && !dry_run)
         return ckpt_seterr(CKPT_EACCES, "%s was opened read-only: only a dry run can "
                            "list what gc would remove", s->lay.root);

@@ -95,6 +95,16 @@ int worker_reserve_in(worker_ctx *w, size_t n);
 int worker_reserve_frames(worker_ctx *w, size_t n);
 int worker_reserve_out(ckpt_store *s, worker_ctx *w, size_t n, int pinned);
 
+/* CKPT_OK in the process that opened `s`.  In a child made by fork() (a
+ * data-loading worker): CKPT_EINVAL, the message naming `fn` and why, for
+ * the store's threads and the owners of its locks stayed in the parent,
+ * and a call that waited for them would wait for ever.  Every public call
+ * on a store, a save or a checkpoint asks first; one that frees lets go of
+ * nothing in a child (context_forked). */
+int context_usable(const ckpt_store *s, const char *fn);
+/* 1 in a child made by fork() after `s` was opened. */
+int context_forked(const ckpt_store *s);
+
 /* save.c: wait for the in-flight save, if any, and drop the store's hold
  * on it.  Its status stays with its handle; this returns nothing. */
 void save_drain(ckpt_store *s);

@@ -1,7 +1,9 @@
-/* workers: the store's per-worker codecs and buffers, its pool and device. */
+/* workers: the store's per-worker codecs and buffers, its pool and device;
+ * whether this process may use them (fork). */
 #include "context.h"
 
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "error.h"
 
@@ -111,4 +113,21 @@ int worker_reserve_out(ckpt_store *s, worker_ctx *w, size_t n, int pinned)
     w->out_pinned = got;
     w->out_asked_pinned = pinned;
     return CKPT_OK;
+}
+
+int context_forked(const ckpt_store *s)
+{
+    return s->owner != getpid();
+}
+
+int context_usable(const ckpt_store *s, const char *fn)
+{
+    if (!context_forked(s))
+        return CKPT_OK;
+    return ckpt_seterr(CKPT_EINVAL,
+                       "%s: the store was opened by process %ld, and this process is a child "
+                       "it made with fork(): the store's threads and locks did not come along, "
+                       "so its stores, saves and checkpoints cannot be used here; open a store "
+                       "in this process (the parent's go on working there)",
+                       fn, (long)s->owner);
 }

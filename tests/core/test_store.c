@@ -134,6 +134,89 @@ Test(store, writer_in_other_process)
     child_stop(&c);
 }
 
+/* A child made by fork() (a data-loading worker, a program that forks to
+ * write a report) gets the parent's handles as bytes, without the threads
+ * they wait for or the locks' owners: each call on them must say so at
+ * once, and freeing them only lets go.  They used to wait for ever (a
+ * checkpoint read joined pool threads that do not exist in the child).
+ * The parent's handles go on working. */
+Test(store, a_forked_child_is_refused_the_parents_handles_at_once)
+{
+    tc_state s;
+    tc_state_standard(&s, 1);
+    ckpt_store *a = tc_open(tc_root);
+    tc_save_ok(a, 1, &s);
+    ckpt_checkpoint *ck = NULL;
+    cr_assert_eq(ckpt_checkpoint_open(&ck, a, 1, CKPT_VERIFY_QUICK), CKPT_OK, "%s",
+                 ckpt_error_last());
+    ckpt_save *sv = NULL;
+    cr_assert_eq(ckpt_save_begin(&sv, a, 2, s.t, s.count, NULL), CKPT_OK, "%s",
+                 ckpt_error_last());
+    uint64_t bytes = s.t[0].bytes;
+    void *buf = malloc(bytes ? bytes : 1);
+    int res[2];
+    cr_assert_eq(pipe(res), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        close(res[0]);
+        alarm(60); /* a call that hangs ends the child: the parent sees too few answers */
+        int64_t step = -1;
+        ckpt_save *sv2 = NULL;
+        int rc[7];
+        char msg[7][160];
+        rc[0] = ckpt_checkpoint_read(ck, s.t[0].name, buf, bytes);
+        snprintf(msg[0], sizeof msg[0], "%s", ckpt_error_last());
+        rc[1] = ckpt_save_wait(sv);
+        snprintf(msg[1], sizeof msg[1], "%s", ckpt_error_last());
+        rc[2] = ckpt_store_latest(a, CKPT_VERIFY_QUICK, &step);
+        snprintf(msg[2], sizeof msg[2], "%s", ckpt_error_last());
+        rc[3] = ckpt_restore(a, CKPT_LATEST, s.t, s.count, NULL, NULL);
+        snprintf(msg[3], sizeof msg[3], "%s", ckpt_error_last());
+        rc[4] = ckpt_save_begin(&sv2, a, 3, s.t, s.count, NULL);
+        snprintf(msg[4], sizeof msg[4], "%s", ckpt_error_last());
+        rc[5] = ckpt_checkpoint_restore(ck, s.t, s.count, NULL);
+        snprintf(msg[5], sizeof msg[5], "%s", ckpt_error_last());
+        rc[6] = ckpt_verify(a, 1, CKPT_VERIFY_FULL, NULL);
+        snprintf(msg[6], sizeof msg[6], "%s", ckpt_error_last());
+        ckpt_checkpoint_free(ck);
+        ckpt_save_free(sv);
+        ckpt_store_free(a);
+        ssize_t ok = write(res[1], rc, sizeof rc) == (ssize_t)sizeof rc &&
+                     write(res[1], msg, sizeof msg) == (ssize_t)sizeof msg;
+        _exit(ok ? 0 : 1);
+    }
+    close(res[1]);
+    int rc[7];
+    char msg[7][160];
+    ssize_t got = read(res[0], rc, sizeof rc);
+    ssize_t got2 = got == (ssize_t)sizeof rc ? read(res[0], msg, sizeof msg) : 0;
+    close(res[0]);
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(got == (ssize_t)sizeof rc && got2 == (ssize_t)sizeof msg,
+              "the child did not answer (a call hung or crashed it: status 0x%x)", status);
+    for (int i = 0; i < 7; i++) {
+        msg[i][sizeof msg[i] - 1] = 0;
+        cr_expect_eq(rc[i], CKPT_EINVAL, "call %d in the child: %d (%s)", i, rc[i],
+                     ckpt_strerror(rc[i]));
+        cr_expect(strstr(msg[i], "fork()"), "call %d: the message names no fork: %s", i,
+                  msg[i]);
+    }
+    /* the parent's handles are untouched */
+    cr_assert_eq(ckpt_save_wait(sv), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_save_free(sv);
+    cr_assert_eq(ckpt_checkpoint_read(ck, s.t[0].name, buf, bytes), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_assert_eq(memcmp(buf, s.t[0].data, bytes), 0);
+    ckpt_checkpoint_free(ck);
+    cr_assert_eq(tc_restore_check(a, CKPT_LATEST, &s), 2);
+    ckpt_store_free(a);
+    free(buf);
+    tc_state_free(&s);
+}
+
 Test(store, open_creates_root_and_readonly_needs_it)
 {
     char *sub = tc_join(tc_root, "new-root");

@@ -144,6 +144,63 @@ def test_a_forked_child_can_drop_a_reading_store(root, how):
         ro.close()
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_is_refused_the_parents_checkpoints_and_saves(root):
+    # A Dataset that opens a checkpoint in __init__ (as safetensors'
+    # safe_open is used) is copied into DataLoader workers by fork(); a
+    # save may be in flight then.  In the child, reading that checkpoint
+    # waited for the parent's threads for ever, and so did wait(), done()
+    # and the exit of a child holding the SaveHandle (its __del__).  Each
+    # must raise ValueError at once naming the fork, never report a save
+    # as committed, and let the child exit.  The parent's go on working.
+    with open_store(root) as w:
+        w.save(1, {"x": np.arange(1 << 16, dtype=np.float32)}).wait()
+    ro = open_store(root, readonly=True)
+    ck = ro.open()
+    writer = open_store(str(root) + "-w")
+    big = {"y": np.random.default_rng(0).standard_normal(1 << 22)}
+    h = writer.save(1, big)
+    said_r, said_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            verdicts = []
+            for name, call in (("read", lambda: ck.get_tensor("x")),
+                               ("wait", h.wait), ("done", h.done),
+                               ("stats", lambda: h.stats)):
+                try:
+                    call()
+                    verdicts.append("%s:returned" % name)
+                except ValueError as e:
+                    verdicts.append("%s:%s" % (
+                        name, "refused" if "fork" in str(e) else repr(e)))
+            h.__del__()  # what the child's exit runs
+            ck.close()
+            os.write(said_w, " ".join(verdicts).encode())
+        finally:
+            os._exit(0)
+    os.close(said_w)
+    try:
+        import select
+        ready, _, _ = select.select([said_r], [], [], 60)
+        verdict = os.read(said_r, 4096).decode() if ready else ""
+        if not ready:
+            os.kill(pid, 9)
+        assert verdict == "read:refused wait:refused done:refused stats:refused", \
+            verdict or "the child hung"
+        h.wait()  # the parent's save and checkpoint are untouched
+        assert np.array_equal(ck.get_tensor("x"),
+                              np.arange(1 << 16, dtype=np.float32))
+        assert writer.latest() == 1
+    finally:
+        os.waitpid(pid, 0)
+        os.close(said_r)
+        ck.close()
+        ro.close()
+        writer.close()
+        shutil.rmtree(str(root) + "-w", ignore_errors=True)
+
+
 @pytest.mark.parametrize("reader", ["load", "verify", "steps"])
 def test_readers_see_the_save_this_store_began(root, reader):
     # save() returns at the snapshot; the calls that read steps wait for

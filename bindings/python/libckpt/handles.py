@@ -30,6 +30,18 @@ class _Handle:
         self._what = what
         self._cond = threading.Condition()
         self._users = 0
+        self.forked = False  # given up in a child made by fork()
+
+    def forget_after_fork(self, what: str) -> None:
+        """In a child made by fork(): drop the pointer unfreed (the C
+        library's threads stayed in the parent, see ckpt.h), so that every
+        later use raises ValueError naming `what`.  Takes no lock: a thread
+        of the parent may have held this one at the fork."""
+        self._cond = threading.Condition()
+        self._users = 0
+        self._ptr = None
+        self._what = what
+        self.forked = True
 
     @contextlib.contextmanager
     def use(self) -> Iterator[Any]:
@@ -115,11 +127,17 @@ class SaveHandle:
         """Block until the save is durable and committed; raise its
         :class:`libckpt.Error` if it failed.  The GIL is released while
         waiting.  May be called again, also after close()."""
+        self._refuse_if_forked()
         if not self._h.closed:
             self._settle()
         self._waited = True
         if self._error is not None:
             raise self._error
+
+    def _refuse_if_forked(self) -> None:
+        # The child of a fork() cannot know how the parent's save ends.
+        if self._h.forked:
+            raise _Closed("%s is closed" % self._h._what)
 
     def _settle(self) -> None:
         def settle() -> None:
@@ -152,6 +170,7 @@ class SaveHandle:
 
     def done(self) -> bool:
         """True when the save has finished, successfully or not."""
+        self._refuse_if_forked()
         if self._h.closed:
             return True
         with self._h.use() as ptr:

@@ -825,14 +825,24 @@ def _after_fork_in_child() -> None:
     any store, reading ones too, would join worker threads that did not
     survive fork() and hang the child for ever.  The child's copies are
     left unusable and never freed.  Takes no lock that a thread of the
-    parent might have held."""
+    parent might have held.  Its checkpoints and save handles go the same
+    way: reading one, or waiting for a save, would wait for those threads
+    too (the C library refuses them in a child as well)."""
+    forked = " (its process was forked from the one that made it)"
     for store in list(_OPEN):
+        for r in list(store._readers):
+            r.forget_after_fork("checkpoint" + forked)
+        store._readers.clear()
+        for s in list(store._saves):
+            s._h.forget_after_fork("save handle" + forked)
+        for handle, _, _ in list(store._orphans):
+            handle.forget_after_fork("save handle" + forked)
+        store._orphans.clear()
         h = store._h
         ptr = h._ptr
         if ptr is not None:
             C.ckpt_store_release_after_fork(ptr)
-            h._ptr = None
-            h._what = "store (its process was forked from the one that opened it)"
+        h.forget_after_fork("store" + forked)
     _OPEN.clear()
 
 

@@ -10,6 +10,7 @@
 #include "error.h"
 #include "layout.h"
 #include "util.h"
+#include "walk.h"
 
 void reader_close(ckpt_checkpoint *ck)
 {
@@ -291,39 +292,45 @@ int reader_open_step(ckpt_store *s, int64_t step, ckpt_checkpoint **out)
 int reader_open_newest(ckpt_store *s, ckpt_verify_level level, ckpt_checkpoint **out)
 {
     *out = NULL;
-    int64_t *steps;
-    size_t n;
-    int rc = layout_scan(&s->lay, &steps, &n);
-    if (rc)
-        return rc;
+    step_walk w;
+    int rc = walk_start(s, &w);
     ckpt_error_state newest; /* why the newest step was passed over */
-    int64_t newest_step = -1;
-    for (size_t i = n; i-- > 0;) {
+    int64_t newest_step = -1, step;
+    size_t checked = 0;
+    int more;
+    while (!rc && (more = walk_next(s, &w, &step)) != 0) {
+        if (more < 0) {
+            rc = more;
+            break;
+        }
         ckpt_checkpoint *ck;
-        if ((rc = reader_open_step(s, steps[i], &ck)) == CKPT_OK &&
+        if ((rc = reader_open_step(s, step, &ck)) == CKPT_OK &&
             level == CKPT_VERIFY_FULL && (rc = reader_verify_all(ck, NULL)) != CKPT_OK)
             reader_close(ck);
-        if (rc != CKPT_OK && reader_is_damage(rc)) {
-            if (newest_step < 0) {
-                ckpt_error_capture(&newest, rc);
-                newest_step = steps[i];
-            }
-            continue;
+        if (rc == CKPT_OK) {
+            *out = ck;
+            break;
         }
-        if (rc != CKPT_OK) {
-            free(steps);
-            return rc;
+        if (!reader_is_damage(rc))
+            break;
+        int bad = rc;
+        rc = CKPT_OK;
+        if (walk_gone(s, &w, step))
+            continue; /* retired since the listing: not damage */
+        checked++;
+        if (newest_step < 0) {
+            ckpt_error_capture(&newest, bad);
+            newest_step = step;
         }
-        *out = ck;
-        free(steps);
-        return CKPT_OK;
     }
-    free(steps);
+    walk_free(&w);
+    if (rc || *out)
+        return rc;
     if (newest_step < 0)
         return ckpt_seterr(CKPT_ENOCKPT, "no checkpoint in %s", s->lay.root);
     /* A job script's `ckpt latest` says why, not only that, none is valid. */
     return ckpt_seterr(CKPT_ENOCKPT, "no valid checkpoint in %s: %zu checked, the newest "
-                       "(step %" PRId64 ") because: %s", s->lay.root, n, newest_step,
+                       "(step %" PRId64 ") because: %s", s->lay.root, checked, newest_step,
                        newest.message);
 }
 

@@ -11,6 +11,7 @@
 #include "reader.h"
 #include "retention.h"
 #include "util.h"
+#include "walk.h"
 
 /* Match caller tensors to the checkpoint: caller errors, never damage. */
 static int match(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count, int allow_missing,
@@ -284,40 +285,38 @@ int restore_damaged_anyway(ckpt_store *s, const int64_t *steps, size_t i,
 int restore_run(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
                 const ckpt_restore_options *o, ckpt_report *r, ckpt_checkpoint **keep)
 {
-    int64_t *steps = NULL;
-    size_t n = 0;
+    step_walk w = {0};
     restore_marks mk;
     int rc = restore_marks_init(&mk, count);
-    if (!rc && step == CKPT_LATEST) {
-        rc = layout_scan(&s->lay, &steps, &n);
-    } else if (!rc && !(steps = malloc(sizeof *steps))) {
-        rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
-    } else if (!rc) {
-        steps[0] = step;
-        n = 1;
-    }
-    int restored = 0;
-    for (size_t i = n; i-- > 0 && !rc;) {
+    if (!rc)
+        rc = step == CKPT_LATEST ? walk_start(s, &w) : walk_one(&w, step);
+    int restored = 0, more;
+    int64_t at;
+    while (!rc && (more = walk_next(s, &w, &at)) != 0) {
+        if (more < 0) {
+            rc = more;
+            break;
+        }
         int caller_error;
         ckpt_checkpoint *ck = NULL;
         memset(mk.hit, 0, count);
-        int r1 = restore_step(s, steps[i], t, count, o, &caller_error, keep ? &ck : NULL,
-                              mk.hit);
+        int r1 = restore_step(s, at, t, count, o, &caller_error, keep ? &ck : NULL, mk.hit);
         if (r1 == CKPT_OK) {
             /* A buffer written by the attempt at a newer, damaged step and
              * absent from this one holds that step's unverified bytes. */
-            if ((rc = restore_leftovers(t, count, &mk, steps[i]))) {
+            if ((rc = restore_leftovers(t, count, &mk, at))) {
                 reader_close(ck);
                 break;
             }
             if (keep)
                 *keep = ck;
-            r->step = steps[i];
+            r->step = at;
             restored = 1;
             break;
         }
         if (caller_error && step == CKPT_LATEST &&
-            restore_damaged_anyway(s, steps, i, t, count, o->allow_missing, &r1))
+            restore_damaged_anyway(s, w.steps, walk_index(&w), t, count, o->allow_missing,
+                                   &r1))
             caller_error = 0;
         if (caller_error || !reader_is_damage(r1) || step != CKPT_LATEST) {
             rc = r1;
@@ -327,9 +326,11 @@ int restore_run(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
                             (long long)r->items[0].step, r->items[0].message);
             break;
         }
-        restore_marks_abandon(&mk, steps[i]);
-        retention_note_damaged(s, steps[i], r1);
-        reader_report_failure(r, steps[i], r1, ckpt_error_last());
+        restore_marks_abandon(&mk, at);
+        if (walk_gone(s, &w, at))
+            continue; /* retired since the listing: not damage */
+        retention_note_damaged(s, at, r1);
+        reader_report_failure(r, at, r1, ckpt_error_last());
     }
     restore_marks_free(&mk);
     if (!rc && !restored) {
@@ -339,7 +340,7 @@ int restore_run(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
         else
             rc = ckpt_seterr(CKPT_ENOCKPT, "no checkpoint in %s", s->lay.root);
     }
-    free(steps);
+    walk_free(&w);
     return rc;
 }
 

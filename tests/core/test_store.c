@@ -2,6 +2,7 @@
  * replacing a step, stale temporary directories, garbage collection,
  * metadata and environment records, a read-only root. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -13,8 +14,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "error.h"
 #include "helpers.h"
 #include "manifest.h"
+#include "testing.h"
 
 TestSuite(store, .init = tc_setup, .fini = tc_teardown, .timeout = 240);
 
@@ -363,6 +366,101 @@ Test(store, retired_steps_deleted_in_background)
     st = tc_open_ro(tc_root);
     tc_restore_check(st, 5, &s);
     ckpt_store_free(st);
+    tc_state_free(&s);
+}
+
+/* A reader racing a writer that keeps one step: the step the reader listed
+ * as newest is retired (renamed away) by the writer's next save while the
+ * reader lists the root (the entry vanishes between the listing and its
+ * stat) or before the reader opens it.  The reader must look again and
+ * take the new step; it used to fail with "no checkpoint" or with "no
+ * valid checkpoint ... (step N) because: no step N", reporting a retired
+ * step as a damaged one. */
+typedef struct retire_race {
+    ckpt_store *writer;
+    const tc_state *state;
+    char victim[64];   /* "step-…" of the step to retire */
+    int skip;          /* touches of it to let pass first */
+    int64_t next;      /* the step the writer saves then */
+    int fired;
+} retire_race;
+
+static int retire_on_touch(void *ctx, fsio_op op, const char *path)
+{
+    (void)op;
+    retire_race *r = ctx;
+    if (r->fired || !path || !strstr(path, r->victim) || r->skip-- > 0)
+        return 0;
+    r->fired = 1;
+    ckpt_error_state e; /* the reader's message slot is the reader's */
+    ckpt_error_capture(&e, 0);
+    int rc = tc_save(r->writer, r->next, r->state, NULL);
+    ckpt_error_restore(&e);
+    return rc ? EIO : 0; /* a failed save shows as a failed open */
+}
+
+static void race_arm(retire_race *r, int64_t victim, int skip)
+{
+    char *dir = tc_step_dir(tc_root, victim);
+    snprintf(r->victim, sizeof r->victim, "%s", strrchr(dir, '/') + 1);
+    free(dir);
+    r->next = victim + 1;
+    r->skip = skip;
+    r->fired = 0;
+}
+
+Test(store, a_step_retired_while_the_reader_looks_is_passed_for_the_new_one)
+{
+    ckpt_store_options o;
+    tc_opts(&o);
+    o.keep_last = 1;
+    retire_race race = {.fired = 1}; /* armed by race_arm */
+    tc_state s, got;
+    tc_state_standard(&s, 7);
+    tc_state_like(&got, &s, 0);
+    race.state = &s;
+    cr_assert_eq(ckpt_store_open(&race.writer, tc_root, &o), CKPT_OK, "%s", ckpt_error_last());
+    tc_save_ok(race.writer, 1, &s);
+    fsio fs = {retire_on_touch, NULL, NULL, &race};
+    ckpt_store_options ro;
+    tc_opts(&ro);
+    ro.flags = CKPT_OPEN_READONLY;
+    ckpt_store *rd = NULL;
+    cr_assert_eq(ckpt_store_open_with_fsio(&rd, tc_root, &ro, &fs), CKPT_OK, "%s",
+                 ckpt_error_last());
+    int64_t victim = 1;
+    /* skip 0: retired while listed; skip 1: listed, then retired */
+    for (int skip = 0; skip < 2; skip++) {
+        race_arm(&race, victim++, skip); /* ckpt_restore(CKPT_LATEST) */
+        ckpt_report *rep = NULL;
+        memset(got.t[0].data, 0, got.t[0].bytes);
+        int rc = ckpt_restore(rd, CKPT_LATEST, got.t, got.count, NULL, &rep);
+        cr_assert(race.fired, "the race was not run (skip %d)", skip);
+        cr_assert_eq(rc, CKPT_OK, "restore, skip %d: %s", skip, ckpt_error_last());
+        cr_assert_eq(ckpt_report_step(rep), victim);
+        cr_assert_eq(ckpt_report_count(rep), 0, "a retired step reported as a problem: %s",
+                     ckpt_report_count(rep) ? ckpt_report_get(rep, 0)->message : "");
+        tc_assert_state_eq(&got, &s, "restored after the race");
+        ckpt_report_free(rep);
+
+        race_arm(&race, victim++, skip); /* ckpt_store_latest */
+        int64_t step = -1;
+        rc = ckpt_store_latest(rd, CKPT_VERIFY_FULL, &step);
+        cr_assert(race.fired);
+        cr_assert_eq(rc, CKPT_OK, "latest, skip %d: %s", skip, ckpt_error_last());
+        cr_assert_eq(step, victim);
+
+        race_arm(&race, victim++, skip); /* ckpt_checkpoint_open(CKPT_LATEST) */
+        ckpt_checkpoint *ck = NULL;
+        rc = ckpt_checkpoint_open(&ck, rd, CKPT_LATEST, CKPT_VERIFY_QUICK);
+        cr_assert(race.fired);
+        cr_assert_eq(rc, CKPT_OK, "open, skip %d: %s", skip, ckpt_error_last());
+        cr_assert_eq(ckpt_checkpoint_step(ck), victim);
+        ckpt_checkpoint_free(ck);
+    }
+    ckpt_store_free(rd);
+    ckpt_store_free(race.writer);
+    tc_state_free(&got);
     tc_state_free(&s);
 }
 

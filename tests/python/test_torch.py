@@ -354,6 +354,24 @@ def test_an_uninitialized_lazy_parameter_is_refused_by_name(store):
     assert store.restore(model.state_dict()) == 1
 
 
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+@pytest.mark.skipif(not hasattr(torch, "nested"), reason="needs torch.nested")
+@pytest.mark.parametrize("others", [{}, {"a": torch.ones(2)},
+                                    {"a": np.ones(2)}])
+def test_a_nested_tensor_is_refused_by_name(store, others):
+    """torch.nested tensors have no one shape: torch's own error ("Internal
+    error: NestedTensorImpl doesn't support sizes") named no key, on the
+    fast path of all-torch states and on the general one alike."""
+    nt = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+    state = dict(others, x=nt)
+    for call in (lambda: store.save(1, state), lambda: store.restore(state)):
+        with pytest.raises(TypeError, match=r"'x' is a nested tensor.*unbind"):
+            call()
+    assert store.steps() == []
+    store.save(1, dict(others, x=list(nt.unbind()))).wait()
+    assert store.load(framework="pt")[1]["x"][1].tolist() == [1.0] * 3
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_loading_to_a_device_torch_lacks_fails_before_reading(store):
     """torch's bare AssertionError ("Torch not compiled with CUDA enabled")

@@ -145,6 +145,12 @@ def _from_torch(name, t, torch, writable):
             "(torch.nn.LazyLinear and the like): it has no shape or data "
             "until the module's first forward pass; run one before saving "
             "or restoring, or leave it out of the state" % name)
+    if getattr(t, "is_nested", False):  # torch's own error is "Internal error"
+        raise TypeError(
+            "tensor %r is a nested tensor (torch.nested): its pieces differ "
+            "in shape, and a checkpoint tensor has one shape; save its "
+            "pieces (list(t.unbind())) or a padded copy "
+            "(t.to_padded_tensor(0))" % name)
     dtype = _torch_dtypes(torch).get(t.dtype)
     if dtype is None:
         raise TypeError("tensor %r: torch dtype %s is not supported"
@@ -406,7 +412,7 @@ def describe_many(pairs, writable=False):
             # can carry the lazy conjugate bit.
             if (kind is not None and t.layout is strided and t.is_cpu
                     and not t.is_neg() and not (kind[2] and t.is_conj())
-                    and t.is_contiguous()):
+                    and t.is_contiguous() and not getattr(t, "is_nested", 0)):
                 append(Tensor(name, t.data_ptr(), t.numel() * kind[1],
                               kind[0], t.shape, host, None, t))
                 continue
@@ -563,7 +569,7 @@ def prepare(names, objs, writable=False):
             # as describe_many's test
             if (kind is not None and t.layout is strided and t.is_cpu
                     and not t.is_neg() and not (kind[2] and t.is_conj())
-                    and t.is_contiguous()):
+                    and t.is_contiguous() and not getattr(t, "is_nested", 0)):
                 names.append(name)
                 ptrs.append(t.data_ptr())
                 nbytes.append(t.numel() * kind[1])
@@ -631,11 +637,14 @@ def _all_plain_torch(names, objs, fast, tensor):
                                 .__getitem__, dtypes), np.intp, n)
         codes = np.array([found[dt][0] for dt in order], np.int32)[which]
         sizes = np.array([found[dt][1] for dt in order], np.uint64)[which]
-    shapes = list(map(_SHAPE, objs))
+    try:
+        shapes = list(map(_SHAPE, objs))
+        ptrs = list(map(tensor.data_ptr, objs))
+    except RuntimeError:  # a nested tensor has no shape: describe() names it
+        return None
     memory = np.full(n, ffi.CKPT_MEM_HOST, np.int32)
-    arr, keep = _c_array_columns(names, list(map(tensor.data_ptr, objs)),
-                                 None, codes, shapes, memory, list(objs),
-                                 sizes=sizes, joined=joined)
+    arr, keep = _c_array_columns(names, ptrs, None, codes, shapes, memory,
+                                 list(objs), sizes=sizes, joined=joined)
     return arr, keep, None, False
 
 

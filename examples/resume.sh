@@ -26,7 +26,9 @@
 # the job save and exit 75).  When resume.sh itself was signalled, it does
 # not restart the job: whatever stops it (the scheduler, an operator) wants
 # it gone, so it exits with the job's status (75 after a clean save) for the
-# caller to requeue.  A job that exits 75 on its own, because the signal was
+# caller to requeue; a signal that comes before the job starts (while the
+# root is checked, or between runs) stops resume.sh without starting it,
+# with status 75.  A job that exits 75 on its own, because the signal was
 # sent to the job directly, is restarted here.
 #
 # The job runs in the background of this shell (so that signals can be
@@ -73,6 +75,7 @@ fi
 child=
 signalled=
 pending=
+unsent= # a signal that came while no job ran
 
 log() { echo "resume.sh: $*" >&2; }
 
@@ -82,6 +85,8 @@ forward() {
     if [ -n "$child" ]; then
         log "got SIG$1: passing it to the job (pid $child)"
         kill -s "$1" "$child" 2>/dev/null
+    else
+        unsent=$1
     fi
 }
 for sig in TERM USR1 USR2 INT HUP; do
@@ -110,9 +115,23 @@ while :; do
         export CKPT_RESUME_STEP CKPT_RESUME_DIR
     fi
 
+    # A signal that came while the root was checked or between runs (a
+    # scheduler's warning before the time limit): the newest checkpoint is
+    # what a start would resume from, so the job is not started, and the
+    # caller may requeue (exit 75, as after a clean save).
+    if [ -n "$signalled" ]; then
+        log "got SIG$signalled before start $((attempt + 1)): not starting the job"
+        exit "$EXIT_PREEMPTED"
+    fi
     # In the background so that this shell can pass signals on.
     "$@" &
     child=$!
+    # A signal between the check above and child=$! found no job: send it.
+    if [ -n "$unsent" ]; then
+        log "got SIG$unsent: passing it to the job (pid $child)"
+        kill -s "$unsent" "$child" 2>/dev/null
+        unsent=
+    fi
     status=
     while :; do
         pending=

@@ -274,6 +274,30 @@ def test_resume_sh_announces_the_step_a_full_restore_takes(tmp):
           "step=1" in r.out, "resume.sh announces step 1", r)
 
 
+def test_resume_sh_signal_before_the_job_starts(tmp):
+    # A signal that arrives while resume.sh checks the root (a slow full
+    # verification, the scheduler's warning before the time limit) used to
+    # be lost: the job started unsignalled and was later killed without a
+    # save.  Now the job is not started, and resume.sh exits 75.
+    bindir = os.path.join(tmp, "bin")
+    os.mkdir(bindir)
+    started = os.path.join(tmp, "started")
+    with open(os.path.join(bindir, "ckpt"), "w") as f:
+        # the check during which the signal comes: to resume.sh, found
+        # above this process (the $(...) subshell may stand between)
+        f.write("#!/bin/sh\nfor p in $PPID $(ps -o ppid= -p $PPID); do "
+                "grep -qF resume.sh /proc/$p/cmdline && kill -USR1 $p; done\n"
+                "echo 5\n")
+    os.chmod(os.path.join(bindir, "ckpt"), 0o755)
+    root = os.path.join(tmp, "root")
+    os.mkdir(root)
+    r = run("sh", RESUME_SH, "-n", "2", "-w", "0", "-d", root, "--", "touch", started,
+            env={"PATH": bindir + ":" + os.environ["PATH"], "CKPT": "ckpt"})
+    check(r.rc == 75, "resume.sh signalled before the start: exit 75, got %d" % r.rc, r)
+    check(not os.path.exists(started), "the job was started after the signal", r)
+    check("got SIGUSR1 before start 1: not starting the job" in r.err, r.err, r)
+
+
 def test_slurm_script_signal_before_the_step_starts(tmp):
     # A signal that arrives while the script checks the root is not lost:
     # the step is not started and the job is requeued.

@@ -48,8 +48,18 @@ int shard_check_header(const unsigned char h[SHARD_HEADER_SIZE], const char *nam
     if (util_get_u32(h + 12) != SHARD_HEADER_SIZE || !all_zero(h + 44, 12))
         return CORRUPT("%s: shard header has a wrong size or non-zero reserved bytes "
                        "(offset 12)", name);
-    if ((int64_t)util_get_u64(h + 16) != step || memcmp(h + 24, id, SHARD_ID_SIZE))
-        return CORRUPT("%s: shard header belongs to another checkpoint (offset 16)", name);
+    if ((int64_t)util_get_u64(h + 16) != step || memcmp(h + 24, id, SHARD_ID_SIZE)) {
+        /* Both ids: what it came from, and (reader.c) whether a retry read
+         * another manifest or the same one again. */
+        char its[2 * SHARD_ID_SIZE + 1], want[2 * SHARD_ID_SIZE + 1];
+        for (size_t i = 0; i < SHARD_ID_SIZE; i++) {
+            snprintf(its + 2 * i, 3, "%02x", h[24 + i]);
+            snprintf(want + 2 * i, 3, "%02x", id[i]);
+        }
+        return CORRUPT("%s: shard header belongs to another checkpoint (offset 16: step "
+                       "%lld, id %s; the manifest's: step %lld, id %s)", name,
+                       (long long)(int64_t)util_get_u64(h + 16), its, (long long)step, want);
+    }
     return CKPT_OK;
 }
 

@@ -253,6 +253,7 @@ int reader_open_step(ckpt_store *s, int64_t step, ckpt_checkpoint **out)
     if (!dir)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
     int rc;
+    char *mixed_before = NULL; /* the last "another checkpoint" message */
     for (int attempt = 0;; attempt++) {
         fsio_info before, after;
         rc = fsio_info_of(&s->lay.fs, dir, -1, &before);
@@ -278,13 +279,22 @@ int reader_open_step(ckpt_store *s, int64_t step, ckpt_checkpoint **out)
         /* A shard of another checkpoint than the manifest read before it
          * is the signature of a replacement even when the new directory
          * reused the inode number within one coarse ctime tick (seen under
-         * ASan with saves milliseconds apart); real damage of that kind
-         * costs only the bounded retries. */
+         * ASan with saves milliseconds apart).  Real damage of that kind
+         * (another step's shard copied in) looks the same once, but a
+         * retry reads the same manifest and shard again, so the message,
+         * which names both ids, repeats: that ends the retries (each one
+         * reads the whole manifest, up to its 256 MiB limit). */
         int mixed = strstr(e.message, "belongs to another checkpoint") != NULL;
+        int repeated = mixed && mixed_before && strcmp(mixed_before, e.message) == 0;
+        if (mixed && !repeated) {
+            free(mixed_before);
+            mixed_before = strdup(e.message);
+        }
         ckpt_error_restore(&e);
-        if (same && !mixed)
+        if (same && (!mixed || repeated))
             break; /* damaged, not replaced */
     }
+    free(mixed_before);
     free(dir);
     return layout_shown_error(&s->lay, rc);
 }

@@ -14,6 +14,7 @@
 
 #include "helpers.h"
 #include "shard.h"
+#include "testing.h"
 
 TestSuite(corrupt, .init = tc_setup, .fini = tc_teardown, .timeout = 240);
 
@@ -826,4 +827,67 @@ Test(corrupt, a_job_resumed_below_a_damaged_step_saves_on)
         tc_state_free(&s[i]);
     free(shard);
     free(dir);
+}
+
+/* A step whose shard is another checkpoint's (copied in by a co-tenant, or
+ * left by a botched copy) in a directory nobody is changing: opening it
+ * fails once.  A mixed manifest and shard is also what a writer replacing
+ * the step leaves a reader, so such a failure is retried, but not once the
+ * same manifest and shard fail again in a directory that did not change:
+ * it was retried 100 times, each reading the whole manifest again (a 20 MB
+ * manifest made `ckpt latest` take 11 s, a 217 MB one over a minute).
+ * The message names the checkpoint the shard came from. */
+static int count_manifest_opens(void *ctx, fsio_op op, const char *path)
+{
+    if (op == FSIO_OPEN && path && strstr(path, "step-000000000002/manifest.json"))
+        ++*(int *)ctx;
+    return 0;
+}
+
+Test(corrupt, a_shard_of_another_checkpoint_is_read_few_times)
+{
+    /* random bytes, stored raw: two shards of one size, so that what
+     * tells them apart is the checkpoint id, not the length */
+    tc_state s1, s2;
+    int64_t shape[1] = {1 << 14};
+    tc_state_init(&s1);
+    tc_state_init(&s2);
+    tc_state_add(&s1, "w", CKPT_F32, 1, shape, TC_RANDOM, 1);
+    tc_state_add(&s2, "w", CKPT_F32, 1, shape, TC_RANDOM, 2);
+    ckpt_store *w = tc_open(tc_root);
+    tc_save_ok(w, 1, &s1);
+    tc_save_ok(w, 2, &s2);
+    ckpt_store_free(w);
+    char *d1 = tc_step_dir(tc_root, 1), *d2 = tc_step_dir(tc_root, 2);
+    char *from = tc_find_suffix(d1, ".shard"), *to = tc_find_suffix(d2, ".shard");
+    tc_copy_file(from, to);
+
+    int opens = 0;
+    fsio fs = {count_manifest_opens, NULL, NULL, &opens};
+    ckpt_store_options o;
+    tc_opts(&o);
+    o.flags = CKPT_OPEN_READONLY;
+    ckpt_store *r = NULL;
+    cr_assert_eq(ckpt_store_open_with_fsio(&r, tc_root, &o, &fs), CKPT_OK, "%s",
+                 ckpt_error_last());
+    int64_t step = -1;
+    cr_assert_eq(ckpt_store_latest(r, CKPT_VERIFY_QUICK, &step), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_assert_eq(step, 1);
+    cr_assert(opens >= 1 && opens <= 4, "step 2's manifest was opened %d times", opens);
+    opens = 0;
+    ckpt_report *rep = NULL;
+    cr_assert_eq(ckpt_verify(r, 2, CKPT_VERIFY_QUICK, &rep), CKPT_ECORRUPT, "%s",
+                 ckpt_error_last());
+    cr_assert(strstr(ckpt_error_last(), "another checkpoint (offset 16: step 1, id "),
+              "%s", ckpt_error_last());
+    cr_assert(opens >= 1 && opens <= 4, "verify opened step 2's manifest %d times", opens);
+    ckpt_report_free(rep);
+    ckpt_store_free(r);
+    free(from);
+    free(to);
+    free(d1);
+    free(d2);
+    tc_state_free(&s1);
+    tc_state_free(&s2);
 }

@@ -367,6 +367,9 @@ typedef enum ckpt_snapshot_mode {
  * Collective calls: on a store with world_size > 1, ckpt_store_open,
  * ckpt_save_begin (and ckpt_save_sync) and ckpt_restore with CKPT_LATEST
  * must be called by every rank, in the same order, with the same step.
+ * A rank that refuses its part before the call (a binding that cannot
+ * describe its state) calls ckpt_save_refuse or ckpt_restore_refuse in its
+ * place, so the others fail at once with its reason and stay in step.
  * Each rank saves its own tensors (names unique across the job) into its
  * own shard file, rank-RRRRR.shard, in the step's shared temporary
  * directory, and writes and fsyncs its part manifest; when every rank has
@@ -859,6 +862,20 @@ CKPT_API void ckpt_save_free(ckpt_save *save);
 CKPT_API int ckpt_save_sync(ckpt_store *store, int64_t step, const ckpt_tensor *tensors,
                        size_t count, const ckpt_save_options *opts);
 
+/**
+ * In place of ckpt_save_begin of `step`, on a rank that refused the save
+ * before it (a binding's own checks of the caller's state or metadata
+ * failed, with error `status` < 0 and `message`): with several ranks it
+ * takes part in the save's collectives as a failed begin does, so every
+ * other rank's save of `step` fails at once with this rank's reason
+ * (instead of pairing its next save with their collectives, which fails
+ * every later save); with one process it does nothing else.  Returns
+ * `status`, with `message` (or ckpt_strerror's text when NULL) as the
+ * error; CKPT_EINVAL for a NULL store or a `status` that is not an error.
+ */
+CKPT_API int ckpt_save_refuse(ckpt_store *store, int64_t step, int status,
+                              const char *message);
+
 /* ---------------------------------------------------------------- reports */
 
 /**
@@ -973,6 +990,19 @@ CKPT_API int ckpt_restore(ckpt_store *store, int64_t step, const ckpt_tensor *te
 CKPT_API int ckpt_restore_open(ckpt_store *store, int64_t step, const ckpt_tensor *tensors,
                                size_t count, const ckpt_restore_options *opts,
                                ckpt_report **report, ckpt_checkpoint **out);
+
+/**
+ * In place of ckpt_restore(store, CKPT_LATEST, ...), on a rank that refused
+ * the restore before it (as for ckpt_save_refuse): with several ranks it
+ * takes part in the agreement as a failed restore does, so the other
+ * ranks fail at once with its reason and stay in step; with one process
+ * it does nothing else.  `*report` (may be NULL) is handed out as by
+ * ckpt_restore.  Returns `status` with `message` as the error (or the
+ * agreement's failure, CKPT_EPEER); CKPT_EINVAL for a NULL store or a
+ * `status` that is not an error.
+ */
+CKPT_API int ckpt_restore_refuse(ckpt_store *store, int status, const char *message,
+                                 ckpt_report **report);
 
 /* ----------------------------------------------------------------- verify */
 

@@ -30,10 +30,11 @@ static void give_report(ckpt_report *r, ckpt_report **out)
         ckpt_report_free(r);
 }
 
-/* ckpt_restore, and with `keep` the step restored from handed back open. */
+/* ckpt_restore, and with `keep` the step restored from handed back open;
+ * `refused`: the caller's status instead of its tensors' (restore_refuse). */
 static int restore_api(const char *fn, ckpt_store *s, int64_t step, const ckpt_tensor *t,
                        size_t count, const ckpt_restore_options *opts, ckpt_report **report,
-                       ckpt_checkpoint **keep)
+                       ckpt_checkpoint **keep, int refused)
 {
     if (report)
         *report = NULL;
@@ -51,15 +52,19 @@ static int restore_api(const char *fn, ckpt_store *s, int64_t step, const ckpt_t
     }
     if (step < 0 && step != CKPT_LATEST)
         return ckpt_seterr(CKPT_EINVAL, "%s: step must be >= 0 or CKPT_LATEST", fn);
-    int rc = validate_tensors(t, count, 1);
+    int rc = refused ? refused : validate_tensors(t, count, 1);
     int agree = s->dist && step == CKPT_LATEST; /* several ranks: collective */
     if (rc && !agree)
         return rc;
     ckpt_report *r = report_new();
     if (!r)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    ckpt_error_state why; /* a failing rank's reason, which the agreement sends */
+    ckpt_error_capture(&why, rc);
     pthread_mutex_lock(&s->api_lock);
     save_drain(s); /* retention of the save in flight must not race us */
+    if (rc)
+        ckpt_error_restore(&why);
     if (agree) {
         rc = dist_restore(s, rc, t, count, &o, r);
         if (!rc && keep && (rc = reader_open_step(s, r->step, keep)))
@@ -76,7 +81,7 @@ static int restore_api(const char *fn, ckpt_store *s, int64_t step, const ckpt_t
 CKPT_API int ckpt_restore(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
                           const ckpt_restore_options *opts, ckpt_report **report)
 {
-    return restore_api("ckpt_restore", s, step, t, count, opts, report, NULL);
+    return restore_api("ckpt_restore", s, step, t, count, opts, report, NULL, 0);
 }
 
 CKPT_API int ckpt_restore_open(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
@@ -87,7 +92,7 @@ CKPT_API int ckpt_restore_open(ckpt_store *s, int64_t step, const ckpt_tensor *t
         *out = NULL;
     if (!out)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_restore_open: out is NULL");
-    return restore_api("ckpt_restore_open", s, step, t, count, opts, report, out);
+    return restore_api("ckpt_restore_open", s, step, t, count, opts, report, out, 0);
 }
 
 CKPT_API int ckpt_verify(ckpt_store *s, int64_t step, ckpt_verify_level level,
@@ -112,4 +117,17 @@ CKPT_API int ckpt_verify(ckpt_store *s, int64_t step, ckpt_verify_level level,
     pthread_mutex_unlock(&s->api_lock);
     give_report(r, report);
     return rc;
+}
+
+CKPT_API int ckpt_restore_refuse(ckpt_store *s, int status, const char *message,
+                                 ckpt_report **report)
+{
+    if (report)
+        *report = NULL;
+    if (!s || status >= 0)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_restore_refuse: NULL store, or status %d is "
+                           "not an error", status);
+    ckpt_seterr(status, "%s", message ? message : ckpt_strerror(status));
+    return restore_api("ckpt_restore_refuse", s, CKPT_LATEST, NULL, 0, NULL, report, NULL,
+                       status);
 }

@@ -51,6 +51,20 @@ CKPT_API int ckpt_save_begin(ckpt_save **out, ckpt_store *st, int64_t step,
     return rc ? dist_save_failed(st, step, rc) : CKPT_OK;
 }
 
+CKPT_API int ckpt_save_refuse(ckpt_store *st, int64_t step, int status, const char *message)
+{
+    if (!st || status >= 0)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_save_refuse: NULL store, or status %d is not "
+                           "an error", status);
+    if (context_usable(st, "ckpt_save_refuse"))
+        return CKPT_EINVAL;
+    ckpt_seterr(status, "%s", message ? message : ckpt_strerror(status));
+    if (!st->dist_finish)
+        return status;
+    dist_save_prepare(st, step);
+    return dist_save_failed(st, step, status);
+}
+
 static int save_begin_checked(ckpt_save **out, ckpt_store *st, int64_t step,
                               const ckpt_tensor *tensors, size_t count,
                               const ckpt_save_options *opts)

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "error.h"
 #include "fstrace.h"
 #include "helpers.h"
 #include "testing.h"
@@ -660,4 +661,62 @@ Test(ranks, a_callback_that_never_returns_times_out)
     hang_released = 1;
     pthread_cond_broadcast(&hang_cond);
     pthread_mutex_unlock(&hang_lock);
+}
+
+/* A rank whose binding refuses its part before calling the library (a
+ * state it cannot describe, metadata it cannot encode) calls the refuse
+ * functions in its place: the other ranks fail that save or restore at
+ * once with its reason, and the next save and restore of all ranks work.
+ * (The Python binding raised on that rank alone: its next save met the
+ * others' collectives of the previous one, and no save committed again.) */
+/* Turns an unexpected outcome into a failure naming it (rank_main reports
+ * the thread's message). */
+static int unexpected(int rc, const char *what)
+{
+    char was[512];
+    snprintf(was, sizeof was, "%s", ckpt_error_last());
+    return ckpt_seterr(CKPT_EIO, "%s: %d (%s) %s", what, rc, ckpt_status_name(rc), was);
+}
+
+static int one_rank_refuses(job *j, ckpt_store *st)
+{
+    tc_state s;
+    int rc;
+    rank_state(&s, j->u.rank, 3);
+    if (j->u.rank == 1)
+        rc = ckpt_save_refuse(st, 3, CKPT_EINVAL, "metadata: NaN is not JSON");
+    else
+        rc = tc_save(st, 3, &s, NULL);
+    tc_state_free(&s);
+    if (rc != CKPT_EINVAL || !strstr(ckpt_error_last(), "NaN is not JSON"))
+        return unexpected(rc, "save 3, refused by rank 1");
+    rank_state(&s, j->u.rank, 4);
+    rc = tc_save(st, 4, &s, NULL);
+    tc_state_free(&s);
+    if (rc)
+        return rc;
+    if (j->u.rank == 1) {
+        ckpt_report *rep = NULL;
+        rc = ckpt_restore_refuse(st, CKPT_EINVAL, "tensor 'x': not an array", &rep);
+        ckpt_report_free(rep);
+    } else {
+        rc = restore_latest(j, st);
+    }
+    if (rc != CKPT_EINVAL || !strstr(ckpt_error_last(), "not an array"))
+        return unexpected(rc, "restore, refused by rank 1");
+    return restore_latest(j, st);
+}
+
+Test(ranks, a_rank_that_refuses_keeps_every_rank_in_step)
+{
+    job jobs[WORLD] = {0};
+    run_ranks(jobs, one_rank_refuses);
+    for (int r = 0; r < WORLD; r++) {
+        cr_assert_eq(jobs[r].status, CKPT_OK, "rank %d: %s", r, jobs[r].message);
+        cr_assert_eq(jobs[r].restored, 4, "rank %d restored %lld", r,
+                     (long long)jobs[r].restored);
+    }
+    char *dir = tc_step_dir(tc_root, 3);
+    cr_assert_not(tc_exists(dir), "the refused save committed");
+    free(dir);
 }

@@ -223,6 +223,46 @@ def test_a_rank_that_cannot_restore_is_named_by_every_rank(root):
     assert "rank 1's restore failed" in msgs[0] and "rank5.w" in msgs[0], msgs[0]
 
 
+def test_a_rank_whose_state_the_binding_refuses_keeps_every_rank_in_step(root):
+    """Rank 1's save is refused in Python before the library is reached (a
+    NaN in its metadata on that rank only, a loss say), and later its
+    restore (a state holding an object that is no array).  That rank used
+    to raise alone: its next save met the others' collectives of the one
+    before, every later save failed ("rank 1 saved step 3 while rank 0
+    saved step 2") and nothing committed again; the restore left the
+    others waiting for the whole timeout.  Now the others fail that call
+    at once with rank 1's reason, and the next save and restore work."""
+    def body(rank, coord):
+        seen = []
+        with open_store(root, coordinator=coord, timeout=30) as st:
+            name = "rank%d.w" % rank
+            bad = {"loss": float("nan")} if rank == 1 else {"loss": 0.5}
+            with pytest.raises(libckpt.InvalidArgumentError) as err:
+                st.save(1, {name: weights(rank, 1)}, metadata=bad).wait()
+            seen.append(str(err.value))
+            st.save(2, {name: weights(rank, 2)}, metadata={"loss": 0.4}).wait()
+            state = {name: np.zeros_like(weights(rank, 2))}
+            if rank == 1:
+                state["odd"] = object()
+            with pytest.raises((TypeError, libckpt.Error)) as err:
+                st.restore(state)
+            seen.append(str(err.value))
+        return seen
+    seen = run_ranks(body)
+    assert "NaN" in seen[1][0] or "nan" in seen[1][0], seen[1][0]
+    assert "rank 1" in seen[0][0] and "metadata" in seen[0][0], seen[0][0]
+    assert "rank 1" in seen[0][1] and "state['odd']" in seen[0][1], seen[0][1]
+
+    def again(rank, coord):
+        with open_store(root, coordinator=coord, timeout=30) as st:
+            target = {"rank%d.w" % rank: np.zeros_like(weights(rank, 2))}
+            step = st.restore(target)
+            assert np.array_equal(target["rank%d.w" % rank], weights(rank, 2))
+            return step, st.steps()
+    for step, steps in run_ranks(again):
+        assert step == 2 and [s["step"] for s in steps] == [2]
+
+
 def test_a_failing_collective_is_a_peer_error(root):
     coord = ThreadCoordinator(1, {"barrier": threading.Barrier(WORLD)},
                               fail="broadcast")

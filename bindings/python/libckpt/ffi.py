@@ -399,6 +399,11 @@ HAVE_RESTORE_OPEN = _fn(
      _P(report_p), _P(checkpoint_p)], optional=True)
 _fn("ckpt_load", _int, [store_p, _i64, _str, _P(_vp), _P(_u64),
                         _P(ckpt_tensor_info)])
+# a rank's refusal of a collective call, in its place (several ranks)
+HAVE_REFUSE = _fn("ckpt_save_refuse", _int, [store_p, _i64, _int, _str],
+                  optional=True)
+_fn("ckpt_restore_refuse", _int, [store_p, _int, _str, _P(report_p)],
+    optional=True)
 
 # preemption (process-wide; Python programs usually prefer the signal module)
 _fn("ckpt_preempt_watch", _int, [_P(_int), _size], optional=True)

@@ -15,7 +15,8 @@ import stat
 import sys
 import warnings
 import weakref
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import (Any, Callable, Dict, Iterator, List, Optional, Tuple,
+                    Union)
 
 from . import ffi, nested, reports
 from . import tensors as _tensors
@@ -463,6 +464,26 @@ class Store:
         the snapshot copy is done.
         """
         step = _step_number(step, "Store.save")
+        try:
+            arr, n, keep, opts, stream, device = self._save_args(state,
+                                                                 metadata)
+        except Exception as e:  # refused here: tell the other ranks
+            self._refuse(e, lambda s, status, why: C.ckpt_save_refuse(
+                s, step, status, why))
+            raise
+        ptr = ffi.save_p()
+        with self._h.use() as s:
+            C.ckpt_save_begin(_byref(ptr), s, step, arr, n, _byref(opts))
+        h = SaveHandle(self, ptr, step, keep if device else None)
+        self._saves.add(h)
+        if device:
+            h.fence(stream)
+        return h
+
+    def _save_args(self, state: Any, metadata: Any) -> Tuple[Any, ...]:
+        """What ckpt_save_begin takes for ``state`` and ``metadata``, once
+        the save in flight is done: (tensor array, count, objects to keep
+        alive, options, CUDA stream, whether a tensor is on a device)."""
         # The metadata goes one level inside the text the library parses.
         if isinstance(metadata, (dict, list, tuple)) and nested.json_deeper_than(
                 metadata, nested.JSON_MAX_DEPTH - 1):
@@ -525,14 +546,28 @@ class Store:
         frameworks = json.dumps(framework_versions()).encode("utf-8")
         keep.append(frameworks)
         opts.frameworks_json = frameworks
-        ptr = ffi.save_p()
-        with self._h.use() as s:
-            C.ckpt_save_begin(_byref(ptr), s, step, arr, n, _byref(opts))
-        h = SaveHandle(self, ptr, step, keep if device else None)
-        self._saves.add(h)
-        if device:
-            h.fence(stream)
-        return h
+        return arr, n, keep, opts, stream, device
+
+    def _refuse(self, error: Exception, call: Callable[..., Any]) -> None:
+        """On a store of several ranks, tell the others that this rank
+        refused its part of a collective call before reaching the library
+        (``error``, about to be raised here), through ``call(store,
+        status, message)``: ckpt_save_refuse or ckpt_restore_refuse.  They
+        fail that call at once with this rank's reason, and every rank
+        stays in step; otherwise this rank's next call would meet their
+        collectives of this one, and every later save would fail."""
+        if self._ranks[1] <= 1 or not ffi.HAVE_REFUSE:
+            return
+        status = getattr(error, "status", None)
+        if not isinstance(status, int) or status >= 0:
+            status = InvalidArgumentError.status
+        why = ("rank %d: %s: %s" % (self._ranks[0], type(error).__name__,
+                                    error)).encode("utf-8", "replace")
+        try:
+            with self._h.use() as s:
+                call(s, status, why)
+        except Exception:  # the refusal's own outcome is no news here
+            pass
 
     # -- reading
 
@@ -687,10 +722,18 @@ class Store:
 
     def _restore(self, state: Any, step: Optional[int], strict: bool
                  ) -> RestoreResult:
-        flat = nested.flatten(state)
-        _check_names(flat)
-        arr, keep, stream, _ = _tensors.prepare(flat.names, flat.objs,
-                                                writable=True)
+        number = (ffi.CKPT_LATEST if step is None
+                  else _step_number(step, "Store.restore"))
+        try:
+            flat = nested.flatten(state)
+            _check_names(flat)
+            arr, keep, stream, _ = _tensors.prepare(flat.names, flat.objs,
+                                                    writable=True)
+        except Exception as e:  # refused here: tell the other ranks
+            if number == ffi.CKPT_LATEST:  # the collective restore
+                self._refuse(e, lambda s, status, why: C.ckpt_restore_refuse(
+                    s, status, why, None))
+            raise
         n = len(flat.names)
         opts = ffi.ckpt_restore_options()
         C.ckpt_restore_options_init(_byref(opts),
@@ -701,8 +744,6 @@ class Store:
         # The step restored from comes back open: its metadata and names
         # are read from it, not from a second open of the step.
         ck = ffi.checkpoint_p()
-        number = (ffi.CKPT_LATEST if step is None
-                  else _step_number(step, "Store.restore"))
         with self._h.use() as s:
             try:
                 try:

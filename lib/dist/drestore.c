@@ -18,6 +18,7 @@
 #include "restore.h"
 #include "retention.h"
 #include "util.h"
+#include "walk.h"
 
 typedef struct skip_reason {
     int32_t status;
@@ -70,11 +71,12 @@ static int restore_rank_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, 
 
 /* The newest step <= bound this rank restores; -1 if none.  A failure
  * that is not damage (the caller's mistake, no memory) ends the restore:
- * *fatal. */
+ * *fatal.  A step gone from the root since the listing (a writer's
+ * retention) is passed over unreported, setting *vanished. */
 static int64_t newest_restorable(ckpt_store *s, const int64_t *steps, size_t n, int64_t bound,
                                  int64_t have, const ckpt_tensor *t, size_t count,
                                  const ckpt_restore_options *o, ckpt_report *r,
-                                 restore_marks *mk, int *fatal)
+                                 restore_marks *mk, int *fatal, int *vanished)
 {
     for (size_t i = n; i-- > 0;) {
         if (steps[i] > bound)
@@ -96,6 +98,10 @@ static int64_t newest_restorable(ckpt_store *s, const int64_t *steps, size_t n, 
             return -1;
         }
         restore_marks_abandon(mk, steps[i]);
+        if (walk_step_gone(s, steps[i])) {
+            *vanished = 1;
+            continue;
+        }
         retention_note_damaged(s, steps[i], rc);
         reader_report_failure(r, steps[i], rc, ckpt_error_last());
     }
@@ -125,9 +131,10 @@ static int agree_restore(ckpt_store *s, int status, const ckpt_tensor *t, size_t
     if (!fatal)
         fatal = layout_scan(&s->lay, &steps, &n);
     int64_t bound = INT64_MAX, have = -2, agreed = -1;
+    int vanished = 0, relists = 0;
     for (;;) {
         int64_t mine = fatal ? -1 : newest_restorable(s, steps, n, bound, have, t, count, o,
-                                                      r, mk, &fatal);
+                                                      r, mk, &fatal, &vanished);
         if (mine >= 0)
             have = mine;
         /* Anyone failing outright fails everyone (a caller's mistake on
@@ -171,6 +178,24 @@ static int agree_restore(ckpt_store *s, int status, const ckpt_tensor *t, size_t
             free(steps);
             return rc;
         }
+        if (agreed < 0 && relists < WALK_MAX_RELISTS) {
+            /* No step every rank has: when a rank saw a step retired under
+             * it (a writer keeping few steps), newer ones have come; every
+             * rank lists the root again and the rounds start over. */
+            int64_t none_vanished = !vanished;
+            if ((rc = coord_allreduce_min(c, &none_vanished, "restore: a step retired"))) {
+                free(steps);
+                return rc;
+            }
+            if (!none_vanished) {
+                free(steps);
+                steps = NULL;
+                n = 0;
+                fatal = layout_scan(&s->lay, &steps, &n);
+                bound = INT64_MAX, have = -2, vanished = 0, relists++;
+                continue;
+            }
+        }
         if (all_there || agreed < 0)
             break;
         if (mine > agreed) /* restored, but this rank goes down: abandoned */
@@ -197,7 +222,8 @@ static int agree_restore(ckpt_store *s, int status, const ckpt_tensor *t, size_t
                          why.message);
                 report_add(r, steps[i], why.status ? why.status : CKPT_ECORRUPT, msg, "", "",
                            -1);
-                retention_note_damaged(s, steps[i], why.status);
+                if (why.status != CKPT_ENOCKPT) /* not "it has no newer step" */
+                    retention_note_damaged(s, steps[i], why.status);
             }
         bound = agreed;
     }

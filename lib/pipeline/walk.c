@@ -10,7 +10,7 @@
 
 /* A reader racing a writer that saves in a tight loop can lose a few
  * rounds; each costs one listing of the root. */
-#define WALK_RELISTS 16
+#define WALK_RELISTS WALK_MAX_RELISTS
 
 int walk_start(ckpt_store *s, step_walk *w)
 {
@@ -79,15 +79,19 @@ size_t walk_index(const step_walk *w)
     return w->i - 1;
 }
 
-int walk_gone(ckpt_store *s, step_walk *w, int64_t step)
+int walk_step_gone(ckpt_store *s, int64_t step)
 {
-    w->i--; /* done with this one, whatever it was */
     char *dir = layout_step_path(&s->lay, step);
     fsio_info info;
     int st = dir ? fsio_info_of(&s->lay.fs, dir, -1, &info) : -ENOMEM;
     free(dir);
-    int gone = st == -ENOENT || (!st && info.kind != FSIO_KIND_DIR);
-    if (gone && w->relists < WALK_RELISTS) {
+    return st == -ENOENT || (!st && info.kind != FSIO_KIND_DIR);
+}
+
+int walk_gone(ckpt_store *s, step_walk *w, int64_t step)
+{
+    w->i--; /* done with this one, whatever it was */
+    if (walk_step_gone(s, step) && w->relists < WALK_RELISTS) {
         ckpt_error_state e;
         ckpt_error_capture(&e, 0);
         int rc = relist(s, w);

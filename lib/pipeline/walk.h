@@ -14,6 +14,9 @@
 
 #include "context.h"
 
+/* How many times a search lists the root again (drestore.c too). */
+#define WALK_MAX_RELISTS 16
+
 typedef struct step_walk {
     int64_t *steps;  /* the latest listing, ascending */
     size_t n, i;     /* the next step tried is steps[i - 1] */
@@ -40,6 +43,9 @@ int walk_next(ckpt_store *s, step_walk *w, int64_t *step);
  * when it is still there (damaged: not tried again) or the listings are
  * spent.  Keeps the caller's error message. */
 int walk_gone(ckpt_store *s, step_walk *w, int64_t step);
+/* 1 when step `step`'s directory is gone from the root of `s` (retired by
+ * a writer or removed: no damage to report), else 0. */
+int walk_step_gone(ckpt_store *s, int64_t step);
 /* Index of `step` in w->steps, the listing walk_next took it from (for a
  * look at the steps older than it). */
 size_t walk_index(const step_walk *w);

@@ -138,6 +138,7 @@ typedef struct job {
     int status;
     char message[512];
     fsio *fs; /* NULL: the real file system, untraced */
+    int readonly; /* open with CKPT_OPEN_READONLY */
 } job;
 
 static void *rank_main(void *arg)
@@ -146,6 +147,8 @@ static void *rank_main(void *arg)
     ckpt_store_options o;
     ckpt_coordinator c;
     rank_opts(&o, &c, &j->u);
+    if (j->readonly)
+        o.flags |= CKPT_OPEN_READONLY;
     ckpt_store *st = NULL;
     j->status = j->fs ? ckpt_store_open_with_fsio(&st, tc_root, &o, j->fs)
                       : ckpt_store_open(&st, tc_root, &o);
@@ -719,4 +722,73 @@ Test(ranks, a_rank_that_refuses_keeps_every_rank_in_step)
     char *dir = tc_step_dir(tc_root, 3);
     cr_assert_not(tc_exists(dir), "the refused save committed");
     free(dir);
+}
+
+/* A job reading a root while another job's retention retires the step it
+ * listed as newest (keep_last 1): the rank that finds its step gone does
+ * not report it as damage, and when no step is left that every rank has,
+ * every rank lists the root again and they agree on the new step.  It was
+ * "no checkpoint ... that every rank can restore" on every rank. */
+typedef struct retire2 {
+    pthread_mutex_t mu;
+    int fired;
+    char *step2, *trash, *side3, *step3;
+} retire2;
+
+static int retire_when_opened(void *ctx, fsio_op op, const char *path)
+{
+    retire2 *r = ctx;
+    if (op != FSIO_OPEN || !path || !strstr(path, "step-000000000002/"))
+        return 0;
+    pthread_mutex_lock(&r->mu);
+    if (!r->fired) { /* the writer's save of step 3, and its retention */
+        r->fired = 1;
+        if (rename(r->side3, r->step3) || rename(r->step2, r->trash))
+            r->fired = -errno;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return 0;
+}
+
+static int save_two_and_three(job *j, ckpt_store *st)
+{
+    for (int64_t step = 2; step <= 3; step++) {
+        tc_state s;
+        rank_state(&s, j->u.rank, step);
+        int rc = tc_save(st, step, &s, NULL);
+        tc_state_free(&s);
+        if (rc)
+            return rc;
+    }
+    return CKPT_OK;
+}
+
+Test(ranks, a_step_retired_under_the_ranks_is_passed_for_the_new_one)
+{
+    job jobs[WORLD] = {0};
+    run_ranks(jobs, save_two_and_three);
+    for (int r = 0; r < WORLD; r++)
+        cr_assert_eq(jobs[r].status, CKPT_OK, "rank %d: %s", r, jobs[r].message);
+    retire2 race = {PTHREAD_MUTEX_INITIALIZER, 0, tc_step_dir(tc_root, 2),
+                    tc_join(tc_root, ".trash-2"), tc_join(tc_root, "side-3"),
+                    tc_step_dir(tc_root, 3)};
+    cr_assert_eq(rename(race.step3, race.side3), 0); /* step 3 is not saved yet */
+    fsio fs = {retire_when_opened, NULL, NULL, &race};
+    job readers[WORLD] = {0};
+    for (int r = 0; r < WORLD; r++) {
+        readers[r].fs = &fs;
+        readers[r].readonly = 1;
+    }
+    run_ranks(readers, restore_latest);
+    cr_assert_eq(race.fired, 1, "the race was not run (%d)", race.fired);
+    for (int r = 0; r < WORLD; r++) {
+        cr_assert_eq(readers[r].status, CKPT_OK, "rank %d: %s", r, readers[r].message);
+        cr_assert_eq(readers[r].restored, 3, "rank %d restored %lld", r,
+                     (long long)readers[r].restored);
+        cr_assert_eq(readers[r].skipped, 0, "rank %d reported a retired step", r);
+    }
+    free(race.step2);
+    free(race.trash);
+    free(race.side3);
+    free(race.step3);
 }

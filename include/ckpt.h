@@ -384,7 +384,9 @@ typedef enum ckpt_snapshot_mode {
  * directory; but when rank 0 dies (or its answer is lost) after the
  * rename, the step is committed although the other ranks' waits returned
  * CKPT_EPEER: after CKPT_EPEER the outcome is unknown to that rank (its
- * message says so), and ckpt_store_latest or the next restore tells.  After a timeout the coordinator is out of step
+ * message says so; rank 0's says when it did commit, as when another rank
+ * died before the answer reached it), and ckpt_store_latest or the next
+ * restore tells.  After a timeout the coordinator is out of step
  * (a collective may still be pending): every later collective call on the
  * store fails with CKPT_EPEER; open a new store with a fresh coordinator.
  *

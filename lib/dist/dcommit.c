@@ -267,10 +267,13 @@ static void decide(ckpt_save *s, const part_report *reps, commit_result *res)
  * another step than rank 0: rank 0 never commits or removes its temporary
  * directory, so it removes it (ranks of the same other step share one and
  * all remove it: every part is written before rank 0 answers, and removing
- * a tree another rank removed is no error). */
-static int exchange(ckpt_store *st, ckpt_save *s, int64_t step, int status, int *alone)
+ * a tree another rank removed is no error).  *committed is set on rank 0
+ * when it committed the step, whatever the answer's fate. */
+static int exchange(ckpt_store *st, ckpt_save *s, int64_t step, int status, int *alone,
+                    int *committed)
 {
     *alone = 0;
+    *committed = 0;
     struct dist_state *d = st->dist;
     part_report rep;
     memset(&rep, 0, sizeof rep);
@@ -293,8 +296,10 @@ static int exchange(ckpt_store *st, ckpt_save *s, int64_t step, int status, int 
     int rc = coord_gather(&d->c, &rep, sizeof rep, reps, 0,
                           "save: gathering every rank's part report");
     if (!rc && st->rank == 0) {
-        if (s)
+        if (s) {
             decide(s, reps, &res);
+            *committed = res.status == CKPT_OK;
+        }
         else { /* rank 0 itself could not begin */
             res.status = status;
             res.rank = 0;
@@ -307,6 +312,15 @@ static int exchange(ckpt_store *st, ckpt_save *s, int64_t step, int status, int 
     if (!rc)
         rc = coord_bcast(&d->c, &res, sizeof res, 0,
                          "save: waiting for rank 0's decision on the commit");
+    if (rc && *committed) {
+        /* Rank 0 committed, then a rank died or hung before the answer
+         * reached it: rank 0 knows the outcome, the others may not. */
+        char why[1024];
+        snprintf(why, sizeof why, "%s", ckpt_error_last());
+        return ckpt_seterr(rc, "%s; step %lld is committed (this rank, rank 0, committed it "
+                           "before telling the others), but a rank may not know: the job's "
+                           "ranks are out of step", why, (long long)step);
+    }
     if (rc) {
         /* CKPT_EPEER on another rank: rank 0 decides once every rank's part
          * has reached it, so any rank may be the one missing, and rank 0
@@ -330,14 +344,14 @@ static int exchange(ckpt_store *st, ckpt_save *s, int64_t step, int status, int 
 int dist_finish(ckpt_save *s, int status)
 {
     ckpt_store *st = s->store;
-    int alone;
-    int rc = exchange(st, s, s->m.step, status, &alone);
+    int alone, committed;
+    int rc = exchange(st, s, s->m.step, status, &alone, &committed);
     if (st->rank != 0 && !alone) {
         /* The directory is rank 0's to commit or remove (one of another
          * step is this rank's: the caller removes it, as rank 0 its own). */
         free(s->tmp);
         s->tmp = NULL;
-    } else if (rc == CKPT_OK) {
+    } else if (rc == CKPT_OK || committed) {
         free(s->tmp);
         s->tmp = NULL;
         retention_after_save(st, s->m.step); /* after the answer: no rank waits for it */
@@ -371,8 +385,8 @@ int dist_save_failed(ckpt_store *st, int64_t step, int status)
     pthread_mutex_lock(&st->api_lock);
     save_drain(st); /* the collectives of the previous save come first */
     ckpt_error_restore(&e);
-    int alone; /* no directory: this rank's save never began */
-    int rc = exchange(st, NULL, step, status, &alone);
+    int alone, committed; /* no directory: this rank's save never began */
+    int rc = exchange(st, NULL, step, status, &alone, &committed);
     pthread_mutex_unlock(&st->api_lock);
     (void)rc;
     return ckpt_error_restore(&e); /* this rank's own reason */

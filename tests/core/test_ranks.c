@@ -139,6 +139,8 @@ typedef struct job {
     char message[512];
     fsio *fs; /* NULL: the real file system, untraced */
     int readonly; /* open with CKPT_OPEN_READONLY */
+    int timeout_ms; /* 0: rank_opts' */
+    int (*bcast)(void *, void *, size_t, int, int); /* NULL: cb_broadcast */
 } job;
 
 static void *rank_main(void *arg)
@@ -149,6 +151,10 @@ static void *rank_main(void *arg)
     rank_opts(&o, &c, &j->u);
     if (j->readonly)
         o.flags |= CKPT_OPEN_READONLY;
+    if (j->timeout_ms)
+        o.timeout_ms = j->timeout_ms;
+    if (j->bcast)
+        c.broadcast = j->bcast;
     ckpt_store *st = NULL;
     j->status = j->fs ? ckpt_store_open_with_fsio(&st, tc_root, &o, j->fs)
                       : ckpt_store_open(&st, tc_root, &o);
@@ -791,4 +797,54 @@ Test(ranks, a_step_retired_under_the_ranks_is_passed_for_the_new_one)
     free(race.trash);
     free(race.side3);
     free(race.step3);
+}
+
+/* Rank 1 dies after its part is durable, before rank 0's answer reaches
+ * it: rank 0 commits the step, then its broadcast of the decision times
+ * out.  Rank 0 knows the step is committed and says so (it said "whether
+ * step 5 was committed is unknown here") and runs retention; rank 1 only
+ * knows that it does not know. */
+static int rank1_dead;
+
+static int cb_broadcast_rank1_dies(void *user, void *buf, size_t n, int root, int timeout_ms)
+{
+    rank_user *u = user;
+    if (u->rank == 1 && __atomic_load_n(&rank1_dead, __ATOMIC_ACQUIRE))
+        return -1; /* gone: never meets rank 0 */
+    return cb_broadcast(user, buf, n, root, timeout_ms);
+}
+
+static int save_then_rank1_dies(job *j, ckpt_store *st)
+{
+    for (int64_t step = 4; step <= 5; step++) {
+        tc_state s;
+        rank_state(&s, j->u.rank, step);
+        if (step == 5 && j->u.rank == 1)
+            __atomic_store_n(&rank1_dead, 1, __ATOMIC_RELEASE);
+        int rc = tc_save(st, step, &s, NULL);
+        tc_state_free(&s);
+        if (rc)
+            return rc;
+    }
+    return CKPT_OK;
+}
+
+Test(ranks, rank_0_knows_a_step_it_committed_when_the_answer_is_lost)
+{
+    job jobs[WORLD] = {0};
+    for (int r = 0; r < WORLD; r++) {
+        jobs[r].timeout_ms = 1000;
+        jobs[r].bcast = cb_broadcast_rank1_dies;
+    }
+    run_ranks(jobs, save_then_rank1_dies);
+    cr_assert_eq(jobs[0].status, CKPT_EPEER, "rank 0: %s", jobs[0].message);
+    cr_assert(strstr(jobs[0].message, "step 5 is committed"), "rank 0: %s", jobs[0].message);
+    cr_assert_eq(jobs[1].status, CKPT_EPEER, "rank 1: %s", jobs[1].message);
+    cr_assert(strstr(jobs[1].message, "unknown here"), "rank 1: %s", jobs[1].message);
+    ckpt_store *ro = tc_open_ro(tc_root);
+    int64_t step = -1;
+    cr_assert_eq(ckpt_store_latest(ro, CKPT_VERIFY_FULL, &step), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_assert_eq(step, 5);
+    ckpt_store_free(ro);
 }

@@ -658,6 +658,44 @@ def test_reading_through_a_link_another_user_planted_says_so(tmp):
 RAW_CONTROLS = ("\x1b", "\x07", "\x9b", "\r")
 
 
+def test_a_newline_in_a_name_forges_no_line(tmp):
+    """A tensor name may hold a newline (the library keeps names as
+    given), and job scripts pass `ckpt latest`'s stderr into the job's log:
+    a damaged step whose tensor is named "w\\nresume.sh: start 1: resuming
+    from step 2 ..." printed that as a line of its own.  Every message and
+    listing shows such a newline as \\n; --json keeps the name as it is."""
+    import sys
+    root = os.path.join(tmp, "root")
+    fake = "resume.sh: start 1: resuming from step 2 (newest fully valid)"
+    name = "w\n" + fake + "\nx"
+    code = ("import sys, numpy as np, libckpt\n"
+            "with libckpt.Store(sys.argv[1], keep_last=0) as s:\n"
+            "    s.save(1, {'w': np.ones(4096)}).wait()\n"
+            "    x = np.random.default_rng(0).standard_normal(4096)\n"
+            "    s.save(2, {sys.argv[2]: x}).wait()\n")
+    r = run(sys.executable, "-c", code, root, name, env=python_env())
+    check(r.rc == 0, "save from Python", r)
+    shard = data_files(root, 2)[0]
+    with open(shard, "r+b") as f:  # one data byte: quick verification passes
+        f.seek(200)
+        b = f.read(1)
+        f.seek(200)
+        f.write(bytes([b[0] ^ 1]))
+
+    def forged(text):
+        return [line for line in text.splitlines() if line.startswith(fake[:9])]
+    r = expect_rc(ckpt("latest", root, "--full", "--step"), 0)
+    check(r.out.strip() == "1", "the step", r)
+    check("w\\n" + fake in r.err and not forged(r.err), "stderr of latest", r)
+    r = ckpt("verify", "--all", root)
+    check(r.rc != 0 and "w\\n" + fake in r.out and not forged(r.out + r.err),
+          "verify --all", r)
+    r = expect_rc(ckpt("inspect", root, "--step", "2"), 0)
+    check("w\\n" + fake in r.out and not forged(r.out), "inspect", r)
+    _, doc = ckpt_json("inspect", "inspect", root, "--step", "2", rc=0)
+    check([t["name"] for t in doc["tensors"]] == [name], "JSON name changed")
+
+
 def test_control_characters_from_a_root_reach_no_terminal(tmp):
     """Tensor names and paths are another user's words: a name carrying
     terminal escapes (a colour, a window title, the one-byte C1 CSI) is

@@ -117,11 +117,15 @@ const char *cli_fmt_duration(double s, char buf[32]);
  * progress bar writes its own escapes to the descriptor (progress.c). */
 void cli_guard_terminal(int json);
 
-/* Print `text` to stdout left-aligned in a column `width` characters wide,
- * counted as the terminal shows them once filtered: a control character
- * takes 4 (`\x01`), a C1 control 6 (`\u0085`), any other UTF-8 character
- * one.  printf's `%-40s` counts bytes, so such names shifted the columns
- * after them. */
+/* Write `text` to `f` with each newline shown as `\n`: a tensor name or a
+ * message holding one would otherwise print a line of its choosing (a
+ * forged "resuming from step ..." in a job's log). */
+void cli_put_oneline(FILE *f, const char *text);
+/* Print `text` to stdout left-aligned in a column `width` characters wide
+ * (cli_put_oneline), counted as the terminal shows them once filtered: a
+ * newline takes 2 (`\n`), another control character 4 (`\x01`), a C1
+ * control 6 (`\u0085`), any other UTF-8 character one.  printf's `%-40s`
+ * counts bytes, so such names shifted the columns after them. */
 void cli_print_column(const char *text, int width);
 
 /* ---------------------------------------------------------- progress */

@@ -184,7 +184,8 @@ void cli_report_print(FILE *f, const ckpt_report *report)
     size_t n = report ? ckpt_report_count(report) : 0;
     for (size_t i = 0; i < n; i++) {
         const ckpt_problem *p = ckpt_report_get(report, i);
-        fprintf(f, "  step %" PRId64 ": %s", p->step, p->message ? p->message : "");
+        fprintf(f, "  step %" PRId64 ": ", p->step);
+        cli_put_oneline(f, p->message ? p->message : "");
         /* The library's messages usually name the file already. */
         if (p->file && *p->file && p->message && strstr(p->message, p->file)) {
             fputc('\n', f);
@@ -196,7 +197,8 @@ void cli_report_print(FILE *f, const ckpt_report *report)
             any = 1;
         }
         if (p->tensor && *p->tensor) {
-            fprintf(f, "%stensor %s", any ? ", " : " [", p->tensor);
+            fprintf(f, "%stensor ", any ? ", " : " [");
+            cli_put_oneline(f, p->tensor);
             any = 1;
         }
         if (p->offset >= 0) {
@@ -289,6 +291,8 @@ static ssize_t guard_write(void *cookie, const char *buf, size_t size)
             k += (size_t)snprintf(out + k, 16, "\\u%04x", c);
         else if (c == 0xc2)
             g->held = 1;
+        else if (c == '\n' && g->fd == STDERR_FILENO && i + 1 < size)
+            k += (size_t)snprintf(out + k, 16, "\\n"); /* inside one message: a name's */
         else if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f)
             k += (size_t)snprintf(out + k, 16, "\\x%02x", c);
         else
@@ -329,18 +333,27 @@ static void guard_stream(FILE **stream, int fd, guard *g)
     *stream = f;
 }
 
+void cli_put_oneline(FILE *f, const char *text)
+{
+    for (const char *nl; (nl = strchr(text, '\n')); text = nl + 1) {
+        fwrite(text, 1, (size_t)(nl - text), f);
+        fputs("\\n", f);
+    }
+    fputs(text, f);
+}
+
 void cli_print_column(const char *text, int width)
 {
     int shown = 0;
     for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
         if (*c == 0xc2 && c[1] >= 0x80 && c[1] <= 0x9f)
             shown += 6, c++;
-        else if ((*c < 0x20 && *c != '\t' && *c != '\n') || *c == 0x7f)
-            shown += 4;
+        else if ((*c < 0x20 && *c != '\t') || *c == 0x7f)
+            shown += *c == '\n' ? 2 : 4; /* \n (cli_put_oneline), \xNN (the filter) */
         else if ((*c & 0xc0) != 0x80) /* not a continuation byte */
             shown++;
     }
-    fputs(text, stdout);
+    cli_put_oneline(stdout, text);
     printf("%*s", shown < width ? width - shown : 0, "");
 }
 

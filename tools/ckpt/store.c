@@ -292,10 +292,13 @@ json_t *cli_step_json(const cli_step *s)
 
 void cli_step_print_problems(FILE *f, const cli_step *s)
 {
-    if (s->report && ckpt_report_count(s->report))
+    if (s->report && ckpt_report_count(s->report)) {
         cli_report_print(f, s->report);
-    else if (s->status != CKPT_OK)
-        fprintf(f, "  step %lld: %s\n", (long long)s->step, s->message);
+    } else if (s->status != CKPT_OK) {
+        fprintf(f, "  step %lld: ", (long long)s->step);
+        cli_put_oneline(f, s->message);
+        fputc('\n', f);
+    }
 }
 
 uint64_t cli_steps_stored_bytes(ckpt_store *store, const int64_t *steps, size_t count)

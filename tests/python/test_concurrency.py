@@ -143,3 +143,31 @@ def test_dropping_a_handle_does_not_wait_for_the_save(root):
         assert not store._orphans
     with open_store(root, readonly=True) as ro:
         assert np.array_equal(ro.load(step=1)[1]["x"], big)
+
+
+def test_load_passes_a_step_retired_under_it_for_the_new_one(tmp_path):
+    """A reader's load() next to a writer that keeps one step: the step it
+    listed as newest is retired by the writer's next save before the
+    reader opens it.  load() used to end with NoCheckpointError ("no
+    checkpoint") although step 2 was committed; it lists the root again."""
+    root = tmp_path / "root"
+    writer = open_store(root, keep_last=1)
+    writer.save(1, {"x": np.full(8, 1.0)}).wait()
+    reader = open_store(root, readonly=True)
+    real = reader._open
+    raced = []
+
+    def open_after_the_writer(step, *args, **kwargs):
+        if not raced:  # the writer saves step 2 and retires step 1
+            raced.append(step)
+            writer.save(2, {"x": np.full(8, 2.0)}).wait()
+        return real(step, *args, **kwargs)
+    reader._open = open_after_the_writer
+    try:
+        got = reader.load()
+    finally:
+        reader.close()
+        writer.close()
+    assert raced == [1]
+    assert got.step == 2 and np.array_equal(got.state["x"], np.full(8, 2.0))
+    assert got.skipped == []

@@ -638,13 +638,15 @@ class Store:
         chunk of every tensor it reads; a step whose state leaves a tensor
         unread is verified fully as well.  (A full verification and then
         the read would read every byte twice.)  Steps that fail are
-        skipped and reported as a full verification reports them."""
+        skipped and reported as a full verification reports them.  A step
+        retired by a writer since the listing, or at its end, has newer
+        ones after it: the root is listed again (as the C search does)."""
         skipped: List[dict] = []
-        for step in reversed(self._step_numbers()):
+        for step in self._newest_first():
             try:
                 ck = self._open(step, ffi.CKPT_VERIFY_QUICK, framework, device)
             except NotFoundError:
-                continue  # retired meanwhile
+                continue  # retired meanwhile: the walk lists again
             except Error as err:
                 if not reports.is_damage(err):
                     raise
@@ -672,6 +674,32 @@ class Store:
                                     function="Store.load")
         err.skipped = skipped
         raise err
+
+    def _newest_first(self) -> Iterator[int]:
+        """The committed steps, newest first, each once; when the listing
+        runs out, or a step yielded is gone by the time the next is asked
+        for, the root is listed again for steps not yet yielded (at most
+        16 times: a reader racing a writer that keeps one step)."""
+        tried: set = set()
+        steps, relists = self._step_numbers(), 0
+        while True:
+            fresh = [s for s in reversed(steps) if s not in tried]
+            if not fresh:
+                if relists == _RELISTS:
+                    return
+                relists += 1
+                steps = self._step_numbers()
+                if all(s in tried for s in steps):
+                    return
+                continue
+            step = fresh[0]
+            tried.add(step)
+            yield step  # resumed only when that step could not be used
+            if relists < _RELISTS:
+                now = self._step_numbers()
+                if step not in now:  # retired under us: newer steps came
+                    relists += 1
+                    steps = now
 
     def metadata(self, step: Optional[int] = None) -> Any:
         """The ``metadata=`` saved with ``step``, or None if it had none.
@@ -854,6 +882,10 @@ class Store:
         finally:
             C.ckpt_free(arr)
 
+
+# How many times a search for the newest step lists the root again (as
+# lib/pipeline/walk.c's WALK_MAX_RELISTS).
+_RELISTS = 16
 
 # Open stores, for _after_fork_in_child.
 _OPEN: "weakref.WeakSet[Store]" = weakref.WeakSet()

@@ -211,17 +211,25 @@ static int restore_latest(job *j, ckpt_store *st)
     return rc;
 }
 
-static int save_two(job *j, ckpt_store *st)
+/* Save steps first..last, each rank the state `state_of` makes. */
+static int save_range(job *j, ckpt_store *st, int64_t first, int64_t last,
+                      void (*state_of)(tc_state *s, int r, int64_t step))
 {
-    for (int64_t step = 1; step <= 2; step++) {
+    for (int64_t step = first; step <= last; step++) {
         tc_state s;
-        rank_state(&s, j->u.rank, step);
+        state_of(&s, j->u.rank, step);
         int rc = tc_save(st, step, &s, NULL);
         tc_state_free(&s);
         if (rc)
             return rc;
     }
-    return restore_latest(j, st);
+    return CKPT_OK;
+}
+
+static int save_two(job *j, ckpt_store *st)
+{
+    int rc = save_range(j, st, 1, 2, rank_state);
+    return rc ? rc : restore_latest(j, st);
 }
 
 Test(ranks, save_commit_restore_agreed)
@@ -486,15 +494,7 @@ static void head_state(tc_state *s, int r, int64_t step)
 
 static int save_two_with_head(job *j, ckpt_store *st)
 {
-    for (int64_t step = 1; step <= 2; step++) {
-        tc_state s;
-        head_state(&s, j->u.rank, step);
-        int rc = tc_save(st, step, &s, NULL);
-        tc_state_free(&s);
-        if (rc)
-            return rc;
-    }
-    return CKPT_OK;
+    return save_range(j, st, 1, 2, head_state);
 }
 
 static int restore_head_allow_missing(job *j, ckpt_store *st)
@@ -758,15 +758,7 @@ static int retire_when_opened(void *ctx, fsio_op op, const char *path)
 
 static int save_two_and_three(job *j, ckpt_store *st)
 {
-    for (int64_t step = 2; step <= 3; step++) {
-        tc_state s;
-        rank_state(&s, j->u.rank, step);
-        int rc = tc_save(st, step, &s, NULL);
-        tc_state_free(&s);
-        if (rc)
-            return rc;
-    }
-    return CKPT_OK;
+    return save_range(j, st, 2, 3, rank_state);
 }
 
 Test(ranks, a_step_retired_under_the_ranks_is_passed_for_the_new_one)

@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Bytes of a version 1 ckpt_save_options: it ends before frameworks_json. */
 #define SAVE_OPTIONS_V1_SIZE offsetof(ckpt_save_options, frameworks_json)
@@ -101,14 +102,14 @@ CKPT_API int ckpt_save_wait(ckpt_save *s)
 {
     if (!s)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_save_wait: save is NULL");
-    if (context_usable(s->store, "ckpt_save_wait"))
+    if (context_usable_by(s->owner, "ckpt_save_wait"))
         return CKPT_EINVAL;
     return save_wait(s);
 }
 
 CKPT_API int ckpt_save_done(ckpt_save *s)
 {
-    if (!s || context_forked(s->store)) /* nothing to wait for here: see ckpt.h */
+    if (!s || s->owner != getpid()) /* nothing to wait for here: see ckpt.h */
         return 1;
     pthread_mutex_lock(&s->lock);
     int done = s->done;
@@ -122,7 +123,7 @@ CKPT_API int ckpt_save_wait_snapshot(ckpt_save *s)
 {
     if (!s)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_save_wait_snapshot: save is NULL");
-    if (context_usable(s->store, "ckpt_save_wait_snapshot"))
+    if (context_usable_by(s->owner, "ckpt_save_wait_snapshot"))
         return CKPT_EINVAL;
     pthread_mutex_lock(&s->lock);
     save_wait_snapshot_locked(s);
@@ -135,7 +136,7 @@ CKPT_API int ckpt_save_fence(ckpt_save *s, void *stream)
 {
     if (!s)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_save_fence: save is NULL");
-    if (context_usable(s->store, "ckpt_save_fence"))
+    if (context_usable_by(s->owner, "ckpt_save_fence"))
         return CKPT_EINVAL;
     pthread_mutex_lock(&s->lock);
     save_wait_snapshot_locked(s); /* only STREAM snapshots larger than the pool wait */
@@ -148,7 +149,7 @@ CKPT_API int ckpt_save_stats_get(const ckpt_save *s, ckpt_save_stats *stats)
 {
     if (!s || !stats)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_save_stats_get: NULL argument");
-    if (context_usable(s->store, "ckpt_save_stats_get"))
+    if (context_usable_by(s->owner, "ckpt_save_stats_get"))
         return CKPT_EINVAL;
     ckpt_save *m = (ckpt_save *)s;
     pthread_mutex_lock(&m->lock);
@@ -159,7 +160,7 @@ CKPT_API int ckpt_save_stats_get(const ckpt_save *s, ckpt_save_stats *stats)
 
 CKPT_API void ckpt_save_free(ckpt_save *s)
 {
-    if (!s || context_forked(s->store)) /* a child's copy: let go of nothing */
+    if (!s || s->owner != getpid()) /* a child's copy: let go of nothing */
         return;
     save_wait(s);
     save_unref(s);

@@ -188,6 +188,8 @@ static int agree_restore(ckpt_store *s, int status, const ckpt_tensor *t, size_t
                 return rc;
             }
             if (!none_vanished) {
+                if (mine >= 0) /* restored here, but no longer the step */
+                    restore_marks_abandon(mk, mine);
                 free(steps);
                 steps = NULL;
                 n = 0;

@@ -102,6 +102,9 @@ int worker_reserve_out(ckpt_store *s, worker_ctx *w, size_t n, int pinned);
  * on a store, a save or a checkpoint asks first; one that frees lets go of
  * nothing in a child (context_forked). */
 int context_usable(const ckpt_store *s, const char *fn);
+/* The same for a handle that outlives its store (a save: ckpt.h), which
+ * keeps the store's owner: CKPT_OK in process `owner`. */
+int context_usable_by(pid_t owner, const char *fn);
 /* 1 in a child made by fork() after `s` was opened. */
 int context_forked(const ckpt_store *s);
 

@@ -905,6 +905,7 @@ int save_begin(ckpt_save **out, ckpt_store *st, int64_t step, const ckpt_tensor 
     if (!s)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
     s->store = st;
+    s->owner = st->owner;
     s->refs = 1;
     s->m.step = step;
     s->stats.step = step;

@@ -27,7 +27,9 @@ typedef struct encode_job {
 typedef enum save_pass { PASS_ALL, PASS_HOST, PASS_DEVICE } save_pass;
 
 struct ckpt_save {
-    ckpt_store *store;
+    ckpt_store *store;      /* may be freed before the handle (ckpt.h) */
+    pid_t owner;            /* the store's owner: a forked child's copy is
+                               refused without reading the store */
     pthread_mutex_t lock;   /* protects refs, done, error, stats, snap_ev,
                                snapshot_done */
     pthread_cond_t cond;

@@ -122,12 +122,17 @@ int context_forked(const ckpt_store *s)
 
 int context_usable(const ckpt_store *s, const char *fn)
 {
-    if (!context_forked(s))
+    return context_usable_by(s->owner, fn);
+}
+
+int context_usable_by(pid_t owner, const char *fn)
+{
+    if (owner == getpid())
         return CKPT_OK;
     return ckpt_seterr(CKPT_EINVAL,
                        "%s: the store was opened by process %ld, and this process is a child "
                        "it made with fork(): the store's threads and locks did not come along, "
                        "so its stores, saves and checkpoints cannot be used here; open a store "
                        "in this process (the parent's go on working there)",
-                       fn, (long)s->owner);
+                       fn, (long)owner);
 }

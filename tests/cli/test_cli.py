@@ -694,6 +694,9 @@ def test_a_newline_in_a_name_forges_no_line(tmp):
     check("w\\n" + fake in r.out and not forged(r.out), "inspect", r)
     _, doc = ckpt_json("inspect", "inspect", root, "--step", "2", rc=0)
     check([t["name"] for t in doc["tensors"]] == [name], "JSON name changed")
+    # the command's own lines stay lines (usage is several in one write)
+    r = ckpt()
+    check("\n       ckpt COMMAND --help\n" in r.err and "\\n" not in r.err, "usage", r)
 
 
 def test_control_characters_from_a_root_reach_no_terminal(tmp):

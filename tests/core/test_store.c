@@ -220,6 +220,38 @@ Test(store, a_forked_child_is_refused_the_parents_handles_at_once)
     tc_state_free(&s);
 }
 
+/* A save handle may outlive its store (ckpt.h, Lifetimes): freeing the
+ * store waits for the save, and the handle's functions still work without
+ * it.  The fork check read the freed store (ASan: heap-use-after-free in
+ * ckpt_save_done); it now keeps the owner in the handle. */
+Test(store, a_save_handle_outlives_its_store)
+{
+    tc_state s;
+    tc_state_standard(&s, 4);
+    ckpt_store *a = tc_open(tc_root);
+    ckpt_save *sv = NULL;
+    cr_assert_eq(ckpt_save_begin(&sv, a, 1, s.t, s.count, NULL), CKPT_OK, "%s",
+                 ckpt_error_last());
+    ckpt_store_free(a);
+    /* memory the store held, reused: a stale read would see these bytes */
+    void *reuse[64];
+    for (int i = 0; i < 64; i++)
+        memset(reuse[i] = malloc(4096), 0x5a, 4096);
+    cr_assert_eq(ckpt_save_done(sv), 1);
+    cr_assert_eq(ckpt_save_wait(sv), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_eq(ckpt_save_wait_snapshot(sv), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_save_stats st;
+    cr_assert_eq(ckpt_save_stats_get(sv, &st), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_eq(st.step, 1);
+    ckpt_save_free(sv);
+    for (int i = 0; i < 64; i++)
+        free(reuse[i]);
+    ckpt_store *r = tc_open_ro(tc_root);
+    cr_assert_eq(tc_restore_check(r, CKPT_LATEST, &s), 1);
+    ckpt_store_free(r);
+    tc_state_free(&s);
+}
+
 Test(store, open_creates_root_and_readonly_needs_it)
 {
     char *sub = tc_join(tc_root, "new-root");

@@ -240,6 +240,10 @@ def test_a_rank_whose_state_the_binding_refuses_keeps_every_rank_in_step(root):
             with pytest.raises(libckpt.InvalidArgumentError) as err:
                 st.save(1, {name: weights(rank, 1)}, metadata=bad).wait()
             seen.append(str(err.value))
+            # a step number refused on one rank only (-1: not a step)
+            with pytest.raises(libckpt.InvalidArgumentError) as err:
+                st.save(-1 if rank == 1 else 2, {name: weights(rank, 2)}).wait()
+            seen.append(str(err.value))
             st.save(2, {name: weights(rank, 2)}, metadata={"loss": 0.4}).wait()
             state = {name: np.zeros_like(weights(rank, 2))}
             if rank == 1:
@@ -251,7 +255,8 @@ def test_a_rank_whose_state_the_binding_refuses_keeps_every_rank_in_step(root):
     seen = run_ranks(body)
     assert "NaN" in seen[1][0] or "nan" in seen[1][0], seen[1][0]
     assert "rank 1" in seen[0][0] and "metadata" in seen[0][0], seen[0][0]
-    assert "rank 1" in seen[0][1] and "state['odd']" in seen[0][1], seen[0][1]
+    assert "rank 1" in seen[0][1] and "Store.save" in seen[0][1], seen[0][1]
+    assert "rank 1" in seen[0][2] and "state['odd']" in seen[0][2], seen[0][2]
 
     def again(rank, coord):
         with open_store(root, coordinator=coord, timeout=30) as st:

@@ -121,6 +121,10 @@ void cli_guard_terminal(int json);
  * message holding one would otherwise print a line of its choosing (a
  * forged "resuming from step ..." in a job's log). */
 void cli_put_oneline(FILE *f, const char *text);
+/* One line on stderr, formatted as printf's `fmt` (no newline at its end)
+ * and written with cli_put_oneline: for notes that quote paths, link
+ * targets or names. */
+void cli_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Print `text` to stdout left-aligned in a column `width` characters wide
  * (cli_put_oneline), counted as the terminal shows them once filtered: a
  * newline takes 2 (`\n`), another control character 4 (`\x01`), a C1

@@ -95,9 +95,9 @@ static void note_foreign_root(const cli_ctx *ctx, const char *root)
     struct stat sb;
     if (ctx->trust_group || stat(root, &sb) != 0 || sb.st_uid == geteuid())
         return;
-    fprintf(stderr, "ckpt gc: note: gc without --dry-run will be refused here: %s belongs "
-            "to uid %u, not to you (uid %u); a group's shared root needs --trust-group\n",
-            root, (unsigned)sb.st_uid, (unsigned)geteuid());
+    cli_note("ckpt gc: note: gc without --dry-run will be refused here: %s belongs "
+             "to uid %u, not to you (uid %u); a group's shared root needs --trust-group",
+             root, (unsigned)sb.st_uid, (unsigned)geteuid());
 }
 
 int cmd_gc(cli_ctx *ctx, int argc, char **argv)

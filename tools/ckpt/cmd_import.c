@@ -368,7 +368,7 @@ static herr_t visit_cb(hid_t group, const char *name, const h5_link_info *info, 
     imp_list *l = data;
     char why[512];
     if (info->type != H5L_TYPE_HARD) {
-        fprintf(stderr, "ckpt import: skipping link '%s' (not a hard link)\n", name);
+        cli_note("ckpt import: skipping link '%s' (not a hard link)", name);
         return 0;
     }
     hid_t obj = H5Oopen(group, name, H5P_DEFAULT);

@@ -68,10 +68,12 @@ int cmd_latest(cli_ctx *ctx, int argc, char **argv)
         } else {
             /* the library's message says why the newest step was passed over */
             const char *why = ckpt_error_last();
-            if (st == CKPT_ENOCKPT && why && *why)
-                fprintf(stderr, "ckpt latest: %s\n", why);
-            else
-                fprintf(stderr, "ckpt latest: no valid checkpoint in %s\n", dir);
+            if (st == CKPT_ENOCKPT && why && *why) {
+                fputs("ckpt latest: ", stderr);
+                cli_put_oneline(stderr, why);
+                fputc('\n', stderr);
+            } else
+                cli_note("ckpt latest: no valid checkpoint in %s", dir);
         }
         ret = CLI_EXIT_INVALID;
         goto done;
@@ -97,8 +99,9 @@ int cmd_latest(cli_ctx *ctx, int argc, char **argv)
         /* stdout stays the one line a script reads; the note goes to stderr */
         for (size_t i = 0; i < nskipped; i++) {
             const ckpt_problem *p = ckpt_report_get(skipped[i], 0);
-            fprintf(stderr, "ckpt latest: skipped newer step %" PRId64 ": %s\n", p->step,
-                    p->message ? p->message : "");
+            fprintf(stderr, "ckpt latest: skipped newer step %" PRId64 ": ", p->step);
+            cli_put_oneline(stderr, p->message ? p->message : "");
+            fputc('\n', stderr);
         }
         if (only_step)
             printf("%" PRId64 "\n", step);

@@ -101,9 +101,9 @@ int cmd_list(cli_ctx *ctx, int argc, char **argv)
         json_object_set_new(doc, "latest_valid", cli_json_int_or_null(latest_valid));
         cli_json_print(doc);
     } else if (!count) {
-        fprintf(stderr, "ckpt list: no checkpoints in %s\n", dir);
+        cli_note("ckpt list: no checkpoints in %s", dir);
     } else if (latest_valid < 0) {
-        fprintf(stderr, "ckpt list: no valid checkpoint in %s\n", dir);
+        cli_note("ckpt list: no valid checkpoint in %s", dir);
     }
     ret = latest_valid >= 0 ? CLI_EXIT_OK : CLI_EXIT_INVALID;
 done:

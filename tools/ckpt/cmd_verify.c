@@ -97,7 +97,7 @@ int cmd_verify(cli_ctx *ctx, int argc, char **argv)
         json_object_set_new(doc, "steps", arr);
         cli_json_print(doc);
     } else if (!checked) {
-        fprintf(stderr, "ckpt verify: no checkpoints in %s\n", dir);
+        cli_note("ckpt verify: no checkpoints in %s", dir);
     } else if (bad) {
         printf("%zu of %zu step%s failed %s verification\n", bad, checked,
                checked == 1 ? "" : "s", quick ? "quick" : "full");

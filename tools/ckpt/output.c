@@ -37,9 +37,11 @@ const char *cli_status_name(int status)
 static void print_error(const cli_ctx *ctx, const char *msg)
 {
     if (strcmp(ctx->cmd, "ckpt") == 0)
-        fprintf(stderr, "ckpt: %s\n", msg);
+        fputs("ckpt: ", stderr);
     else
-        fprintf(stderr, "ckpt %s: %s\n", ctx->cmd, msg);
+        fprintf(stderr, "ckpt %s: ", ctx->cmd);
+    cli_put_oneline(stderr, msg); /* a message is one line, whatever it quotes */
+    fputc('\n', stderr);
 }
 
 /* The library's advice names its C flags; a shell user has commands and
@@ -291,8 +293,6 @@ static ssize_t guard_write(void *cookie, const char *buf, size_t size)
             k += (size_t)snprintf(out + k, 16, "\\u%04x", c);
         else if (c == 0xc2)
             g->held = 1;
-        else if (c == '\n' && g->fd == STDERR_FILENO && i + 1 < size)
-            k += (size_t)snprintf(out + k, 16, "\\n"); /* inside one message: a name's */
         else if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f)
             k += (size_t)snprintf(out + k, 16, "\\x%02x", c);
         else
@@ -331,6 +331,17 @@ static void guard_stream(FILE **stream, int fd, guard *g)
         setvbuf(f, NULL, _IOLBF, 0);
     fflush(*stream);
     *stream = f;
+}
+
+void cli_note(const char *fmt, ...)
+{
+    char line[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    cli_put_oneline(stderr, line);
+    fputc('\n', stderr);
 }
 
 void cli_put_oneline(FILE *f, const char *text)

@@ -116,17 +116,17 @@ int cli_open_readonly(cli_ctx *ctx, const char *dir, ckpt_store **out)
     unsigned luid;
     if (stat(abs, &sb) == 0 && sb.st_uid != geteuid() && sb.st_uid != 0) {
         user_label((unsigned)sb.st_uid, who, sizeof who);
-        fprintf(stderr, "ckpt %s: note: %s belongs to %s, not to you: its "
-                "checkpoints are that user's (checksums prove integrity, not origin)\n",
-                ctx->cmd, abs, who);
+        cli_note("ckpt %s: note: %s belongs to %s, not to you: its "
+                 "checkpoints are that user's (checksums prove integrity, not origin)",
+                 ctx->cmd, abs, who);
     } else if (foreign_link(dir, link, sizeof link, target, sizeof target, &luid)) {
         /* one's own root reached through a stranger's link: maybe not the
          * run the script means (a writer would refuse this path) */
         user_label(luid, who, sizeof who);
-        fprintf(stderr, "ckpt %s: note: %s goes through the symbolic link %s (-> %s), "
-                "which belongs to %s: it leads to %s, which may be another run than "
-                "this path names (a writer refuses such a link)\n", ctx->cmd, dir, link,
-                target, who, abs);
+        cli_note("ckpt %s: note: %s goes through the symbolic link %s (-> %s), "
+                 "which belongs to %s: it leads to %s, which may be another run than "
+                 "this path names (a writer refuses such a link)", ctx->cmd, dir, link,
+                 target, who, abs);
     }
     return 0;
 }

@@ -36,12 +36,13 @@ class _Handle:
         """In a child made by fork(): drop the pointer unfreed (the C
         library's threads stayed in the parent, see ckpt.h), so that every
         later use raises ValueError naming `what`.  Takes no lock: a thread
-        of the parent may have held this one at the fork."""
+        of the parent may have held this one at the fork.  A handle closed
+        before the fork stays as it was: its outcome was known."""
         self._cond = threading.Condition()
         self._users = 0
+        self.forked = self._ptr is not None
         self._ptr = None
         self._what = what
-        self.forked = True
 
     @contextlib.contextmanager
     def use(self) -> Iterator[Any]:

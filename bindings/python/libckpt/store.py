@@ -463,13 +463,14 @@ class Store:
         fenced, so later work enqueued on it cannot overwrite them before
         the snapshot copy is done.
         """
-        step = _step_number(step, "Store.save")
+        number = -1  # for the other ranks when the step itself is refused
         try:
+            number = step = _step_number(step, "Store.save")
             arr, n, keep, opts, stream, device = self._save_args(state,
                                                                  metadata)
         except Exception as e:  # refused here: tell the other ranks
             self._refuse(e, lambda s, status, why: C.ckpt_save_refuse(
-                s, step, status, why))
+                s, number, status, why))
             raise
         ptr = ffi.save_p()
         with self._h.use() as s:
@@ -660,6 +661,9 @@ class Store:
             except Error as err:
                 if not reports.is_damage(err):
                     raise
+                if (isinstance(err, NotFoundError)
+                        and step not in self._step_numbers()):
+                    continue  # retired while read: the walk lists again
                 skipped.append(reports.first_problem(self, step, err))
                 continue
             reports.report_skipped(skipped, stacklevel=4)
@@ -908,6 +912,7 @@ def _after_fork_in_child() -> None:
         store._readers.clear()
         for s in list(store._saves):
             s._h.forget_after_fork("save handle" + forked)
+        store._saves = weakref.WeakSet()  # none in flight here
         for handle, _, _ in list(store._orphans):
             handle.forget_after_fork("save handle" + forked)
         store._orphans.clear()

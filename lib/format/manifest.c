@@ -581,6 +581,13 @@ static int decode(const char *text, size_t len, const char *where, manifest *m,
     int rc = check_sum(text, len, where);
     if (rc)
         return rc;
+    /* JSON has no raw NUL anywhere, and jansson skips one after a number
+     * or keyword (an unget drops it) but not after a bracket: refused
+     * here, so that both routes, and every other JSON reader, agree. */
+    const char *nul = memchr(text, '\0', len);
+    if (nul)
+        return BAD("%s: manifest holds a NUL byte at offset %zu: not JSON (hostile or "
+                   "damaged file)", where, (size_t)(nul - text));
     json_t *root = NULL;
     json_error_t err;
     /* The quick route: the tensors and the metadata scanned by hand, the

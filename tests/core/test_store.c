@@ -3,6 +3,7 @@
  * metadata and environment records, a read-only root. */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <signal.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -186,9 +187,13 @@ Test(store, a_forked_child_is_refused_the_parents_handles_at_once)
         ckpt_checkpoint_free(ck);
         ckpt_save_free(sv);
         ckpt_store_free(a);
-        ssize_t ok = write(res[1], rc, sizeof rc) == (ssize_t)sizeof rc &&
-                     write(res[1], msg, sizeof msg) == (ssize_t)sizeof msg;
-        _exit(ok ? 0 : 1);
+        if (write(res[1], rc, sizeof rc) == (ssize_t)sizeof rc)
+            (void)!write(res[1], msg, sizeof msg);
+        /* What the parent's threads held is not the child's to free: a
+         * leak check at exit (valgrind follows the child) would call it
+         * lost.  The answers went through the pipe. */
+        raise(SIGKILL);
+        _exit(1);
     }
     close(res[1]);
     int rc[7];

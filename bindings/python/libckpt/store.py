@@ -343,8 +343,9 @@ class Store:
         with self._h.use() as s:  # on the thread that makes the call
             C.ckpt_store_wait(s)
 
-    def _reap(self, block: bool) -> None:
-        """Free the adopted saves that have finished (all, with block)."""
+    def _reap(self, block: bool, stacklevel: int = 4) -> None:
+        """Free the adopted saves that have finished (all, with block);
+        a failure is warned of `stacklevel` frames up (see _lost)."""
         for _ in range(len(self._orphans)):
             try:
                 item = self._orphans.popleft()
@@ -358,7 +359,7 @@ class Store:
                         continue
                     C.ckpt_save_wait(ptr)
             except Error as e:
-                self._lost(e, step)
+                self._lost(e, step, stacklevel=stacklevel)
             handle.close()
 
     def _lost(self, error: Error, step: int, warn: bool = True,
@@ -504,7 +505,7 @@ class Store:
         # here first, where Ctrl-C still interrupts (handles.interruptible),
         # then report a dropped save that failed, at this save as promised.
         interruptible(self._wait_in_flight, lambda: not self._in_flight())
-        self._reap(block=False)
+        self._reap(block=False, stacklevel=5)  # save() -> here -> _reap
         with _no_gc():
             flat = nested.flatten(state)
             _check_names(flat)

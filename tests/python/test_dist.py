@@ -291,3 +291,61 @@ def test_rank_and_world_are_checked(root):
     coord = ThreadCoordinator(0, {"barrier": threading.Barrier(WORLD)})
     with pytest.raises(libckpt.InvalidArgumentError):
         open_store(root, coordinator=coord, rank=2)
+
+
+def test_resharded_load_passes_a_step_retired_under_it(root):
+    """A reader's load_resharded next to a writer that keeps one step: the
+    step it listed is retired by the writer's next save before it is
+    opened.  It used to warn that step 1 was skipped ("not found") and
+    raise NoCheckpointError although step 2 was committed; the root is
+    listed again, as Store.load does, and step 2 is loaded unwarned."""
+    writer = open_store(root, keep_last=1)
+    writer.save(1, {"w": weights(0, 1)}).wait()
+    reader = open_store(root, readonly=True)
+    real, raced = reader.open, []
+
+    def open_after_the_writer(step, *args, **kwargs):
+        if not raced:  # the writer saves step 2 and retires step 1
+            raced.append(step)
+            writer.save(2, {"w": weights(0, 2)}).wait()
+        return real(step, *args, **kwargs)
+    reader.open = open_after_the_writer
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", libckpt.SkippedCheckpointWarning)
+            step, got = load_resharded(reader, ["w"])
+    finally:
+        reader.close()
+        writer.close()
+    assert raced == [1]
+    assert step == 2 and np.array_equal(got["w"], weights(0, 2))
+
+
+def test_ranks_pass_a_step_retired_under_one_of_them(root):
+    """Two ranks load_resharded next to a writer that keeps one step: the
+    writer's save retires step 1 after the ranks agreed on it, before
+    rank 0 opens it.  Every rank lists again and gets step 2, no step is
+    reported skipped."""
+    writer = open_store(root, keep_last=1)
+    writer.save(1, {"w": weights(0, 1)}).wait()
+
+    def load(rank, coord):
+        with open_store(root, readonly=True, coordinator=coord, timeout=30) as st:
+            if rank == 0:
+                real, raced = st.open, []
+
+                def open_after_the_writer(step, *args, **kwargs):
+                    if not raced:
+                        raced.append(step)
+                        writer.save(2, {"w": weights(0, 2)}).wait()
+                    return real(step, *args, **kwargs)
+                st.open = open_after_the_writer
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", libckpt.SkippedCheckpointWarning)
+                step, got = load_resharded(st, ["w"])
+            assert np.array_equal(got["w"], weights(0, step))
+            return step
+    try:
+        assert run_ranks(load) == [2, 2]
+    finally:
+        writer.close()

@@ -190,7 +190,10 @@ def load_resharded(store: Any, select: Union[Callable[[str], bool],
     it loads from the newest step that restores.  Each step tried is
     sized from its own manifest (a step skipped for damage may hold other
     shapes than an older one), and skipped steps are warned about
-    (:class:`libckpt.SkippedCheckpointWarning`).  A name of a list that
+    (:class:`libckpt.SkippedCheckpointWarning`); a step retired by a
+    writer's retention while it is tried is not damage: the root is
+    listed again for the newer one (as :meth:`Store.load` does).  A name
+    of a list that
     the step tried does not hold raises :class:`libckpt.NotFoundError`.
     ``framework``: "auto" (as each tensor was saved), "np" or "pt", on
     the CPU, as for Store.load."""
@@ -199,6 +202,7 @@ def load_resharded(store: Any, select: Union[Callable[[str], bool],
     from .errors import (AccessError, CorruptError, IoError,
                          NoCheckpointError, NotFoundError, PeerError,
                          SkippedCheckpointWarning, VersionError)
+    from .store import _RELISTS
     damage = (CorruptError, IoError, VersionError, NotFoundError, AccessError)
     coord = getattr(store, "_coordinator", None)
     timeout = getattr(store, "_timeout", 600.0)
@@ -210,11 +214,14 @@ def load_resharded(store: Any, select: Union[Callable[[str], bool],
     except Exception as e:  # noqa: BLE001 - every rank must hear of it
         early, mine = e, []
     skipped = []
-    below = None  # the steps tried so far are all above this
-    while True:
+    tried: set = set()  # the steps tried so far, the same on every rank
+    relists = 0  # the root is listed again (a writer's retention) at most
+    while True:  # _RELISTS times, as Store.load and the C search do
+        if early is None and relists < _RELISTS and all(n in tried for n in mine):
+            relists += 1  # the listing ran out: newer steps may have come
+            mine, early = _listing(store, mine)
         step = (-2 if early is not None else
-                max((n for n in mine if below is None or n < below),
-                    default=-1))
+                max((n for n in mine if n not in tried), default=-1))
         if together:  # the same step on every rank, tried in the same order
             step = coord.allreduce_min(step, timeout)
         if early is not None:
@@ -224,6 +231,7 @@ def load_resharded(store: Any, select: Union[Callable[[str], bool],
                             "choosing a step (its own error says why)")
         if step < 0:
             break
+        tried.add(step)
         state, failure, fatal = None, None, None
         try:
             state = _load_step(store, step, select, framework)
@@ -233,25 +241,48 @@ def load_resharded(store: Any, select: Union[Callable[[str], bool],
             failure = e
         except Exception as e:  # noqa: BLE001 - every rank must hear of it
             fatal = e
-        outcome = -1 if fatal is not None else 0 if failure is not None else 1
+        if failure is not None and relists < _RELISTS:
+            # A step gone from the root was retired by a writer under us:
+            # no damage; the listing is taken again for the newer steps.
+            relists += 1
+            mine, early = _listing(store, mine)
+            gone = (early is None and isinstance(failure, NotFoundError)
+                    and step not in mine)
+        else:
+            gone = False
+        # fatal < damaged < gone < loaded: the worst outcome on any rank wins
+        outcome = (-1 if fatal is not None or early is not None else
+                   0 if failure is not None and not gone else
+                   1 if gone else 2)
         if together:
             outcome = coord.allreduce_min(outcome, timeout)
         if fatal is not None:
             raise fatal
+        if early is not None:
+            raise early
         if outcome < 0:
             raise PeerError("load_resharded: another rank failed on step %d "
                             "(its own error says why)" % step)
-        if outcome == 1:
+        if outcome == 2:
             for n, why in skipped:
                 warnings.warn("load_resharded skipped step %d: %s" % (n, why),
                               SkippedCheckpointWarning, stacklevel=2)
             return step, state
-        skipped.append((step, failure if failure is not None
-                        else "another rank could not load its tensors"))
-        below = step
+        if outcome == 0:
+            skipped.append((step, failure if failure is not None and not gone
+                            else "another rank could not load its tensors"))
     raise NoCheckpointError(
         "load_resharded: no step in %s holds the selection intact%s"
         % (store.path, "".join("; step %d: %s" % w for w in skipped)))
+
+
+def _listing(store: Any, old: List[int]) -> Tuple[List[int], Any]:
+    """(the root's committed steps, None), or (old, the error) when listing
+    fails: the caller tells the other ranks before raising it."""
+    try:
+        return store._step_numbers(), None
+    except Exception as e:  # noqa: BLE001 - every rank must hear of it
+        return old, e
 
 
 class _MissingNames(Exception):

@@ -193,8 +193,7 @@ def load_resharded(store: Any, select: Union[Callable[[str], bool],
     (:class:`libckpt.SkippedCheckpointWarning`); a step retired by a
     writer's retention while it is tried is not damage: the root is
     listed again for the newer one (as :meth:`Store.load` does).  A name
-    of a list that
-    the step tried does not hold raises :class:`libckpt.NotFoundError`.
+    of a list that the step tried does not hold raises :class:`libckpt.NotFoundError`.
     ``framework``: "auto" (as each tensor was saved), "np" or "pt", on
     the CPU, as for Store.load."""
     import warnings

@@ -379,6 +379,11 @@ typedef enum ckpt_snapshot_mode {
  * the same status.  A rank that fails makes every rank's save fail (its
  * status, with a message naming the rank); a rank that dies or hangs makes
  * the others fail with CKPT_EPEER once a collective has waited timeout_ms.
+ * A rank that is only slow (a larger shard, a slower disk) is waited for:
+ * while they write their shards and parts (and read on restore), the ranks
+ * meet every timeout_ms / 4 to say whether they are done (an extra
+ * allreduce_min each time), so timeout_ms bounds how long a dead or hung
+ * rank goes unnoticed, not how much longer one rank may take than another.
  * A rank that dies before its part is durable, or a late one, leaves the
  * step uncommitted, and the next writer's open removes the temporary
  * directory; but when rank 0 dies (or its answer is lost) after the

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "error.h"
+#include "pool.h"
 #include "util.h"
 
 /* A callback gets timeout_ms; the waiter gives it this much longer, so
@@ -221,5 +222,89 @@ int coord_gather(coord *c, const void *send, size_t n, void *recv, int root,
     if (!rc && here)
         memcpy(recv, k->recv, n * (size_t)c->world);
     call_unref(k);
+    return rc;
+}
+
+/* coord_pace's work and what its thread tells the pacing one. */
+typedef struct pace {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    int done, rc;          /* protected by lock */
+    ckpt_error_state err;  /* the work's message when rc != 0 */
+    int (*work)(void *arg);
+    void *arg;
+} pace;
+
+static void *pace_thread(void *arg)
+{
+    pace *p = arg;
+    pool_mark_library_thread();
+    int rc = p->work(p->arg);
+    ckpt_error_state e;
+    ckpt_error_capture(&e, rc);
+    pthread_mutex_lock(&p->lock);
+    p->rc = rc;
+    p->err = e;
+    p->done = 1;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+/* Wait up to `ms` for the work to end; 1 when it has. */
+static int pace_wait(pace *p, int ms)
+{
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += (time_t)(ms / 1000);
+    dl.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (dl.tv_nsec >= 1000000000L) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&p->lock);
+    while (!p->done)
+        if (pthread_cond_timedwait(&p->cond, &p->lock, &dl) == ETIMEDOUT)
+            break;
+    int done = p->done;
+    pthread_mutex_unlock(&p->lock);
+    return done;
+}
+
+int coord_pace(coord *c, int (*work)(void *arg), void *arg, int *work_rc, const char *what)
+{
+    pace p;
+    memset(&p, 0, sizeof p);
+    pthread_mutex_init(&p.lock, NULL);
+    pthread_cond_init(&p.cond, NULL);
+    p.work = work;
+    p.arg = arg;
+    pthread_t th;
+    int threaded = 0;
+    if (!work)
+        p.done = 1;
+    else if (pthread_create(&th, NULL, pace_thread, &p) == 0)
+        threaded = 1;
+    else { /* no thread: the work first, then the ranks meet (as before pacing) */
+        p.rc = work(arg);
+        ckpt_error_capture(&p.err, p.rc);
+        p.done = 1;
+    }
+    /* A quarter of the timeout: the others' collective, waiting for this
+     * rank's next beat, is never near its deadline. */
+    int ms = c->timeout_ms / 4 > 0 ? c->timeout_ms / 4 : 1;
+    int rc;
+    for (;;) {
+        int64_t done = pace_wait(&p, ms);
+        if ((rc = coord_allreduce_min(c, &done, what)) || done)
+            break;
+    }
+    if (threaded)
+        pthread_join(th, NULL);
+    *work_rc = p.rc;
+    if (!rc && p.rc)
+        ckpt_error_restore(&p.err);
+    pthread_cond_destroy(&p.cond);
+    pthread_mutex_destroy(&p.lock);
     return rc;
 }

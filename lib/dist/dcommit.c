@@ -261,16 +261,34 @@ static void decide(ckpt_save *s, const part_report *reps, commit_result *res)
                  ckpt_error_last());
 }
 
-/* The report and the answer, for a save that ran (`s`) or failed to begin
- * (`s` NULL).  Returns the agreed status with its message; *alone is set
+/* A rank's work before its report: the pipeline's persist (the shard
+ * written and fsynced), then its part.  Runs on coord_pace's thread. */
+typedef struct part_job {
+    ckpt_save *s;
+    int (*persist)(ckpt_save *s);
+    part_report *rep;
+} part_job;
+
+static int part_job_run(void *arg)
+{
+    part_job *j = arg;
+    int rc = j->persist(j->s);
+    return rc ? rc : write_part(j->s, j->rep);
+}
+
+/* The report and the answer, for a save that ran (`s`, whose persist is
+ * still to run unless `status` already failed it) or failed to begin (`s`
+ * NULL).  The ranks pace each other while they persist (coord_pace): the
+ * fastest waits for the slowest as long as that one is alive.  Returns the
+ * agreed status with its message; *alone is set
  * on a rank other than 0 that knows nothing was committed and saved
  * another step than rank 0: rank 0 never commits or removes its temporary
  * directory, so it removes it (ranks of the same other step share one and
  * all remove it: every part is written before rank 0 answers, and removing
  * a tree another rank removed is no error).  *committed is set on rank 0
  * when it committed the step, whatever the answer's fate. */
-static int exchange(ckpt_store *st, ckpt_save *s, int64_t step, int status, int *alone,
-                    int *committed)
+static int exchange(ckpt_store *st, ckpt_save *s, int (*persist)(ckpt_save *s), int64_t step,
+                    int status, int *alone, int *committed)
 {
     *alone = 0;
     *committed = 0;
@@ -279,8 +297,17 @@ static int exchange(ckpt_store *st, ckpt_save *s, int64_t step, int status, int 
     memset(&rep, 0, sizeof rep);
     rep.rank = st->rank;
     rep.step = step;
-    if (!status && s && (status = write_part(s, &rep)) == CKPT_OK)
-        rep.status = CKPT_OK;
+    part_job job = {s, persist, &rep};
+    int run = !status && s, work_rc = CKPT_OK;
+    int rc = coord_pace(&d->c, run ? part_job_run : NULL, &job, &work_rc,
+                        "save: pacing the ranks that still write their parts");
+    if (rc) { /* no rank reports before all are done: rank 0 cannot decide */
+        char why[1024];
+        snprintf(why, sizeof why, "%s", ckpt_error_last());
+        return ckpt_seterr(rc, "%s; step %lld not committed", why, (long long)step);
+    }
+    if (run)
+        status = work_rc;
     rep.status = status;
     if (status) {
         /* paths as every rank knows them, not this rank's /proc/self/fd/N */
@@ -293,7 +320,7 @@ static int exchange(ckpt_store *st, ckpt_save *s, int64_t step, int status, int 
     commit_result res;
     memset(&res, 0, sizeof res);
     res.step = step;
-    int rc = coord_gather(&d->c, &rep, sizeof rep, reps, 0,
+    rc = coord_gather(&d->c, &rep, sizeof rep, reps, 0,
                           "save: gathering every rank's part report");
     if (!rc && st->rank == 0) {
         if (s) {
@@ -341,11 +368,11 @@ static int exchange(ckpt_store *st, ckpt_save *s, int64_t step, int status, int 
     return CKPT_OK;
 }
 
-int dist_finish(ckpt_save *s, int status)
+int dist_finish(ckpt_save *s, int status, int (*persist)(ckpt_save *s))
 {
     ckpt_store *st = s->store;
     int alone, committed;
-    int rc = exchange(st, s, s->m.step, status, &alone, &committed);
+    int rc = exchange(st, s, persist, s->m.step, status, &alone, &committed);
     if (st->rank != 0 && !alone) {
         /* The directory is rank 0's to commit or remove (one of another
          * step is this rank's: the caller removes it, as rank 0 its own). */
@@ -386,7 +413,7 @@ int dist_save_failed(ckpt_store *st, int64_t step, int status)
     save_drain(st); /* the collectives of the previous save come first */
     ckpt_error_restore(&e);
     int alone, committed; /* no directory: this rank's save never began */
-    int rc = exchange(st, NULL, step, status, &alone, &committed);
+    int rc = exchange(st, NULL, NULL, step, status, &alone, &committed);
     pthread_mutex_unlock(&st->api_lock);
     (void)rc;
     return ckpt_error_restore(&e); /* this rank's own reason */

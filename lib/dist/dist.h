@@ -37,8 +37,10 @@ void dist_save_prepare(ckpt_store *s, int64_t step);
  * the commit protocol (the others wait for it), reporting the failure.
  * Returns `status` with its message. */
 int dist_save_failed(ckpt_store *s, int64_t step, int status);
-/* The persist thread's last word (context.h's dist_finish). */
-int dist_finish(struct ckpt_save *save, int status);
+/* The persist thread's work on several ranks (context.h's dist_finish):
+ * `persist` (unless `status` already failed the save) paced with the other
+ * ranks, this rank's part, the report, rank 0's commit and its answer. */
+int dist_finish(struct ckpt_save *save, int status, int (*persist)(struct ckpt_save *save));
 
 /* ckpt_restore(CKPT_LATEST) on several ranks: `status` is this rank's
  * failure before it could try (checking arguments), CKPT_OK normally.  The

@@ -108,6 +108,46 @@ static int64_t newest_restorable(ckpt_store *s, const int64_t *steps, size_t n, 
     return -1;
 }
 
+/* newest_restorable's arguments and results, for coord_pace's thread. */
+typedef struct search_job {
+    ckpt_store *s;
+    const int64_t *steps;
+    size_t n;
+    int64_t bound, have;
+    const ckpt_tensor *t;
+    size_t count;
+    const ckpt_restore_options *o;
+    ckpt_report *r;
+    restore_marks *mk;
+    int64_t mine;
+    int fatal, vanished;
+} search_job;
+
+static int search_job_run(void *arg)
+{
+    search_job *j = arg;
+    j->mine = newest_restorable(j->s, j->steps, j->n, j->bound, j->have, j->t, j->count, j->o,
+                                j->r, j->mk, &j->fatal, &j->vanished);
+    return j->fatal;
+}
+
+/* newest_restorable, paced with the other ranks (a rank with more to read
+ * is slow, not dead); *rc: the pacing's failure. */
+static int64_t newest_paced(search_job *j, int *fatal, int *vanished, int *rc)
+{
+    int work_rc;
+    j->fatal = 0;
+    j->vanished = 0;
+    j->mine = -1;
+    *rc = coord_pace(&j->s->dist->c, *fatal ? NULL : search_job_run, j, &work_rc,
+                     "restore: pacing the ranks that still read");
+    if (!*fatal) {
+        *fatal = j->fatal;
+        *vanished |= j->vanished;
+    }
+    return j->mine;
+}
+
 /* The first reason this rank recorded for a step above `agreed`. */
 static void my_reason(const ckpt_report *r, int64_t agreed, skip_reason *why)
 {
@@ -133,8 +173,13 @@ static int agree_restore(ckpt_store *s, int status, const ckpt_tensor *t, size_t
     int64_t bound = INT64_MAX, have = -2, agreed = -1;
     int vanished = 0, relists = 0;
     for (;;) {
-        int64_t mine = fatal ? -1 : newest_restorable(s, steps, n, bound, have, t, count, o,
-                                                      r, mk, &fatal, &vanished);
+        search_job job = {s, steps, n, bound, have, t, count, o, r, mk, -1, 0, 0};
+        int rc;
+        int64_t mine = newest_paced(&job, &fatal, &vanished, &rc);
+        if (rc) {
+            free(steps);
+            return rc;
+        }
         if (mine >= 0)
             have = mine;
         /* Anyone failing outright fails everyone (a caller's mistake on
@@ -142,7 +187,7 @@ static int agree_restore(ckpt_store *s, int status, const ckpt_tensor *t, size_t
         ckpt_error_state mine_err;
         ckpt_error_capture(&mine_err, fatal);
         int64_t worst = fatal;
-        int rc = coord_allreduce_min(c, &worst, "restore: every rank's status");
+        rc = coord_allreduce_min(c, &worst, "restore: every rank's status");
         if (!rc && worst) {
             /* Every rank is here: the lowest failing rank says why, so
              * that the others name it (a tensor no rank of this job holds,

@@ -65,13 +65,14 @@ struct ckpt_store {
     struct ckpt_save *inflight; /* the save not yet waited for, or NULL */
     /* Several ranks (lib/dist): this process's rank (0 for one process);
      * the checkpoint id every rank writes into its shard, set before each
-     * save; the hook that ends a save's persist thread with the global
-     * commit (NULL for one process: persist.c commits alone); the rank
+     * save; the hook that runs a save's persist paced with the other
+     * ranks and ends it with the global commit (NULL for one process:
+     * persist.c commits alone); the rank
      * state, owned by lib/dist. */
     uint32_t rank;
     int shared_id_set;
     unsigned char shared_id[16];
-    int (*dist_finish)(struct ckpt_save *s, int status);
+    int (*dist_finish)(struct ckpt_save *s, int status, int (*persist)(struct ckpt_save *s));
     struct dist_state *dist;
     struct eventlog *events;    /* the root's event log; NULL: read-only */
     ckpt_report *cleaned;       /* stale temporaries removed while opening,

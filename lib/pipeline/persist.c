@@ -271,10 +271,10 @@ void *save_persist_thread(void *arg)
         pthread_cond_broadcast(&s->cond);
         pthread_mutex_unlock(&s->lock);
     }
-    if (!rc)
+    if (s->store->dist_finish) /* persists paced with the other ranks, then */
+        rc = s->store->dist_finish(s, rc, persist); /* every rank learns every outcome */
+    else if (!rc)
         rc = persist(s);
-    if (s->store->dist_finish) /* every rank learns every rank's outcome */
-        rc = s->store->dist_finish(s, rc);
     if (rc)
         device_quiesce(s->store->dev); /* copies of chunks never queued */
     save_release_events(s);

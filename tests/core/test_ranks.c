@@ -140,6 +140,7 @@ typedef struct job {
     fsio *fs; /* NULL: the real file system, untraced */
     int readonly; /* open with CKPT_OPEN_READONLY */
     int timeout_ms; /* 0: rank_opts' */
+    int fsync;      /* 1: fsync (tc_opts turns it off) */
     int (*bcast)(void *, void *, size_t, int, int); /* NULL: cb_broadcast */
 } job;
 
@@ -153,6 +154,8 @@ static void *rank_main(void *arg)
         o.flags |= CKPT_OPEN_READONLY;
     if (j->timeout_ms)
         o.timeout_ms = j->timeout_ms;
+    if (j->fsync)
+        o.fsync = 1;
     if (j->bcast)
         c.broadcast = j->bcast;
     ckpt_store *st = NULL;
@@ -839,4 +842,102 @@ Test(ranks, rank_0_knows_a_step_it_committed_when_the_answer_is_lost)
                  ckpt_error_last());
     cr_assert_eq(step, 5);
     ckpt_store_free(ro);
+}
+
+/* Rank 1 is slow, not dead: its first fsync of a save takes 4 s, ten
+ * times the store's timeout_ms (400 ms; its collectives are given 2.4 s).
+ * Rank 0, done long before, used to wait for rank 1's report in one
+ * collective and fail the save with CKPT_EPEER although no rank died;
+ * the ranks now pace each other while they persist (every timeout_ms / 4
+ * a rank still writing says so), and the step is committed. */
+static int slow_armed;
+
+static int slow_fsync(void *ctx, fsio_op op, const char *path)
+{
+    (void)ctx;
+    (void)path;
+    if (op == FSIO_FSYNC && __atomic_exchange_n(&slow_armed, 0, __ATOMIC_ACQ_REL)) {
+        struct timespec ts = {4, 0};
+        while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+            ;
+    }
+    return 0;
+}
+
+static int save_with_rank1_slow(job *j, ckpt_store *st)
+{
+    int rc = save_range(j, st, 1, 1, rank_state);
+    if (!rc && j->u.rank == 1)
+        __atomic_store_n(&slow_armed, 1, __ATOMIC_RELEASE);
+    return rc ? rc : save_range(j, st, 2, 2, rank_state);
+}
+
+Test(ranks, a_slow_rank_is_waited_for_while_it_writes)
+{
+    fsio fs = {slow_fsync, NULL, NULL, NULL};
+    job jobs[WORLD] = {0};
+    for (int r = 0; r < WORLD; r++) {
+        jobs[r].timeout_ms = 400;
+        jobs[r].fsync = 1;
+    }
+    jobs[1].fs = &fs;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    run_ranks(jobs, save_with_rank1_slow);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    cr_assert_eq(slow_armed, 0, "rank 1 never fsynced in its second save");
+    cr_assert_geq(t1.tv_sec - t0.tv_sec, 4, "rank 1 was not slowed");
+    for (int r = 0; r < WORLD; r++)
+        cr_assert_eq(jobs[r].status, CKPT_OK, "rank %d: %s", r, jobs[r].message);
+    ckpt_store *ro = tc_open_ro(tc_root);
+    int64_t step = -1;
+    cr_assert_eq(ckpt_store_latest(ro, CKPT_VERIFY_FULL, &step), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_assert_eq(step, 2);
+    ckpt_store_free(ro);
+}
+
+/* The same on restore: rank 1's first read takes 4 s (more shard to
+ * read, a slower disk); rank 0, done, used to fail CKPT_EPEER in the
+ * collective that compares the ranks' outcomes. */
+static int slow_read_armed;
+
+static int slow_read(void *ctx, fsio_op op, const char *path)
+{
+    (void)ctx;
+    (void)path;
+    if (op == FSIO_PREAD && __atomic_exchange_n(&slow_read_armed, 0, __ATOMIC_ACQ_REL)) {
+        struct timespec ts = {4, 0};
+        while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+            ;
+    }
+    return 0;
+}
+
+static int save_then_restore_rank1_slow(job *j, ckpt_store *st)
+{
+    int rc = save_range(j, st, 1, 2, rank_state);
+    if (!rc && j->u.rank == 1)
+        __atomic_store_n(&slow_read_armed, 1, __ATOMIC_RELEASE);
+    return rc ? rc : restore_latest(j, st);
+}
+
+Test(ranks, a_slow_rank_is_waited_for_while_it_reads)
+{
+    fsio fs = {slow_read, NULL, NULL, NULL};
+    job jobs[WORLD] = {0};
+    for (int r = 0; r < WORLD; r++)
+        jobs[r].timeout_ms = 400;
+    jobs[1].fs = &fs;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    run_ranks(jobs, save_then_restore_rank1_slow);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    cr_assert_eq(slow_read_armed, 0, "rank 1 never read in its restore");
+    cr_assert_geq(t1.tv_sec - t0.tv_sec, 4, "rank 1 was not slowed");
+    for (int r = 0; r < WORLD; r++) {
+        cr_assert_eq(jobs[r].status, CKPT_OK, "rank %d: %s", r, jobs[r].message);
+        cr_assert_eq(jobs[r].restored, 2, "rank %d restored %lld", r,
+                     (long long)jobs[r].restored);
+    }
 }

@@ -122,6 +122,7 @@ static int resolve_driver_in(void *drv, cuda_api *a)
     *(void **)(&a->DrvPrimaryCtxGetState) = dlsym(drv, "cuDevicePrimaryCtxGetState");
     *(void **)(&a->DrvCtxGetCurrent) = dlsym(drv, "cuCtxGetCurrent");
     *(void **)(&a->DrvMemGetAddressRange) = dlsym(drv, "cuMemGetAddressRange_v2");
+    *(void **)(&a->DrvPointerGetAttribute) = dlsym(drv, "cuPointerGetAttribute");
     return a->DrvDeviceGet && a->DrvPrimaryCtxGetState;
 }
 
@@ -135,6 +136,7 @@ static void resolve_driver(void *h, cuda_api *a)
         a->DrvPrimaryCtxGetState = NULL;
         a->DrvCtxGetCurrent = NULL;
         a->DrvMemGetAddressRange = NULL;
+        a->DrvPointerGetAttribute = NULL;
     }
 }
 

@@ -107,6 +107,10 @@ typedef struct cuda_api {
      * copy runs from one allocation into the next. */
     int (*DrvMemGetAddressRange)(unsigned long long *base, size_t *size,
                                  unsigned long long dptr);
+    /* Optional, from the driver: cuPointerGetAttribute, which needs no
+     * current context: whether a pointer is memory of any context (one the
+     * application made with the driver API on another thread too). */
+    int (*DrvPointerGetAttribute)(void *data, int attribute, unsigned long long ptr);
 
     const char *library; /* what was loaded ("libcudart.so.13", a path, or
                             "(in process)") */

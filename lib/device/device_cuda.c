@@ -29,6 +29,7 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -276,11 +277,25 @@ int dcuda_pointer_type(const cuda_api *api, const void *ptr, int *type, int *ord
         for (int d = 0; d < api->device_count && active < 0; d++)
             if (d != cur && !primary_inactive(api, d))
                 active = d;
+        unsigned int memtype = 0; /* CUmemorytype: 2 is device (or managed) */
+        if (active < 0 && api->DrvPointerGetAttribute &&
+            api->DrvPointerGetAttribute(&memtype, 2 /* CU_POINTER_ATTRIBUTE_MEMORY_TYPE */,
+                                        (unsigned long long)(uintptr_t)ptr) == 0 &&
+            memtype == 2)
+            /* No primary context, but the driver (which needs no context
+             * to answer) knows the pointer: memory of a context the
+             * application made on another thread.  Never memcpy'd. */
+            return ckpt_seterr(CKPT_EINVAL, "pointer %p is device memory of a CUDA context "
+                               "that is not a device's primary context (one made with the "
+                               "driver API: cuCtxCreate, PyCUDA's make_context); libckpt "
+                               "works in primary contexts, as the runtime API and PyTorch "
+                               "do: allocate the tensors there", ptr);
         if (active < 0) {
-            /* No device has a context (the driver says so): no device,
-             * pinned or managed memory can exist, so the pointer is plain
-             * host memory, and asking would create a context on GPU 0 in
-             * a process that has the runtime loaded but never used it. */
+            /* No device has a context (the driver says so, and does not
+             * know the pointer): no device, pinned or managed memory can
+             * exist, so the pointer is plain host memory, and asking the
+             * runtime would create a context on GPU 0 in a process that
+             * has the runtime loaded but never used it. */
             *type = CU_MEM_UNREGISTERED;
             *ordinal = -1;
             return CKPT_OK;

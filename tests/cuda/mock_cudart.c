@@ -661,6 +661,23 @@ EXPORT int cuCtxGetCurrent(void **ctx)
     return 0;
 }
 
+/* cuPointerGetAttribute(CU_POINTER_ATTRIBUTE_MEMORY_TYPE): the driver
+ * answers for every context's memory without a current context (and
+ * creates none); CUDA_ERROR_INVALID_VALUE for memory CUDA does not know. */
+EXPORT int cuPointerGetAttribute(void *data, int attribute, unsigned long long ptr)
+{
+    if (attribute != 2)
+        return 1;
+    pthread_mutex_lock(&g_mu);
+    struct alloc *al = find_alloc((const void *)(uintptr_t)ptr);
+    int kind = al ? (int)al->kind : -1;
+    pthread_mutex_unlock(&g_mu);
+    if (kind < 0)
+        return 1; /* CUDA_ERROR_INVALID_VALUE */
+    *(unsigned int *)data = kind == A_DEVICE || kind == A_MANAGED ? 2 : 1;
+    return 0;
+}
+
 EXPORT void mock_cuda_set_user_context(void *ctx)
 {
     t_user_context = ctx;

@@ -632,6 +632,54 @@ Test(semantics, a_driver_api_context_is_refused_not_read_as_host_memory)
     expect_no_leaks(&M);
 }
 
+/* The same context current on another thread of the application (its
+ * own worker), none on the thread that saves: no primary context is
+ * active anywhere, and the pointer was taken for plain host memory (AUTO:
+ * memcpy'd, a SIGSEGV on a GPU; DEVICE: "declared device memory but the
+ * runtime reports host memory").  The driver, asked without a context,
+ * knows the pointer: refused for both kinds, nothing saved. */
+static void *make_context_here(void *arg)
+{
+    static int token;
+    M.set_user_context(&token); /* and it stays current on this thread */
+    return arg;
+}
+
+Test(semantics, a_driver_api_context_on_another_thread_is_refused_too)
+{
+    void *d = dmalloc_on(0, N);
+    pattern_fill(d, N, 4);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0);
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, make_context_here, NULL), 0);
+    pthread_join(th, NULL);
+    long copies = M.calls("cudaMemcpyAsync");
+    ckpt_memory kinds[2] = {CKPT_MEM_AUTO, CKPT_MEM_DEVICE};
+    int rc[2];
+    char msg[2][1024];
+    for (int k = 0; k < 2; k++) {
+        ckpt_tensor t = tensor("w", d, N, kinds[k]);
+        rc[k] = ckpt_save_sync(st, 1 + k, &t, 1, NULL);
+        snprintf(msg[k], sizeof msg[k], "%s", ckpt_error_last());
+    }
+    M.set_user_context(NULL);
+    for (int k = 0; k < 2; k++) {
+        cr_expect_eq(rc[k], CKPT_EINVAL, "memory kind %d: got %d (%s)", (int)kinds[k], rc[k],
+                     msg[k]);
+        cr_expect(strstr(msg[k], "not a device's primary context"), "memory kind %d: %s",
+                  (int)kinds[k], msg[k]);
+    }
+    cr_expect_eq(M.calls("cudaMemcpyAsync"), copies);
+    int64_t *steps = NULL;
+    size_t n = 9;
+    cr_assert_eq(ckpt_store_steps(st, &steps, &n), CKPT_OK);
+    cr_expect_eq(n, 0, "a refused save committed");
+    ckpt_free(steps);
+    ckpt_store_free(st);
+    M.Free(d);
+    expect_no_leaks(&M);
+}
+
 Test(semantics, thread_without_a_device_gets_no_context_on_gpu0)
 {
     M.set_device_count(2);

@@ -271,6 +271,12 @@ int device_classify(device *dev, const void *ptr, ckpt_memory declared,
     default:
         return ckpt_seterr(CKPT_EINVAL, "unknown memory kind %d", (int)declared);
     }
+    /* Managed memory is every device's: the runtime's `device` is only the
+     * one current when it was allocated.  It is copied on the store's
+     * device (the caller's current one at its first device save, or that
+     * of its device tensors), as the caller's stream there orders it. */
+    if (type == CU_MEM_MANAGED)
+        ordinal = -1;
     if ((rc = cuda_get(dev, ordinal, &cu)) != CKPT_OK)
         return rc;
     *actual = CKPT_MEM_DEVICE;

@@ -51,7 +51,7 @@ void device_host_retire(device *dev, void *ptr, size_t bytes, int pinned);
 uint64_t device_pinned_bytes(const device *dev);
 
 /* Resolve where `ptr` lives; *ordinal (may be NULL) gets the CUDA device
- * of device memory, else -1.  CKPT_MEM_DEVICE (declared or detected)
+ * of device memory, else -1 (managed memory too: any device may copy it).  CKPT_MEM_DEVICE (declared or detected)
  * without a usable CUDA runtime is CKPT_ENODEVICE; declared DEVICE for
  * memory the runtime calls plain host memory is CKPT_EINVAL.  AUTO asks the
  * runtime only when one is in the process (or named by CKPT_CUDART_LIBRARY);

@@ -588,13 +588,14 @@ int save_snapshot_chunks(ckpt_save *s, const ckpt_tensor *t, size_t count,
  * goes to the persist thread, where a full stream may block. */
 #define CALLER_RUNS_MAX 128
 
-/* Where every device tensor of the save lives: one CUDA device. */
+/* Where every device tensor of the save lives: one CUDA device (managed
+ * memory, ordinal -1, goes with any). */
 static int save_device(const ckpt_tensor *t, const ckpt_memory *mem, const int *ord,
                        size_t count, int *ordinal)
 {
     size_t first = count;
     for (size_t i = 0; i < count; i++) {
-        if (mem[i] != CKPT_MEM_DEVICE)
+        if (mem[i] != CKPT_MEM_DEVICE || ord[i] < 0)
             continue;
         if (first == count) {
             first = i;

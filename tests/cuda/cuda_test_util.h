@@ -30,6 +30,7 @@ typedef struct mock_api {
     void (*get_counters)(mock_cuda_counters *out);
     /* the runtime calls tests make themselves */
     int (*Malloc)(void **p, size_t n);
+    int (*MallocManaged)(void **p, size_t n, unsigned int flags);
     int (*Free)(void *p);
     int (*HostAlloc)(void **p, size_t n, unsigned int flags);
     int (*FreeHost)(void *p);
@@ -75,6 +76,7 @@ static inline mock_api mock_api_open(void)
     MOCK_SYM(set_device_memory, "mock_cuda_set_device_memory");
     MOCK_SYM(get_counters, "mock_cuda_get_counters");
     MOCK_SYM(Malloc, "cudaMalloc");
+    MOCK_SYM(MallocManaged, "cudaMallocManaged");
     MOCK_SYM(Free, "cudaFree");
     MOCK_SYM(HostAlloc, "cudaHostAlloc");
     MOCK_SYM(FreeHost, "cudaFreeHost");

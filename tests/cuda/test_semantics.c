@@ -680,6 +680,59 @@ Test(semantics, a_driver_api_context_on_another_thread_is_refused_too)
     expect_no_leaks(&M);
 }
 
+/* Managed memory is every device's; the runtime's `device` for it is
+ * the one current when it was allocated (GPU 0 here), the training runs
+ * on GPU 1.  It was taken to live on GPU 0: a save with a GPU 1 tensor
+ * was refused ("one save takes the device tensors of one device"), one on
+ * GPU 1's stream failed (EDEVICE), a restore on it too (EINVAL), and a
+ * save on the legacy stream did not wait for GPU 1's queued write (the
+ * snapshot held the bytes from before it).  It now goes with the store's
+ * device and the caller's stream there. */
+static void slow_fill_7(void *p)
+{
+    usleep(100000);
+    pattern_fill(p, N, 7);
+}
+
+Test(semantics, managed_memory_goes_with_the_device_it_is_used_on)
+{
+    M.set_device_count(2);
+    void *m = NULL, *s1 = NULL;
+    cr_assert_eq(M.SetDevice(0), 0);
+    cr_assert_eq(M.MallocManaged(&m, N, 1 /* cudaMemAttachGlobal */), 0);
+    pattern_fill(m, N, 5);
+    void *d1 = dmalloc_on(1, N); /* GPU 1 current from here on */
+    pattern_fill(d1, N, 6);
+    cr_assert_eq(M.StreamCreate(&s1), 0);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0);
+    ckpt_save_options so = CKPT_SAVE_OPTIONS_INIT;
+    so.cuda_stream = s1;
+    ckpt_tensor t[2] = {tensor("managed", m, N, CKPT_MEM_AUTO),
+                        tensor("w", d1, N, CKPT_MEM_AUTO)};
+    cr_assert_eq(ckpt_save_sync(st, 1, t, 2, &so), CKPT_OK, "%s", ckpt_error_last());
+    expect_saved(st, 1, "managed", N, 5);
+    expect_saved(st, 1, "w", N, 6);
+    cr_assert_eq(ckpt_save_sync(st, 2, t, 1, &so), CKPT_OK, "%s", ckpt_error_last());
+    expect_saved(st, 2, "managed", N, 5);
+    cr_assert_eq(M.LaunchHostFunc(NULL, slow_fill_7, m), 0); /* GPU 1's legacy stream */
+    cr_assert_eq(ckpt_save_sync(st, 3, t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    expect_saved(st, 3, "managed", N, 7);
+    memset(m, 0, N);
+    ckpt_restore_options ro = CKPT_RESTORE_OPTIONS_INIT;
+    ro.cuda_stream = s1;
+    cr_assert_eq(ckpt_restore(st, 1, t, 1, &ro, NULL), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_eq(M.StreamSynchronize(s1), 0);
+    cr_expect_eq(pattern_check(m, N, 5), -1, "restore landed wrong bytes");
+    int cur = -1;
+    cr_expect_eq(M.GetDevice(&cur), 0);
+    cr_expect_eq(cur, 1, "the caller's device was changed to %d", cur);
+    ckpt_store_free(st);
+    cr_assert_eq(M.StreamDestroy(s1), 0);
+    M.Free(d1);
+    M.Free(m);
+    expect_no_leaks(&M);
+}
+
 Test(semantics, thread_without_a_device_gets_no_context_on_gpu0)
 {
     M.set_device_count(2);

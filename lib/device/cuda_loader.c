@@ -391,6 +391,7 @@ static void load(int *resident)
     }
     a.library = g_library;
     a.device_count = count;
+    too_old(&a, &a.runtime_version);
     g_api = a;
     atomic_store_explicit(&g_status, CKPT_OK, memory_order_release);
 }

@@ -112,6 +112,9 @@ typedef struct cuda_api {
      * application made with the driver API on another thread too). */
     int (*DrvPointerGetAttribute)(void *data, int attribute, unsigned long long ptr);
 
+    int runtime_version; /* cudaRuntimeGetVersion's (11080 for 11.8); 0 if
+                            unknown.  Before 12.0 cudaSetDevice only notes
+                            the choice: a chosen device may have no context */
     const char *library; /* what was loaded ("libcudart.so.13", a path, or
                             "(in process)") */
     int device_count;

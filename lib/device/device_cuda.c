@@ -206,8 +206,10 @@ static void guard_leave(dcuda *cu, int prev)
      * context there.  Switching it back would create one: hundreds of MiB
      * of GPU 0 in every process saving from another GPU, and a failure on
      * GPUs in exclusive-process mode.  As PyTorch does (c10::cuda::
-     * MaybeExchangeDevice), such a thread is left on the device it used. */
-    if (primary_inactive(cu->api, prev))
+     * MaybeExchangeDevice), such a thread is left on the device it used.
+     * Before CUDA 12 cudaSetDevice makes no context: an inactive device
+     * may be one the thread chose, and going back to it costs nothing. */
+    if (cu->api->runtime_version >= 12000 && primary_inactive(cu->api, prev))
         return;
     /* A failure (exclusive-process mode) must not stay in the thread's
      * last-error slot, where the application's next check would find it. */
@@ -255,8 +257,10 @@ int dcuda_pointer_type(const cuda_api *api, const void *ptr, int *type, int *ord
      * and a failure in exclusive-process mode) for asking about a tensor on
      * GPU 1.  As PyTorch's isPinnedPtr does, ask from a device that has a
      * context already; the thread is left there (making its device current
-     * again would create the context after all: see guard_leave). */
-    int cur = -1;
+     * again would create the context after all: see guard_leave), except
+     * before CUDA 12, where that costs nothing and the thread may have
+     * chosen its device. */
+    int cur = -1, back = -1;
     if (api->GetDevice(&cur) != CU_SUCCESS) {
         api->GetLastError();
     } else if (primary_inactive(api, cur)) {
@@ -302,10 +306,14 @@ int dcuda_pointer_type(const cuda_api *api, const void *ptr, int *type, int *ord
         }
         if (api->SetDevice(active) != CU_SUCCESS)
             api->GetLastError();
+        else if (api->runtime_version < 12000)
+            back = cur; /* the thread may have chosen `cur`: see guard_leave */
     }
     cu_pointer_attributes attr;
     memset(&attr, 0, sizeof attr);
     cu_err err = api->PointerGetAttributes(&attr, ptr);
+    if (back >= 0 && api->SetDevice(back) != CU_SUCCESS)
+        api->GetLastError();
     if (err == CU_ERR_INVALID_VALUE) {
         /* Runtimes before 11.0 reported plain host memory this way. */
         api->GetLastError();

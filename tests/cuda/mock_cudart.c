@@ -694,9 +694,11 @@ EXPORT cudaError_t cudaSetDevice(int dev)
     if (dev < 0 || dev >= n || dev >= MAX_DEVICES)
         return ret(cudaErrorInvalidDevice);
     t_device = dev;
+#if MOCK_RUNTIME_VERSION >= 12000
     pthread_mutex_lock(&g_mu);
     touch_context(dev); /* CUDA 12 initializes the device's primary context */
     pthread_mutex_unlock(&g_mu);
+#endif /* before 12.0 it only notes the choice: the context comes with use */
     return cudaSuccess;
 }
 

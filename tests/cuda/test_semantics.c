@@ -733,6 +733,42 @@ Test(semantics, managed_memory_goes_with_the_device_it_is_used_on)
     expect_no_leaks(&M);
 }
 
+/* A thread that chose GPU 1 (cudaSetDevice) but has not used it yet
+ * saves a host buffer declared AUTO and a tensor of GPU 0: it keeps the
+ * device it chose.  On a CUDA 11 runtime (cuda-semantics-cuda11), whose
+ * cudaSetDevice makes no context, "GPU 1 has no context" was read as "the
+ * thread never chose a device", and the thread was left on GPU 0: its
+ * next cudaMalloc landed there. */
+Test(semantics, a_thread_keeps_the_device_it_chose)
+{
+    M.set_device_count(2);
+    void *d0 = dmalloc_on(0, N);
+    pattern_fill(d0, N, 3);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0);
+    M.forget_contexts();
+    cr_assert_eq(M.SetDevice(0), 0); /* GPU 0 in use (a context there) ... */
+    cr_assert_eq(M.DeviceSynchronize(), 0);
+    cr_assert_eq(M.SetDevice(1), 0); /* ... and GPU 1 chosen, not used yet */
+    unsigned char host[4096];
+    memset(host, 9, sizeof host);
+    ckpt_tensor h = tensor("h", host, sizeof host, CKPT_MEM_AUTO);
+    cr_assert_eq(ckpt_save_sync(st, 1, &h, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    int cur = -1;
+    cr_assert_eq(M.GetDevice(&cur), 0);
+    cr_expect_eq(cur, 1, "after a host save the thread is on GPU %d, not the GPU 1 it chose",
+                 cur);
+    cr_assert_eq(M.SetDevice(1), 0);
+    ckpt_tensor t = tensor("w", d0, N, CKPT_MEM_DEVICE);
+    cr_assert_eq(ckpt_save_sync(st, 2, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_eq(M.GetDevice(&cur), 0);
+    cr_expect_eq(cur, 1, "after a GPU 0 save the thread is on GPU %d, not the GPU 1 it "
+                 "chose", cur);
+    expect_saved(st, 2, "w", N, 3);
+    ckpt_store_free(st);
+    M.Free(d0);
+    expect_no_leaks(&M);
+}
+
 Test(semantics, thread_without_a_device_gets_no_context_on_gpu0)
 {
     M.set_device_count(2);

@@ -620,7 +620,9 @@ CKPT_API uint64_t ckpt_store_pinned_bytes(const ckpt_store *store);
  * separated by ':'), else libcudart.so.13, .12, .11.0, newest first: a
  * runtime too new for the driver (cudaErrorInsufficientDriver) is passed
  * over for the next.  The answer is decided once
- * per process, on the first call that needs it.  Thread-safe.
+ * per process, on the first call that needs it.  Thread-safe.  In a child
+ * made by fork() after the answer was CKPT_OK, CKPT_ENODEVICE (CUDA does
+ * not survive fork; every device call there fails the same way).
  */
 CKPT_API int ckpt_cuda_available(void);
 

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "error.h"
 
@@ -36,6 +37,7 @@ static atomic_int g_status = CKPT_ENODEVICE;
 static char g_msg[2048];     /* under g_mu */
 static char g_library[1024];
 static atomic_int g_done;    /* a look has been made (release) */
+static pid_t g_pid;          /* the process that loaded it: final with g_api */
 /* Runtimes load() opened itself and refused (too old, too new for the
  * driver, no device), left loaded because unloading a runtime is unsafe:
  * not the application's, so find_resident() passes over them.  Appended
@@ -391,6 +393,7 @@ static void load(int *resident)
     }
     a.library = g_library;
     a.device_count = count;
+    g_pid = getpid();
     too_old(&a, &a.runtime_version);
     g_api = a;
     atomic_store_explicit(&g_status, CKPT_OK, memory_order_release);
@@ -426,6 +429,18 @@ int cuda_loader_get(const cuda_api **api)
 {
     ensure_loaded();
     int st = atomic_load_explicit(&g_status, memory_order_acquire);
+    if (st == CKPT_OK && g_pid != getpid()) {
+        /* Loading counted the devices, which started CUDA in the parent:
+         * a child made by fork() inherits none of it, and every call
+         * would fail (cudaErrorInitializationError). */
+        *api = NULL;
+        return ckpt_seterr(CKPT_ENODEVICE, "CUDA was started in process %ld, and this "
+                           "process is a child it made with fork(): CUDA does not survive "
+                           "fork, so device memory cannot be used here (host tensors "
+                           "can); start the child with spawn (Python's "
+                           "multiprocessing.set_start_method(\"spawn\")) to use the GPU",
+                           (long)g_pid);
+    }
     if (st != CKPT_OK) {
         *api = NULL;
         pthread_mutex_lock(&g_mu);

@@ -124,7 +124,9 @@ typedef struct cuda_api {
  * ("no CUDA runtime found (tried ...)", "CUDA runtime loaded but no
  * device") when there is none.  A look that found a runtime, usable or
  * not, is final; one that found none is made again once the process has
- * loaded another object (a framework imported after libckpt was asked). */
+ * loaded another object (a framework imported after libckpt was asked).
+ * CKPT_ENODEVICE in a child forked after a runtime was loaded (loading
+ * started CUDA, which does not survive fork). */
 int cuda_loader_get(const cuda_api **api);
 
 /* The table when a runtime is already loaded, is in the process, or was asked

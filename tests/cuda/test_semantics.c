@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include <criterion/criterion.h>
 
@@ -767,6 +768,48 @@ Test(semantics, a_thread_keeps_the_device_it_chose)
     ckpt_store_free(st);
     M.Free(d0);
     expect_no_leaks(&M);
+}
+
+/* A child made by fork() after the parent started CUDA cannot use it
+ * (every call fails with cudaErrorInitializationError on a GPU):
+ * ckpt_cuda_available() said CKPT_OK there.  It says CKPT_ENODEVICE,
+ * naming fork, and so does a save of device memory; host saves work. */
+Test(semantics, a_forked_child_is_told_cuda_did_not_come_along)
+{
+    cr_assert_eq(ckpt_cuda_available(), CKPT_OK, "%s", ckpt_error_last());
+    void *d = dmalloc_on(0, N);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        int bad = 0;
+        if (ckpt_cuda_available() != CKPT_ENODEVICE || !strstr(ckpt_error_last(), "fork()"))
+            bad |= 1;
+        char sub[4096];
+        snprintf(sub, sizeof sub, "%s/child", root);
+        ckpt_store_options o = CKPT_STORE_OPTIONS_INIT;
+        o.fsync = 0;
+        ckpt_store *st = NULL;
+        if (ckpt_store_open(&st, sub, &o) != CKPT_OK)
+            _exit(8);
+        ckpt_tensor t = tensor("w", d, N, CKPT_MEM_DEVICE);
+        if (ckpt_save_sync(st, 1, &t, 1, NULL) != CKPT_ENODEVICE ||
+            !strstr(ckpt_error_last(), "fork()"))
+            bad |= 2;
+        unsigned char host[64] = {1};
+        ckpt_tensor h = tensor("h", host, sizeof host, CKPT_MEM_HOST);
+        if (ckpt_save_sync(st, 2, &h, 1, NULL) != CKPT_OK)
+            bad |= 4;
+        ckpt_store_free(st);
+        _exit(bad);
+    }
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status), "the child died: status 0x%x", status);
+    cr_expect_eq(WEXITSTATUS(status), 0, "child: %s%s%s%s", WEXITSTATUS(status) & 1 ?
+                 "ckpt_cuda_available did not refuse; " : "", WEXITSTATUS(status) & 2 ?
+                 "a device save was not refused naming fork; " : "", WEXITSTATUS(status) & 4 ?
+                 "a host save failed; " : "", WEXITSTATUS(status) == 8 ? "no store" : "");
+    M.Free(d);
 }
 
 Test(semantics, thread_without_a_device_gets_no_context_on_gpu0)

@@ -103,6 +103,7 @@ static int resolve(void *h, cuda_api *a, char *why, size_t why_len)
     /* CUDA 12 exports the current layout as _v2 (the plain name keeps the
      * CUDA 11 layout); CUDA 13 has only the plain name.  `name` is first in
      * all of them. */
+    *(void **)(&a->PeekAtLastError) = dlsym(h, "cudaPeekAtLastError");
     /* Optional (CUDA 10+): without it a capturing stream cannot be told. */
     *(void **)(&a->StreamIsCapturing) = dlsym(h, "cudaStreamIsCapturing");
     *(void **)(&a->ThreadExchangeStreamCaptureMode) =
@@ -295,6 +296,7 @@ static void load(int *resident)
     memset(&a, 0, sizeof a);
     int count = 0;
     cu_err err = CU_SUCCESS;
+    int app_clean = 0; /* the application's runtime had no error pending */
 
     *resident = 0;
     if (find_resident(&h, &what)) {
@@ -307,6 +309,7 @@ static void load(int *resident)
             return;
         }
         snprintf(g_library, sizeof g_library, "%s", what);
+        app_clean = a.PeekAtLastError && a.PeekAtLastError() == CU_SUCCESS;
         int v;
         if (too_old(&a, &v)) {
             snprintf(g_msg, sizeof g_msg, "the CUDA runtime already in the process (%s) "
@@ -383,10 +386,11 @@ static void load(int *resident)
             cuda_loader_errstr(&a, err, buf, sizeof buf);
         else
             snprintf(buf, sizeof buf, "device count is 0");
-        if (!what) {
-            a.GetLastError(); /* our runtime: leave no error behind */
+        if (!what || app_clean)
+            a.GetLastError(); /* leave no error behind (the application's
+                                 runtime: none that it had not already) */
+        if (!what)
             note_refused(h);
-        }
         snprintf(g_msg, sizeof g_msg, "CUDA runtime loaded (%s) but no device: %s",
                  g_library, buf);
         return; /* keep the library loaded: unloading a runtime is unsafe */

@@ -87,6 +87,9 @@ typedef struct cuda_api {
      * first member, char name[256], is read; every CUDA version puts it
      * first. */
     cu_err (*GetDeviceProperties)(void *prop, int dev);
+    /* Optional: cudaPeekAtLastError, to leave an application's runtime's
+     * last-error slot as libckpt found it. */
+    cu_err (*PeekAtLastError)(void);
     /* Optional: cudaStreamIsCapturing (status 0: not capturing). */
     cu_err (*StreamIsCapturing)(cu_stream s, int *status);
     /* Optional (CUDA 10.1+): cudaThreadExchangeStreamCaptureMode; *mode is

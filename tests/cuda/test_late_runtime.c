@@ -106,3 +106,35 @@ Test(late_runtime, a_failed_first_look_is_made_again_once_a_runtime_is_loaded)
     ckpt_store_free(st);
     cuda_free(d);
 }
+
+/* The application's own runtime on a node without a GPU (or with
+ * CUDA_VISIBLE_DEVICES=""): a host save that asks about an AUTO pointer
+ * made libckpt load it and count the devices, and the count's
+ * cudaErrorNoDevice stayed in the application's last-error slot, where
+ * its next cudaGetLastError() found an error it never caused. */
+Test(late_runtime, no_device_leaves_no_error_in_the_applications_runtime)
+{
+    const char *path = getenv("MOCK_CUDART");
+    cr_assert(path, "MOCK_CUDART is not set (run through meson test)");
+    void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+    cr_assert(h, "cannot load %s: %s", path, dlerror());
+    void (*set_count)(int);
+    int (*last)(void);
+    *(void **)&set_count = dlsym(h, "mock_cuda_set_device_count");
+    *(void **)&last = dlsym(h, "cudaGetLastError");
+    cr_assert(set_count && last);
+    set_count(0);
+    cr_assert_eq(last(), 0);
+    ckpt_store *st;
+    ckpt_store_options o = CKPT_STORE_OPTIONS_INIT;
+    o.fsync = 0;
+    cr_assert_eq(ckpt_store_open(&st, ct_root, &o), CKPT_OK, "%s", ckpt_error_last());
+    float w[64] = {1};
+    int64_t shape[1] = {64};
+    ckpt_tensor t = {"w", w, sizeof w, CKPT_F32, 1, shape, CKPT_MEM_AUTO};
+    cr_assert_eq(ckpt_save_sync(st, 1, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    cr_expect_eq(ckpt_cuda_available(), CKPT_ENODEVICE);
+    int left = last();
+    cr_expect_eq(left, 0, "libckpt left error %d in the application's runtime", left);
+    ckpt_store_free(st);
+}

@@ -819,7 +819,8 @@ int dcuda_snapshot_start(dcuda *cu, void *caller_stream)
         return rc;
     }
     cu_err err = cu->api->EventRecord(cu->start, caller_stream);
-    if (err == CU_ERR_INVALID_HANDLE)
+    int bad_stream = err == CU_ERR_INVALID_HANDLE; /* the caller's argument, not the GPU */
+    if (bad_stream)
         what = "cannot order the snapshot after the caller's CUDA stream (it must "
                "belong to the device the tensors are on)";
     if (err == CU_SUCCESS)
@@ -860,10 +861,11 @@ int dcuda_snapshot_start(dcuda *cu, void *caller_stream)
     guard_leave(cu, prev);
     if (err != CU_SUCCESS) {
         cu->scratch_on = 0;
+        int status = bad_stream ? CKPT_EINVAL : CKPT_EDEVICE;
         if (*name)
-            return ckpt_seterr(CKPT_EDEVICE, "tensor '%s': %s: %s", name, what,
+            return ckpt_seterr(status, "tensor '%s': %s: %s", name, what,
                                errstr(cu, err, buf, sizeof buf));
-        return ckpt_seterr(CKPT_EDEVICE, "%s: %s", what, errstr(cu, err, buf, sizeof buf));
+        return ckpt_seterr(status, "%s: %s", what, errstr(cu, err, buf, sizeof buf));
     }
     return CKPT_OK;
 }

@@ -216,6 +216,36 @@ Test(semantics, restore_stream_of_another_gpu_is_refused)
     expect_no_leaks(&M);
 }
 
+/* The same on save (CUDA.md: CKPT_EINVAL, as on restore): it was
+ * CKPT_EDEVICE, the status of a GPU failure, though the GPU is fine and
+ * the caller's argument is wrong.  Nothing is committed. */
+Test(semantics, save_stream_of_another_gpu_is_refused)
+{
+    M.set_device_count(2);
+    void *d1 = dmalloc_on(1, N);
+    pattern_fill(d1, N, 5);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0);
+    void *s0;
+    M.SetDevice(0);
+    cr_assert_eq(M.StreamCreate(&s0), 0);
+    ckpt_save_options so = CKPT_SAVE_OPTIONS_INIT;
+    so.cuda_stream = s0;
+    ckpt_tensor t = tensor("w", d1, N, CKPT_MEM_DEVICE);
+    int rc = ckpt_save_sync(st, 1, &t, 1, &so);
+    cr_expect_eq(rc, CKPT_EINVAL, "got %d: %s", rc, ckpt_error_last());
+    cr_expect(strstr(ckpt_error_last(), "belong to the device"), "%s", ckpt_error_last());
+    cr_expect_eq(M.GetLastError(), 0, "an error was left in the thread's slot");
+    int64_t *steps = NULL;
+    size_t n = 9;
+    cr_assert_eq(ckpt_store_steps(st, &steps, &n), CKPT_OK);
+    cr_expect_eq(n, 0, "a refused save committed");
+    ckpt_free(steps);
+    M.StreamDestroy(s0);
+    ckpt_store_free(st);
+    M.Free(d1);
+    expect_no_leaks(&M);
+}
+
 /* Four device tensors of N bytes and a host one, the snapshot buffer over
  * `pinned_limit` (the device tensors alone too, or only with the host
  * tensor beside them): no device<->pageable copy may run on the caller's

@@ -82,12 +82,25 @@ static void free_retired(device *dev)
         void *p = dev->retired[i];
         size_t n = dev->retired_bytes[i];
         pthread_mutex_unlock(&dev->mu);
-        if (cu) /* pinned memory exists only once the runtime did */
-            dcuda_host_free(cu, p);
+        /* pinned memory exists only once the runtime did */
+        if (cu && dcuda_host_free(cu, p) != CKPT_OK)
+            continue; /* still page-locked (a dead context): still counted */
         pthread_mutex_lock(&dev->mu);
         dev->pinned_bytes -= n <= dev->pinned_bytes ? n : dev->pinned_bytes;
         pthread_mutex_unlock(&dev->mu);
     }
+}
+
+void device_relax_capture(device *dev, device_capture_mode *m)
+{
+    const cuda_api *api = NULL;
+    m->mode = dev ? dcuda_relax_capture(cuda_of(dev), &api) : -1;
+    m->api = api;
+}
+
+void device_restore_capture(const device_capture_mode *m)
+{
+    dcuda_restore_capture(m->api, m->mode);
 }
 
 void device_free(device *dev)
@@ -178,8 +191,8 @@ void device_host_free(device *dev, void *ptr, size_t bytes, int pinned)
         return;
     if (pinned) {
         dcuda *cu = cuda_of(dev);
-        if (cu)
-            dcuda_host_free(cu, ptr);
+        if (cu && dcuda_host_free(cu, ptr) != CKPT_OK)
+            return; /* still page-locked (a dead context): still counted */
         pthread_mutex_lock(&dev->mu);
         dev->pinned_bytes -= bytes <= dev->pinned_bytes ? bytes : dev->pinned_bytes;
         pthread_mutex_unlock(&dev->mu);

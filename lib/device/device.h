@@ -29,6 +29,19 @@ int device_open(device **out, const device_options *opts);
  * freed before.  NULL is fine. */
 void device_free(device *dev);
 
+/* Tearing a store down on an application thread (waits, frees): those
+ * calls are refused, and break the capture, while another thread of the
+ * process captures a CUDA graph in global mode (torch.cuda.graph's
+ * default).  device_relax_capture switches the calling thread to relaxed
+ * mode (libckpt never touches the application's streams) until
+ * device_restore_capture, which may come after device_free. */
+typedef struct device_capture_mode {
+    const void *api; /* NULL: nothing to give back */
+    int mode;
+} device_capture_mode;
+void device_relax_capture(device *dev, device_capture_mode *m);
+void device_restore_capture(const device_capture_mode *m);
+
 /* CKPT_OK when a CUDA runtime loads and reports a device, else
  * CKPT_ENODEVICE with the reason (what ckpt_cuda_available() returns). */
 int device_cuda_available(void);
@@ -40,6 +53,8 @@ int device_cuda_available(void);
  * memory.  Free with device_host_free. */
 int device_host_alloc(device *dev, size_t bytes, int want_pinned, void **ptr,
                       int *pinned);
+/* A pinned buffer the runtime refuses to free (a dead context) stays
+ * page-locked, and counted against the cap. */
 void device_host_free(device *dev, void *ptr, size_t bytes, int pinned);
 /* Give up a buffer from device_host_alloc that no copy uses any more, from
  * the caller's thread: pageable memory is freed now; pinned memory (whose

@@ -627,13 +627,36 @@ int dcuda_host_alloc(dcuda *cu, size_t bytes, void **ptr)
     return CKPT_OK;
 }
 
-void dcuda_host_free(dcuda *cu, void *ptr)
+int dcuda_host_free(dcuda *cu, void *ptr)
 {
-    int prev, guarded = guard_enter(cu, &prev) == CKPT_OK;
-    if (cu->api->FreeHost(ptr) != CU_SUCCESS)
+    int prev, guarded = guard_enter(cu, &prev) == CKPT_OK, rc = CKPT_OK;
+    if (cu->api->FreeHost(ptr) != CU_SUCCESS) {
         cu->api->GetLastError();
+        rc = CKPT_EDEVICE;
+    }
     if (guarded)
         guard_leave(cu, prev);
+    return rc;
+}
+
+int dcuda_relax_capture(dcuda *cu, const cuda_api **api)
+{
+    *api = NULL;
+    int mode = 2; /* cudaStreamCaptureModeRelaxed */
+    if (!cu || pool_on_library_thread() || !cu->api->ThreadExchangeStreamCaptureMode)
+        return -1;
+    if (cu->api->ThreadExchangeStreamCaptureMode(&mode) != CU_SUCCESS) {
+        cu->api->GetLastError();
+        return -1;
+    }
+    *api = cu->api;
+    return mode;
+}
+
+void dcuda_restore_capture(const cuda_api *api, int mode)
+{
+    if (api && mode >= 0 && api->ThreadExchangeStreamCaptureMode(&mode) != CU_SUCCESS)
+        api->GetLastError();
 }
 
 /* Move the save side to CUDA device `ordinal` (no save is in flight: begin

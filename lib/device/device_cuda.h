@@ -23,7 +23,15 @@ void dcuda_free(dcuda *cu);
 int dcuda_pointer_type(const cuda_api *api, const void *ptr, int *type, int *ordinal);
 
 int dcuda_host_alloc(dcuda *cu, size_t bytes, void **ptr);
-void dcuda_host_free(dcuda *cu, void *ptr);
+/* cudaFreeHost; CKPT_EDEVICE (no message) when the runtime refused, and
+ * the buffer is still page-locked. */
+int dcuda_host_free(dcuda *cu, void *ptr);
+
+/* On an application thread: switch it to relaxed stream-capture mode and
+ * return the mode to give back (dcuda_restore_capture with *api), else -1
+ * (a library thread is relaxed already; a runtime without the call). */
+int dcuda_relax_capture(dcuda *cu, const cuda_api **api);
+void dcuda_restore_capture(const cuda_api *api, int mode);
 
 /* `ordinal` (>= 0): the CUDA device of this save's tensors; the save side
  * moves there first if it lives elsewhere. */

@@ -33,6 +33,8 @@ int context_start(ckpt_store *s)
 void context_stop(ckpt_store *s)
 {
     save_drain(s);
+    device_capture_mode relaxed;
+    device_relax_capture(s->dev, &relaxed); /* given back after device_free */
     if (s->dev)
         device_quiesce(s->dev); /* no copy may land in memory freed below */
     if (s->pool) {
@@ -63,6 +65,7 @@ void context_stop(ckpt_store *s)
     s->dpool = NULL;
     device_free(s->dev);
     s->dev = NULL;
+    device_restore_capture(&relaxed);
 }
 
 int worker_reserve_in(worker_ctx *w, size_t n)

@@ -52,6 +52,7 @@ typedef struct mock_api {
     int (*StreamBeginCapture)(void *s, int mode);
     int (*StreamEndCapture)(void *s, void **graph);
     int (*GraphDestroy)(void *graph);
+    int (*ThreadExchangeStreamCaptureMode)(int *mode);
 } mock_api;
 
 static inline mock_api mock_api_open(void)
@@ -97,6 +98,7 @@ static inline mock_api mock_api_open(void)
     MOCK_SYM(StreamBeginCapture, "cudaStreamBeginCapture");
     MOCK_SYM(StreamEndCapture, "cudaStreamEndCapture");
     MOCK_SYM(GraphDestroy, "cudaGraphDestroy");
+    MOCK_SYM(ThreadExchangeStreamCaptureMode, "cudaThreadExchangeStreamCaptureMode");
 #undef MOCK_SYM
     return m;
 }

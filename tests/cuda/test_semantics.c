@@ -935,6 +935,92 @@ Test(semantics, library_threads_leave_an_application_capture_alone)
     expect_no_leaks(&M);
 }
 
+/* Another thread of the application captures a CUDA graph in global mode
+ * (torch.cuda.graph's default) while this one closes a store holding
+ * pinned memory: the store's waits and frees on this thread were refused
+ * in the default mode and broke that capture (cudaStreamEndCapture gave
+ * cudaErrorStreamCaptureInvalidated), and the pinned buffers stayed
+ * page-locked.  Closing runs in relaxed mode, and gives the mode back. */
+struct capturer {
+    void *s, *graph;
+    int end_rc;
+    pthread_barrier_t begun, go;
+};
+
+static void *capture_on_its_stream(void *arg)
+{
+    struct capturer *c = arg;
+    c->end_rc = M.StreamBeginCapture(c->s, 0 /* cudaStreamCaptureModeGlobal */);
+    pthread_barrier_wait(&c->begun);
+    pthread_barrier_wait(&c->go);
+    if (c->end_rc == 0)
+        c->end_rc = M.StreamEndCapture(c->s, &c->graph);
+    return NULL;
+}
+
+Test(semantics, closing_a_store_leaves_another_threads_capture_alone)
+{
+    void *d = dmalloc_on(0, N);
+    pattern_fill(d, N, 12);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0);
+    ckpt_tensor t = tensor("w", d, N, CKPT_MEM_DEVICE);
+    cr_assert_eq(ckpt_save_sync(st, 1, &t, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_gt(ckpt_store_pinned_bytes(st), 0, "no pinned memory to free");
+    struct capturer c = {0};
+    cr_assert_eq(M.StreamCreate(&c.s), 0);
+    pthread_barrier_init(&c.begun, NULL, 2);
+    pthread_barrier_init(&c.go, NULL, 2);
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, capture_on_its_stream, &c), 0);
+    pthread_barrier_wait(&c.begun);
+    ckpt_store_free(st);
+    pthread_barrier_wait(&c.go);
+    pthread_join(th, NULL);
+    cr_expect_eq(c.end_rc, 0, "the other thread's capture broke: %d", c.end_rc);
+    mock_cuda_counters k;
+    M.get_counters(&k);
+    cr_expect_eq(k.pinned_allocs, 0, "%ld pinned buffers left page-locked", k.pinned_allocs);
+    int mode = 1;
+    cr_assert(M.ThreadExchangeStreamCaptureMode, "mock lacks the call");
+    cr_assert_eq(M.ThreadExchangeStreamCaptureMode(&mode), 0);
+    cr_expect_eq(mode, 0, "this thread was left in capture mode %d, not its global mode", mode);
+    M.GraphDestroy(c.graph);
+    M.StreamDestroy(c.s);
+    pthread_barrier_destroy(&c.begun);
+    pthread_barrier_destroy(&c.go);
+    M.Free(d);
+    expect_no_leaks(&M);
+}
+
+/* A pinned buffer that cudaFreeHost refuses to free (a dead context) is
+ * still page-locked: it stays counted, so the pinned cap still bounds
+ * what is locked (it was subtracted: with a 3 MiB cap, 4 MiB ended up
+ * locked while the store reported 3). */
+Test(semantics, a_pinned_buffer_cuda_cannot_free_stays_counted)
+{
+    const size_t MIB = (size_t)1 << 20;
+    void *d = dmalloc_on(0, 3 * MIB);
+    pattern_fill(d, 3 * MIB, 13);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 3 * MIB);
+    mock_cuda_counters k;
+    for (size_t mib = 1; mib <= 3; mib++) {
+        if (mib == 2)
+            M.fault("cudaFreeHost", 1, 900 /* cudaErrorStreamCaptureUnsupported */, 0);
+        ckpt_tensor t = tensor("w", d, mib * MIB, CKPT_MEM_DEVICE);
+        cr_assert_eq(ckpt_save_sync(st, (int64_t)mib, &t, 1, NULL), CKPT_OK, "%s",
+                     ckpt_error_last());
+        M.get_counters(&k);
+        cr_expect_eq(ckpt_store_pinned_bytes(st), k.pinned_bytes, "after the %zu MiB save "
+                     "the store counts %llu pinned bytes, the runtime holds %zu", mib,
+                     (unsigned long long)ckpt_store_pinned_bytes(st), k.pinned_bytes);
+        cr_expect_leq(k.pinned_bytes, 3 * MIB, "%zu bytes locked over the 3 MiB cap",
+                      k.pinned_bytes);
+    }
+    cr_expect_eq(M.fault_fired("cudaFreeHost"), 1, "the failure was not injected");
+    ckpt_store_free(st);
+    M.Free(d);
+}
+
 /* DEVICE mode, a device state larger than pinned_limit (1 GiB by default):
  * staged on the GPU, its drains to a pageable buffer would be synchronous,
  * and the caller issues a batch of them every 64 MiB. */

@@ -152,7 +152,8 @@ rm -rf "$build"
 for f in "$prefix/bin/ckpt" "$libdir/libckpt.so.0" "$libdir/libckpt.a" \
     "$libdir/pkgconfig/libckpt.pc" "$prefix/include/ckpt.h" \
     "$pydir/libckpt/__init__.py" "$pydir/libckpt/_install.py" \
-    "$prefix/share/doc/libckpt/docs/CLI.md" "$prefix/share/doc/libckpt/LICENSE"; do
+    "$prefix/share/doc/libckpt/docs/CLI.md" "$prefix/share/doc/libckpt/LICENSE" \
+    "$prefix/share/doc/libckpt/examples/slurm/train.sbatch"; do
     [[ -e $f ]] || fail "not installed: $f"
 done
 if [[ $plugindir != - ]]; then
@@ -179,6 +180,18 @@ echo "$out"
 out=$("${user[@]}" ckpt --help 2>&1) || fail "ckpt --help: $out"
 [[ $out == *"$prefix/share/doc/libckpt/docs/CLI.md"* ]] ||
     fail "ckpt --help does not name the installed $prefix/share/doc/libckpt/docs/CLI.md"
+
+# The job script, from where it was installed (docs/OPERATIONS.md): it
+# finds the installed ckpt on PATH and hands the job the step to resume.
+step "installed resume.sh"
+resume=$prefix/share/doc/libckpt/examples/resume.sh
+[[ -x $resume ]] || fail "not installed executable: $resume"
+out=$("${user[@]}" "$resume" -n 0 -d "$tmp/resume-root" -- \
+    sh -c 'echo "job: step=[$CKPT_RESUME_STEP] dir=$CKPT_RESUME_DIR"' 2>&1) ||
+    fail "installed resume.sh: $out"
+echo "$out"
+[[ $out == *"job: step=[] dir=$tmp/resume-root"* ]] ||
+    fail "installed resume.sh did not run the job with CKPT_RESUME_DIR"
 
 # -------------------------------------------------- a C program, pkg-config
 step "C program built with pkg-config"

@@ -699,6 +699,33 @@ def test_a_newline_in_a_name_forges_no_line(tmp):
     check("\n       ckpt COMMAND --help\n" in r.err and "\\n" not in r.err, "usage", r)
 
 
+def test_inspect_columns_fit_long_names(tmp):
+    """A transformer's tensor names pass 40 characters
+    (model.enc.layers.0.self_attn.in_proj_weight): the columns after them
+    were pushed right on those rows only.  They are sized to the longest
+    name and shape shown."""
+    import sys
+    root = os.path.join(tmp, "root")
+    names = ["w", "model.enc.layers.0.linear1.weight",
+             "model.enc.layers.0.self_attn.in_proj_weight",
+             "model.encoder.layers.11.self_attn.out_proj.weight.extra_state"]
+    code = ("import sys, numpy as np, libckpt\n"
+            "with libckpt.Store(sys.argv[1]) as s:\n"
+            "    s.save(1, {n: np.ones((2, 3) if i % 2 else (1, 2, 3, 4, 5, 6, 7, 8))\n"
+            "               for i, n in enumerate(sys.argv[2:])}).wait()\n")
+    r = run(sys.executable, "-c", code, root, *names, env=python_env())
+    check(r.rc == 0, "save from Python", r)
+    r = expect_rc(ckpt("inspect", root), 0)
+    rows = [line for line in r.out.splitlines() if "float64" in line]
+    check(len(rows) == len(names), "one row per tensor", r)
+    for column in ("float64", "B  "):
+        check(len({line.index(column) for line in rows}) == 1,
+              "%r column misaligned:\n%s" % (column, "\n".join(rows)), r)
+    head = [line for line in r.out.splitlines() if line.startswith("TENSOR")]
+    check(len(head) == 1 and head[0].index("DTYPE") == rows[0].index("float64"),
+          "header not over its column:\n%s" % "\n".join(head + rows), r)
+
+
 def test_control_characters_from_a_root_reach_no_terminal(tmp):
     """Tensor names and paths are another user's words: a name carrying
     terminal escapes (a colour, a window title, the one-byte C1 CSI) is

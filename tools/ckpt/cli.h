@@ -131,6 +131,8 @@ void cli_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * control 6 (`\u0085`), any other UTF-8 character one.  printf's `%-40s`
  * counts bytes, so such names shifted the columns after them. */
 void cli_print_column(const char *text, int width);
+/* The columns cli_print_column counts for `text`. */
+int cli_shown_width(const char *text);
 
 /* ---------------------------------------------------------- progress */
 

@@ -149,7 +149,23 @@ int cmd_inspect(cli_ctx *ctx, int argc, char **argv)
     }
     if (world > 1)
         printf("ranks     %" PRId64 " (a shard each; RANK says whose)\n", world);
-    printf("\n%-40s  %-13s  %-20s  %10s  %6s%s\n", "TENSOR", "DTYPE", "SHAPE", "BYTES", "RATIO",
+    /* Columns as wide as the longest name and shape shown (a transformer's
+     * names pass 40 characters), within reason: one absurd name does not
+     * push every row off the screen. */
+    int name_w = 6, shape_w = 5;
+    for (size_t i = 0; i < n; i++) {
+        ckpt_tensor_info ti;
+        char shape[256];
+        if (ckpt_checkpoint_tensor(ckpt, i, &ti) != CKPT_OK)
+            continue; /* reported below */
+        shape_text(&ti, shape, sizeof shape);
+        int w = cli_shown_width(ti.name), sw = (int)strlen(shape);
+        name_w = w > name_w ? (w < 96 ? w : 96) : name_w;
+        shape_w = sw > shape_w ? (sw < 48 ? sw : 48) : shape_w;
+    }
+    printf("\n");
+    cli_print_column("TENSOR", name_w);
+    printf("  %-13s  %-*s  %10s  %6s%s\n", "DTYPE", shape_w, "SHAPE", "BYTES", "RATIO",
            world > 1 ? "   RANK" : "");
     for (size_t i = 0; i < n; i++) {
         ckpt_tensor_info ti;
@@ -164,8 +180,8 @@ int cmd_inspect(cli_ctx *ctx, int argc, char **argv)
         else
             snprintf(ratio, sizeof ratio, "-");
         const char *dn = ckpt_dtype_name(ti.dtype);
-        cli_print_column(ti.name, 40);
-        printf("  %-13s  %-20s  %10s  %6s", dn ? dn : "unknown", shape,
+        cli_print_column(ti.name, name_w);
+        printf("  %-13s  %-*s  %10s  %6s", dn ? dn : "unknown", shape_w, shape,
                cli_fmt_bytes(ti.bytes, b3), ratio);
         if (world > 1)
             printf("  %5" PRId64, tensor_rank(man, i));

@@ -353,7 +353,7 @@ void cli_put_oneline(FILE *f, const char *text)
     fputs(text, f);
 }
 
-void cli_print_column(const char *text, int width)
+int cli_shown_width(const char *text)
 {
     int shown = 0;
     for (const unsigned char *c = (const unsigned char *)text; *c; c++) {
@@ -364,6 +364,12 @@ void cli_print_column(const char *text, int width)
         else if ((*c & 0xc0) != 0x80) /* not a continuation byte */
             shown++;
     }
+    return shown;
+}
+
+void cli_print_column(const char *text, int width)
+{
+    int shown = cli_shown_width(text);
     cli_put_oneline(stdout, text);
     printf("%*s", shown < width ? width - shown : 0, "");
 }

@@ -699,6 +699,22 @@ def test_a_newline_in_a_name_forges_no_line(tmp):
     check("\n       ckpt COMMAND --help\n" in r.err and "\\n" not in r.err, "usage", r)
 
 
+def test_a_directory_above_a_root_names_the_root(tmp):
+    """`ckpt verify ~/run` where the root is ~/run/checkpoints said only
+    "no checkpoints in ~/run"; the roots right below are named (list,
+    verify and latest alike), a link below is not followed."""
+    valid_root(tmp)  # tmp/root
+    os.makedirs(os.path.join(tmp, "logs"))
+    os.symlink(os.path.join(tmp, "root"), os.path.join(tmp, "via-link"))
+    for args in (("list", tmp), ("verify", tmp), ("latest", tmp, "--full", "--step")):
+        r = expect_rc(ckpt(*args), 1)
+        check(os.path.join(tmp, "root") + " holds checkpoints" in r.err,
+              "%s does not name the root below" % args[0], r)
+        check("via-link" not in r.err and "logs" not in r.err,
+              "%s names a link or a plain directory" % args[0], r)
+        check(not r.out.strip() or args[0] != "latest", "latest printed a step", r)
+
+
 def test_inspect_columns_fit_long_names(tmp):
     """A transformer's tensor names pass 40 characters
     (model.enc.layers.0.self_attn.in_proj_weight): the columns after them

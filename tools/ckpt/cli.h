@@ -162,6 +162,11 @@ double cli_now(void);
 /* Open `dir` read-only (no lock, no writes).  On failure reports the error
  * and returns its exit code; 0 on success. */
 int cli_open_readonly(cli_ctx *ctx, const char *dir, ckpt_store **out);
+/* For a directory with no checkpoints: name (on stderr, up to 3) the
+ * directories right below it that are roots (hold step-* directories),
+ * the likely meant ones.  Follows no link below `dir`; reads a bounded
+ * number of entries. */
+void cli_hint_roots_below(const char *dir);
 /* Open `dir` as the writer, keeping every step (retention stays off). */
 int cli_open_writer(cli_ctx *ctx, const char *dir, ckpt_store **out);
 

@@ -74,6 +74,11 @@ int cmd_latest(cli_ctx *ctx, int argc, char **argv)
                 fputc('\n', stderr);
             } else
                 cli_note("ckpt latest: no valid checkpoint in %s", dir);
+            int64_t *steps = NULL;
+            size_t nsteps = 0;
+            if (ckpt_store_steps(store, &steps, &nsteps) == CKPT_OK && nsteps == 0)
+                cli_hint_roots_below(dir);
+            ckpt_free(steps);
         }
         ret = CLI_EXIT_INVALID;
         goto done;

@@ -102,6 +102,7 @@ int cmd_list(cli_ctx *ctx, int argc, char **argv)
         cli_json_print(doc);
     } else if (!count) {
         cli_note("ckpt list: no checkpoints in %s", dir);
+        cli_hint_roots_below(dir);
     } else if (latest_valid < 0) {
         cli_note("ckpt list: no valid checkpoint in %s", dir);
     }

@@ -98,6 +98,7 @@ int cmd_verify(cli_ctx *ctx, int argc, char **argv)
         cli_json_print(doc);
     } else if (!checked) {
         cli_note("ckpt verify: no checkpoints in %s", dir);
+        cli_hint_roots_below(dir);
     } else if (bad) {
         printf("%zu of %zu step%s failed %s verification\n", bad, checked,
                checked == 1 ? "" : "s", quick ? "quick" : "full");

@@ -315,3 +315,50 @@ uint64_t cli_steps_stored_bytes(ckpt_store *store, const int64_t *steps, size_t 
     ckpt_error_clear();
     return total;
 }
+
+/* 1 when directory `dir` (opened without following a link) holds an entry
+ * named like a committed step (step-NNNNNNNNNNNN), looking at no more than
+ * `budget` entries. */
+static int holds_steps(int at, const char *name, int budget)
+{
+    int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return 0;
+    }
+    int found = 0;
+    for (struct dirent *e; !found && budget-- > 0 && (e = readdir(d));)
+        found = strncmp(e->d_name, "step-", 5) == 0 && strlen(e->d_name) == 17 &&
+                strspn(e->d_name + 5, "0123456789") == 12;
+    closedir(d);
+    return found;
+}
+
+void cli_hint_roots_below(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return;
+    }
+    int shown = 0, looked = 0;
+    for (struct dirent *e; shown < 3 && looked++ < 256 && (e = readdir(d));) {
+        if (e->d_name[0] == '.' || (e->d_type != DT_DIR && e->d_type != DT_UNKNOWN))
+            continue;
+        if (holds_steps(dirfd(d), e->d_name, 4096)) {
+            char shown_path[PATH_MAX + 256];
+            snprintf(shown_path, sizeof shown_path, "%s%s%s", dir,
+                     dir[0] && dir[strlen(dir) - 1] == '/' ? "" : "/", e->d_name);
+            cli_note("ckpt: %s holds checkpoints: a root is the directory that holds the "
+                     "step-* directories", shown_path);
+            shown++;
+        }
+    }
+    closedir(d);
+}

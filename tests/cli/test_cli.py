@@ -462,6 +462,17 @@ def test_doctor_healthy_and_problems(tmp):
           "incomplete %s" % doc["unverifiable"])
     r = expect_rc(ckpt("doctor", root), 1)
     check("[error]" in r.out and "step 30: incomplete" in r.out, "doctor text", r)
+    # each finding's details right under it (they were all printed after
+    # the last finding, away from theirs)
+    lines = r.out.splitlines()
+    for check_name, detail in (("temp", "    temp .tmp-step-000000000040"),
+                               ("verify", "    step 30: incomplete")):
+        at = [i for i, line in enumerate(lines) if line.startswith(detail)]
+        heads = [i for i, line in enumerate(lines) if line.startswith("  [")]
+        check(len(at) == 1, "one %r line" % detail, r)
+        above = max(i for i in heads if i < at[0])
+        check(lines[above].split()[1] == check_name,
+              "%r is not under the %s finding" % (detail, check_name), r)
 
 
 def test_doctor_empty_missing(tmp):

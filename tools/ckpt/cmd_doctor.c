@@ -189,6 +189,69 @@ static void check_frameworks(json_t *findings, json_t *out, json_t *rec, int64_t
                 step, json_object_size(rec));
 }
 
+/* The detail lines of one check, under its finding (text mode). */
+static void print_details(const char *check, json_t *temps, json_t *unverifiable,
+                          json_t *drift, json_t *frameworks, json_t *machine,
+                          int64_t prev_step)
+{
+    size_t i;
+    json_t *f;
+    char b1[32], b2[32];
+    if (strcmp(check, "temp") == 0) {
+        json_array_foreach(temps, i, f) {
+            printf("    temp %s: %s, %s old\n", json_string_value(json_object_get(f, "name")),
+                   cli_fmt_bytes((uint64_t)json_integer_value(json_object_get(f, "bytes")), b1),
+                   cli_fmt_duration((double)json_integer_value(json_object_get(f, "age_seconds")),
+                                    b2));
+        }
+    } else if (strcmp(check, "verify") == 0) {
+        json_array_foreach(unverifiable, i, f) {
+            printf("    step %" PRId64 ": %s\n",
+                   (int64_t)json_integer_value(json_object_get(f, "step")),
+                   json_string_value(json_object_get(f, "status")));
+            size_t j;
+            json_t *p;
+            json_array_foreach(json_object_get(f, "problems"), j, p)
+                printf("      %s\n", json_string_value(json_object_get(p, "message")));
+        }
+    } else if (strcmp(check, "drift") == 0) {
+        json_array_foreach(drift, i, f) {
+            char *o = json_dumps(json_object_get(f, "old"), JSON_ENCODE_ANY | JSON_COMPACT);
+            char *n = json_dumps(json_object_get(f, "new"), JSON_ENCODE_ANY | JSON_COMPACT);
+            printf("    drift %" PRId64 " -> %" PRId64 ": %s: %s -> %s\n",
+                   (int64_t)json_integer_value(json_object_get(f, "from_step")),
+                   (int64_t)json_integer_value(json_object_get(f, "to_step")),
+                   json_string_value(json_object_get(f, "field")), o ? o : "?", n ? n : "?");
+            free(o);
+            free(n);
+        }
+    } else if (strcmp(check, "frameworks") == 0) {
+        json_array_foreach(frameworks, i, f) {
+            if (!json_is_true(json_object_get(f, "drift")))
+                continue;
+            char *o = json_dumps(json_object_get(f, "checkpoint"), JSON_ENCODE_ANY | JSON_COMPACT);
+            char *n = json_dumps(json_object_get(f, "now"), JSON_ENCODE_ANY | JSON_COMPACT);
+            printf("    framework: %s: step %" PRId64 " has %s, this machine %s\n",
+                   json_string_value(json_object_get(f, "name")), prev_step, o ? o : "?",
+                   json_is_true(json_object_get(f, "installed")) ? (n ? n : "?")
+                                                                  : "(not installed here)");
+            free(o);
+            free(n);
+        }
+    } else if (strcmp(check, "machine") == 0) {
+        json_array_foreach(machine, i, f) {
+            char *o = json_dumps(json_object_get(f, "checkpoint"), JSON_ENCODE_ANY | JSON_COMPACT);
+            char *n = json_dumps(json_object_get(f, "now"), JSON_ENCODE_ANY | JSON_COMPACT);
+            printf("    machine: %s: step %" PRId64 " has %s, this machine %s\n",
+                   json_string_value(json_object_get(f, "field")),
+                   (int64_t)json_integer_value(json_object_get(f, "step")), o ? o : "?",
+                   n ? n : "?");
+            free(o);
+            free(n);
+        }
+    }
+}
+
 int cmd_doctor(cli_ctx *ctx, int argc, char **argv)
 {
     const char *dir = NULL;
@@ -392,55 +455,10 @@ int cmd_doctor(cli_ctx *ctx, int argc, char **argv)
         json_array_foreach(findings, i, f) {
             char tag[16];
             snprintf(tag, sizeof tag, "[%s]", json_string_value(json_object_get(f, "severity")));
-            printf("  %-10s %-7s %s\n", tag, json_string_value(json_object_get(f, "check")),
+            const char *check = json_string_value(json_object_get(f, "check"));
+            printf("  %-10s %-7s %s\n", tag, check,
                    json_string_value(json_object_get(f, "message")));
-        }
-        json_array_foreach(temps, i, f) {
-            printf("    temp %s: %s, %s old\n", json_string_value(json_object_get(f, "name")),
-                   cli_fmt_bytes((uint64_t)json_integer_value(json_object_get(f, "bytes")), b1),
-                   cli_fmt_duration((double)json_integer_value(json_object_get(f, "age_seconds")),
-                                    b2));
-        }
-        json_array_foreach(unverifiable, i, f) {
-            printf("    step %" PRId64 ": %s\n",
-                   (int64_t)json_integer_value(json_object_get(f, "step")),
-                   json_string_value(json_object_get(f, "status")));
-            size_t j;
-            json_t *p;
-            json_array_foreach(json_object_get(f, "problems"), j, p)
-                printf("      %s\n", json_string_value(json_object_get(p, "message")));
-        }
-        json_array_foreach(drift, i, f) {
-            char *o = json_dumps(json_object_get(f, "old"), JSON_ENCODE_ANY | JSON_COMPACT);
-            char *n = json_dumps(json_object_get(f, "new"), JSON_ENCODE_ANY | JSON_COMPACT);
-            printf("    drift %" PRId64 " -> %" PRId64 ": %s: %s -> %s\n",
-                   (int64_t)json_integer_value(json_object_get(f, "from_step")),
-                   (int64_t)json_integer_value(json_object_get(f, "to_step")),
-                   json_string_value(json_object_get(f, "field")), o ? o : "?", n ? n : "?");
-            free(o);
-            free(n);
-        }
-        json_array_foreach(frameworks, i, f) {
-            if (!json_is_true(json_object_get(f, "drift")))
-                continue;
-            char *o = json_dumps(json_object_get(f, "checkpoint"), JSON_ENCODE_ANY | JSON_COMPACT);
-            char *n = json_dumps(json_object_get(f, "now"), JSON_ENCODE_ANY | JSON_COMPACT);
-            printf("    framework: %s: step %" PRId64 " has %s, this machine %s\n",
-                   json_string_value(json_object_get(f, "name")), prev_step, o ? o : "?",
-                   json_is_true(json_object_get(f, "installed")) ? (n ? n : "?")
-                                                                  : "(not installed here)");
-            free(o);
-            free(n);
-        }
-        json_array_foreach(machine, i, f) {
-            char *o = json_dumps(json_object_get(f, "checkpoint"), JSON_ENCODE_ANY | JSON_COMPACT);
-            char *n = json_dumps(json_object_get(f, "now"), JSON_ENCODE_ANY | JSON_COMPACT);
-            printf("    machine: %s: step %" PRId64 " has %s, this machine %s\n",
-                   json_string_value(json_object_get(f, "field")),
-                   (int64_t)json_integer_value(json_object_get(f, "step")), o ? o : "?",
-                   n ? n : "?");
-            free(o);
-            free(n);
+            print_details(check, temps, unverifiable, drift, frameworks, machine, prev_step);
         }
     }
     ret = errors ? CLI_EXIT_INVALID : CLI_EXIT_OK;

@@ -51,6 +51,8 @@ extern __typeof__(cudaGraphInstantiateWithFlags) cudaGraphInstantiateWithFlags
 extern __typeof__(cudaGraphLaunch) cudaGraphLaunch __attribute__((weak));
 extern __typeof__(cudaGraphExecDestroy) cudaGraphExecDestroy __attribute__((weak));
 extern __typeof__(cudaGraphDestroy) cudaGraphDestroy __attribute__((weak));
+extern __typeof__(cudaThreadExchangeStreamCaptureMode) cudaThreadExchangeStreamCaptureMode
+    __attribute__((weak));
 /* Only the mock has it: it then shrinks the device instead of the test
  * filling a real one. */
 void mock_cuda_set_device_memory(size_t total) __attribute__((weak));
@@ -750,6 +752,109 @@ static int graph_capture(unsigned char *ha)
 
 /* The driver's view of device 0's primary context (dlsym'd: the test links
  * only libcudart).  Returns -1 when the driver API cannot be reached. */
+/* Managed memory saved and restored on a stream of the device it is used
+ * on (its pointer attributes name the device current at allocation). */
+static void managed_on_a_stream(unsigned char *ha)
+{
+    const char *what = "managed memory on a stream";
+    char *root = new_root();
+    ckpt_store *st = open_store(root, CKPT_SNAPSHOT_HOST, 0);
+    void *m;
+    cudaStream_t s;
+    CU(cudaMallocManaged(&m, N, cudaMemAttachGlobal));
+    CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CU(cudaMemcpyAsync(m, ha, N, cudaMemcpyDefault, s)); /* queued, not waited for */
+    ckpt_save_options so = CKPT_SAVE_OPTIONS_INIT;
+    so.cuda_stream = s;
+    ckpt_tensor t = tensor("managed", m, CKPT_MEM_AUTO);
+    CK(ckpt_save_sync(st, 1, &t, 1, &so));
+    expect_saved(st, 1, "managed", ha, what);
+    CU(cudaMemsetAsync(m, 0, N, s));
+    ckpt_restore_options ro = CKPT_RESTORE_OPTIONS_INIT;
+    ro.cuda_stream = s;
+    CK(ckpt_restore(st, 1, &t, 1, &ro, NULL));
+    CU(cudaStreamSynchronize(s));
+    CHECK(memcmp(m, ha, N) == 0, "%s: the restore left other bytes", what);
+    ckpt_store_free(st);
+    CU(cudaStreamDestroy(s));
+    CU(cudaFree(m));
+    free_root(root);
+}
+
+/* A child forked after CUDA started cannot use it: libckpt says so
+ * (CKPT_ENODEVICE naming fork) without calling into CUDA. */
+static void forked_child(void)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int rc = ckpt_cuda_available();
+        _exit(rc == CKPT_ENODEVICE && strstr(ckpt_error_last(), "fork()") ? 0 : 1);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+              WEXITSTATUS(status) == 0,
+          "a forked child was not told that CUDA did not come along (status 0x%x)", status);
+}
+
+/* Another thread captures a graph in global mode while this one frees a
+ * store holding pinned memory: the capture survives (the store's frees
+ * and waits run in relaxed mode) and this thread's mode is given back. */
+typedef struct other_capture {
+    cudaStream_t s;
+    cudaError_t end;
+    pthread_barrier_t begun, go;
+} other_capture;
+
+static void *capture_elsewhere(void *arg)
+{
+    other_capture *c = arg;
+    c->end = cudaStreamBeginCapture(c->s, cudaStreamCaptureModeGlobal);
+    pthread_barrier_wait(&c->begun);
+    pthread_barrier_wait(&c->go);
+    cudaGraph_t g = NULL;
+    if (c->end == cudaSuccess)
+        c->end = cudaStreamEndCapture(c->s, &g);
+    if (g && cudaGraphDestroy)
+        cudaGraphDestroy(g);
+    return NULL;
+}
+
+static void store_free_beside_a_capture(unsigned char *ha)
+{
+    if (!cudaStreamBeginCapture || !cudaStreamEndCapture || !cudaThreadExchangeStreamCaptureMode)
+        return;
+    char *root = new_root();
+    ckpt_store *st = open_store(root, CKPT_SNAPSHOT_HOST, 0);
+    void *d;
+    CU(cudaMalloc(&d, N));
+    CU(cudaMemcpy(d, ha, N, cudaMemcpyHostToDevice));
+    ckpt_tensor t = tensor("w", d, CKPT_MEM_DEVICE);
+    CK(ckpt_save_sync(st, 1, &t, 1, NULL)); /* pinned buffers, streams, events */
+    other_capture c;
+    memset(&c, 0, sizeof c);
+    CU(cudaStreamCreateWithFlags(&c.s, cudaStreamNonBlocking));
+    pthread_barrier_init(&c.begun, NULL, 2);
+    pthread_barrier_init(&c.go, NULL, 2);
+    pthread_t th;
+    CHECK(pthread_create(&th, NULL, capture_elsewhere, &c) == 0, "pthread_create");
+    pthread_barrier_wait(&c.begun);
+    ckpt_store_free(st);
+    pthread_barrier_wait(&c.go);
+    pthread_join(th, NULL);
+    CHECK(c.end == cudaSuccess, "the other thread's capture broke while a store was freed: %s",
+          cudaGetErrorString(c.end));
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeThreadLocal;
+    CU(cudaThreadExchangeStreamCaptureMode(&mode));
+    CHECK(mode == cudaStreamCaptureModeGlobal, "the freeing thread was left in capture mode %d",
+          (int)mode);
+    pthread_barrier_destroy(&c.begun);
+    pthread_barrier_destroy(&c.go);
+    CU(cudaStreamDestroy(c.s));
+    CU(cudaFree(d));
+    free_root(root);
+}
+
 static int primary_ctx_active(int ordinal)
 {
     typedef int (*get_fn)(int *, int);
@@ -1026,6 +1131,12 @@ int main(int argc, char **argv)
     printf("separate allocations side by side: done\n");
     if (graph_capture(ha))
         printf("graph capture: done\n");
+    managed_on_a_stream(ha);
+    printf("managed memory on a stream: done\n");
+    forked_child();
+    printf("forked child told CUDA did not come along: done\n");
+    store_free_beside_a_capture(ha);
+    printf("store freed beside another thread's capture: done\n");
 
     CU(cudaFreeHost(ha));
     CU(cudaFreeHost(hb));

@@ -382,8 +382,12 @@ typedef enum ckpt_snapshot_mode {
  * A rank that is only slow (a larger shard, a slower disk) is waited for:
  * while they write their shards and parts (and read on restore), the ranks
  * meet every timeout_ms / 4 to say whether they are done (an extra
- * allreduce_min each time), so timeout_ms bounds how long a dead or hung
- * rank goes unnoticed, not how much longer one rank may take than another.
+ * allreduce_min each time, from a thread of libckpt's), so timeout_ms
+ * bounds how long a rank that died or stopped goes unnoticed, not how much
+ * longer one rank may take than another; a rank whose disk hangs for good
+ * keeps the others waiting, as its own save waits.  (What a rank writes
+ * inside ckpt_save_begin, when its state exceeds host_memory_limit, is not
+ * paced: that must fit within timeout_ms.)
  * A rank that dies before its part is durable, or a late one, leaves the
  * step uncommitted, and the next writer's open removes the temporary
  * directory; but when rank 0 dies (or its answer is lost) after the

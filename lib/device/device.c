@@ -91,6 +91,12 @@ static void free_retired(device *dev)
     }
 }
 
+int device_current_ordinal(device *dev)
+{
+    dcuda *cu = cuda_of(dev);
+    return cu ? dcuda_current(cu) : -1;
+}
+
 void device_relax_capture(device *dev, device_capture_mode *m)
 {
     const cuda_api *api = NULL;
@@ -285,9 +291,9 @@ int device_classify(device *dev, const void *ptr, ckpt_memory declared,
         return ckpt_seterr(CKPT_EINVAL, "unknown memory kind %d", (int)declared);
     }
     /* Managed memory is every device's: the runtime's `device` is only the
-     * one current when it was allocated.  It is copied on the store's
-     * device (the caller's current one at its first device save, or that
-     * of its device tensors), as the caller's stream there orders it. */
+     * one current when it was allocated.  It goes with the save's device
+     * tensors, else with the caller's current device (save.c, restore.c),
+     * where the caller's stream orders it. */
     if (type == CU_MEM_MANAGED)
         ordinal = -1;
     if ((rc = cuda_get(dev, ordinal, &cu)) != CKPT_OK)

@@ -53,6 +53,10 @@ int device_cuda_available(void);
  * memory.  Free with device_host_free. */
 int device_host_alloc(device *dev, size_t bytes, int want_pinned, void **ptr,
                       int *pinned);
+/* The calling thread's current CUDA device (where tensors of managed
+ * memory, ordinal -1, are copied), or -1 without a CUDA backend. */
+int device_current_ordinal(device *dev);
+
 /* A pinned buffer the runtime refuses to free (a dead context) stays
  * page-locked, and counted against the cap. */
 void device_host_free(device *dev, void *ptr, size_t bytes, int pinned);

@@ -639,6 +639,16 @@ int dcuda_host_free(dcuda *cu, void *ptr)
     return rc;
 }
 
+int dcuda_current(dcuda *cu)
+{
+    int dev = -1;
+    if (cu->api->GetDevice(&dev) != CU_SUCCESS) {
+        cu->api->GetLastError();
+        return -1;
+    }
+    return dev;
+}
+
 int dcuda_relax_capture(dcuda *cu, const cuda_api **api)
 {
     *api = NULL;

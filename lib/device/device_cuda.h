@@ -22,6 +22,10 @@ void dcuda_free(dcuda *cu);
  * runtime error.  *ordinal gets its CUDA device when it is device memory. */
 int dcuda_pointer_type(const cuda_api *api, const void *ptr, int *type, int *ordinal);
 
+/* The calling thread's current CUDA device, or -1 (asked without error
+ * left behind; no context is made). */
+int dcuda_current(dcuda *cu);
+
 int dcuda_host_alloc(dcuda *cu, size_t bytes, void **ptr);
 /* cudaFreeHost; CKPT_EDEVICE (no message) when the runtime refused, and
  * the buffer is still page-locked. */

@@ -225,31 +225,17 @@ int coord_gather(coord *c, const void *send, size_t n, void *recv, int root,
     return rc;
 }
 
-/* coord_pace's work and what its thread tells the pacing one. */
+/* What coord_pace's beating thread and the working one share. */
 typedef struct pace {
     pthread_mutex_t lock;
     pthread_cond_t cond;
-    int done, rc;          /* protected by lock */
-    ckpt_error_state err;  /* the work's message when rc != 0 */
-    int (*work)(void *arg);
-    void *arg;
+    int done;              /* the work ended (protected by lock) */
+    coord *c;
+    const char *what;
+    int ms;                /* beat interval */
+    int rc;                /* the beats' outcome: written by the beater */
+    ckpt_error_state err;  /* its message when rc != 0 */
 } pace;
-
-static void *pace_thread(void *arg)
-{
-    pace *p = arg;
-    pool_mark_library_thread();
-    int rc = p->work(p->arg);
-    ckpt_error_state e;
-    ckpt_error_capture(&e, rc);
-    pthread_mutex_lock(&p->lock);
-    p->rc = rc;
-    p->err = e;
-    p->done = 1;
-    pthread_cond_broadcast(&p->cond);
-    pthread_mutex_unlock(&p->lock);
-    return NULL;
-}
 
 /* Wait up to `ms` for the work to end; 1 when it has. */
 static int pace_wait(pace *p, int ms)
@@ -271,39 +257,65 @@ static int pace_wait(pace *p, int ms)
     return done;
 }
 
+/* The beats: until every rank is done (or the ranks fail). */
+static int beat(pace *p)
+{
+    for (;;) {
+        int64_t done = pace_wait(p, p->ms);
+        int rc = coord_allreduce_min(p->c, &done, p->what);
+        if (rc)
+            return rc;
+        if (done == 1)
+            return CKPT_OK;
+        if (done != 0) /* another rank is in another collective */
+            return fail(p->c, "the collective %s got %.0f from a rank that is in another "
+                        "collective: the ranks are out of step", p->what, (double)done);
+    }
+}
+
+static void *beat_thread(void *arg)
+{
+    pace *p = arg;
+    pool_mark_library_thread();
+    p->rc = beat(p);
+    ckpt_error_capture(&p->err, p->rc);
+    return NULL;
+}
+
 int coord_pace(coord *c, int (*work)(void *arg), void *arg, int *work_rc, const char *what)
 {
     pace p;
     memset(&p, 0, sizeof p);
     pthread_mutex_init(&p.lock, NULL);
     pthread_cond_init(&p.cond, NULL);
-    p.work = work;
-    p.arg = arg;
-    pthread_t th;
-    int threaded = 0;
-    if (!work)
-        p.done = 1;
-    else if (pthread_create(&th, NULL, pace_thread, &p) == 0)
-        threaded = 1;
-    else { /* no thread: the work first, then the ranks meet (as before pacing) */
-        p.rc = work(arg);
-        ckpt_error_capture(&p.err, p.rc);
-        p.done = 1;
-    }
+    p.c = c;
+    p.what = what;
     /* A quarter of the timeout: the others' collective, waiting for this
      * rank's next beat, is never near its deadline. */
-    int ms = c->timeout_ms / 4 > 0 ? c->timeout_ms / 4 : 1;
+    p.ms = c->timeout_ms / 4 > 0 ? c->timeout_ms / 4 : 1;
+    pthread_t th;
+    int beating = work && pthread_create(&th, NULL, beat_thread, &p) == 0;
+    /* The work runs here, on the caller's thread (its CUDA device, its
+     * per-thread stream, its errors); without a beating thread it runs
+     * first and the ranks meet after, as before pacing. */
+    *work_rc = work ? work(arg) : CKPT_OK;
+    ckpt_error_state mine;
+    ckpt_error_capture(&mine, *work_rc);
+    pthread_mutex_lock(&p.lock);
+    p.done = 1;
+    pthread_cond_broadcast(&p.cond);
+    pthread_mutex_unlock(&p.lock);
     int rc;
-    for (;;) {
-        int64_t done = pace_wait(&p, ms);
-        if ((rc = coord_allreduce_min(c, &done, what)) || done)
-            break;
-    }
-    if (threaded)
+    if (beating) {
         pthread_join(th, NULL);
-    *work_rc = p.rc;
-    if (!rc && p.rc)
-        ckpt_error_restore(&p.err);
+        rc = p.rc;
+        if (rc)
+            ckpt_error_restore(&p.err);
+    } else {
+        rc = beat(&p);
+    }
+    if (!rc && work)
+        ckpt_error_restore(&mine);
     pthread_cond_destroy(&p.cond);
     pthread_mutex_destroy(&p.lock);
     return rc;

@@ -38,17 +38,17 @@ int coord_allreduce_min(coord *c, int64_t *value, const char *what);
 int coord_gather(coord *c, const void *send, size_t n, void *recv, int root,
                  const char *what);
 
-/* Run work(arg) on a thread of its own (a library thread) while this one
- * tells the other ranks, every timeout_ms / 4 and when the work ends, that
- * this rank is alive and whether its work is done (an all-reduce, `what`
- * in messages); return once every rank's work is done.  So a rank that is
- * slow (a larger shard, a slower disk) never makes the others time out,
- * while one that died or hangs is still found within timeout_ms.  Every
- * rank calls it at the same point of the protocol; one with nothing to do
- * passes work NULL.  *work_rc is what work returned, and when it failed
- * and the ranks did not, its message is this thread's last error.
- * Returns CKPT_OK, or the collective's failure (CKPT_EPEER, CKPT_ENOMEM);
- * work has finished either way. */
+/* Run work(arg) on this thread while a thread of its own tells the other
+ * ranks, every timeout_ms / 4 and when the work ends, that this rank is
+ * alive and whether its work is done (an all-reduce, `what` in messages);
+ * return once every rank's work is done.  So a rank that is slow (a
+ * larger shard, a slower disk) never makes the others time out, while one
+ * that died or whose process hangs is still found within timeout_ms.
+ * Every rank calls it at the same point of the protocol; one with nothing
+ * to do passes work NULL.  *work_rc is what work returned (with its
+ * message, as this thread's last error, when the ranks did not fail).
+ * Returns CKPT_OK, or the collective's failure (CKPT_EPEER); work has
+ * finished either way. */
 int coord_pace(coord *c, int (*work)(void *arg), void *arg, int *work_rc, const char *what);
 
 #endif

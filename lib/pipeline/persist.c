@@ -255,11 +255,11 @@ static void release_manifest(ckpt_save *s)
     }
 }
 
-void *save_persist_thread(void *arg)
+/* The persist thread's work: the device tensors' pass deferred to it (a
+ * STREAM snapshot), then persist. */
+static int snapshot_and_persist(ckpt_save *s)
 {
-    ckpt_save *s = arg;
     int rc = CKPT_OK;
-    pool_mark_library_thread();
     if (s->deferred) {
         ckpt_store *st = s->store;
         rc = save_snapshot_chunks(s, s->deferred, s->ndeferred, s->deferred_mem,
@@ -271,10 +271,18 @@ void *save_persist_thread(void *arg)
         pthread_cond_broadcast(&s->cond);
         pthread_mutex_unlock(&s->lock);
     }
-    if (s->store->dist_finish) /* persists paced with the other ranks, then */
-        rc = s->store->dist_finish(s, rc, persist); /* every rank learns every outcome */
-    else if (!rc)
-        rc = persist(s);
+    return rc ? rc : persist(s);
+}
+
+void *save_persist_thread(void *arg)
+{
+    ckpt_save *s = arg;
+    int rc;
+    pool_mark_library_thread();
+    if (s->store->dist_finish) /* paced with the other ranks, then every */
+        rc = s->store->dist_finish(s, CKPT_OK, snapshot_and_persist); /* rank learns all */
+    else
+        rc = snapshot_and_persist(s);
     if (rc)
         device_quiesce(s->store->dev); /* copies of chunks never queued */
     save_release_events(s);

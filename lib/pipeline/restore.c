@@ -57,6 +57,8 @@ static int match(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count, int al
                                               &ordinal) : 0;
         if (rc)
             return ckpt_seterr(rc, "tensor '%s': %s", t[i].name, ckpt_error_last());
+        if (mem == CKPT_MEM_DEVICE && ordinal < 0) /* managed: the caller's device */
+            ordinal = device_current_ordinal(s->dev);
         targets[k++] = (reader_target){(uint32_t)idx, t[i].data, mem, NULL, ordinal};
         if (hit)
             hit[i] = 1;

@@ -791,6 +791,8 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
     }
     if (!rc)
         rc = save_device(t, mem, ord, count, &ordinal);
+    if (!rc && any_device && ordinal < 0) /* managed memory only: the caller's device */
+        ordinal = device_current_ordinal(st->dev);
     free(ord);
     if (!rc && any_device && opts) /* before any pinned allocation */
         rc = device_refuse_capture(st->dev, opts->cuda_stream, "save");

@@ -842,6 +842,42 @@ Test(semantics, a_forked_child_is_told_cuda_did_not_come_along)
     M.Free(d);
 }
 
+/* The store's device moved to GPU 0 (a save of a GPU 0 tensor), then a
+ * managed tensor is restored on the caller's stream on GPU 1, the caller
+ * on GPU 1: it goes with the caller's device, not the store's (it was
+ * refused: "the CUDA stream is not on device 0, where the tensor lives"). */
+Test(semantics, managed_memory_goes_with_the_callers_device_not_the_stores)
+{
+    M.set_device_count(2);
+    void *d0 = dmalloc_on(0, N), *m = NULL, *s1 = NULL;
+    pattern_fill(d0, N, 2);
+    cr_assert_eq(M.SetDevice(1), 0);
+    cr_assert_eq(M.MallocManaged(&m, N, 1), 0);
+    pattern_fill(m, N, 5);
+    cr_assert_eq(M.StreamCreate(&s1), 0);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0);
+    ckpt_tensor tm = tensor("m", m, N, CKPT_MEM_AUTO);
+    ckpt_tensor td = tensor("d", d0, N, CKPT_MEM_AUTO);
+    ckpt_save_options so = CKPT_SAVE_OPTIONS_INIT;
+    so.cuda_stream = s1;
+    cr_assert_eq(ckpt_save_sync(st, 1, &tm, 1, &so), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_eq(ckpt_save_sync(st, 2, &td, 1, NULL), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_eq(M.SetDevice(1), 0);
+    memset(m, 0, N);
+    ckpt_restore_options ro = CKPT_RESTORE_OPTIONS_INIT;
+    ro.cuda_stream = s1;
+    cr_assert_eq(ckpt_restore(st, 1, &tm, 1, &ro, NULL), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_eq(M.StreamSynchronize(s1), 0);
+    cr_expect_eq(pattern_check(m, N, 5), -1, "restore landed wrong bytes");
+    cr_assert_eq(ckpt_save_sync(st, 3, &tm, 1, &so), CKPT_OK, "%s", ckpt_error_last());
+    expect_saved(st, 3, "m", N, 5);
+    ckpt_store_free(st);
+    cr_assert_eq(M.StreamDestroy(s1), 0);
+    M.Free(d0);
+    M.Free(m);
+    expect_no_leaks(&M);
+}
+
 Test(semantics, thread_without_a_device_gets_no_context_on_gpu0)
 {
     M.set_device_count(2);

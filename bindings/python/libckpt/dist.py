@@ -208,8 +208,10 @@ def load_resharded(store: Any, select: Union[Callable[[str], bool],
     together = coord is not None and coord.world_size > 1
     early = None  # a failure before the first collective: told, then raised
     try:
-        check_framework(framework, None)
+        # First: it waits for this rank's save in flight, whose persist
+        # thread may still be in a collective (none may run two at once).
         mine = store._step_numbers()
+        check_framework(framework, None)
     except Exception as e:  # noqa: BLE001 - every rank must hear of it
         early, mine = e, []
     skipped = []

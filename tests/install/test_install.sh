@@ -156,6 +156,17 @@ for f in "$prefix/bin/ckpt" "$libdir/libckpt.so.0" "$libdir/libckpt.a" \
     "$prefix/share/doc/libckpt/examples/slurm/train.sbatch"; do
     [[ -e $f ]] || fail "not installed: $f"
 done
+# Every relative link of the installed documentation leads to an installed
+# file (the README links docs/ pages and include/ckpt.h).
+docdir=$prefix/share/doc/libckpt
+while IFS= read -r -d '' page; do
+    while IFS= read -r target; do
+        target=${target%%#*}
+        [[ -z $target ]] && continue
+        [[ -e $(dirname "$page")/$target ]] ||
+            fail "${page#"$docdir"/} links $target, which is not installed"
+    done < <(grep -oE '\]\([^)]+\)' "$page" | sed 's/^](//; s/)$//' | grep -vE '^[a-z]+:')
+done < <(find "$docdir" -name '*.md' -print0)
 if [[ $plugindir != - ]]; then
     [[ $plugindir == "$libdir/hdf5/plugins" ]] ||
         fail "h5zstd plugin goes to $plugindir, not $libdir/hdf5/plugins"

@@ -385,9 +385,9 @@ typedef enum ckpt_snapshot_mode {
  * allreduce_min each time, from a thread of libckpt's), so timeout_ms
  * bounds how long a rank that died or stopped goes unnoticed, not how much
  * longer one rank may take than another; a rank whose disk hangs for good
- * keeps the others waiting, as its own save waits.  (What a rank writes
- * inside ckpt_save_begin, when its state exceeds host_memory_limit, is not
- * paced: that must fit within timeout_ms.)
+ * keeps the others waiting, as its own save waits.  The meetings start in
+ * ckpt_save_begin (which writes when a state exceeds host_memory_limit),
+ * so the ranks' calls to it must come within timeout_ms of each other.
  * A rank that dies before its part is durable, or a late one, leaves the
  * step uncommitted, and the next writer's open removes the temporary
  * directory; but when rank 0 dies (or its answer is lost) after the

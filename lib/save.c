@@ -46,7 +46,9 @@ CKPT_API int ckpt_save_begin(ckpt_save **out, ckpt_store *st, int64_t step,
         return CKPT_EINVAL;
     if (!st || !st->dist_finish)
         return save_begin_checked(out, st, step, tensors, count, opts);
-    /* Several ranks: a rank that fails here still answers the others. */
+    /* Several ranks: a rank that fails here still answers the others, and
+     * the ranks pace each other from here to the commit. */
+    dist_save_pace_start(st);
     dist_save_prepare(st, step);
     int rc = save_begin_checked(out, st, step, tensors, count, opts);
     return rc ? dist_save_failed(st, step, rc) : CKPT_OK;

@@ -225,8 +225,8 @@ int coord_gather(coord *c, const void *send, size_t n, void *recv, int root,
     return rc;
 }
 
-/* What coord_pace's beating thread and the working one share. */
-typedef struct pace {
+/* What a pace's beating thread and the working one share. */
+struct coord_pace_t {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     int done;              /* the work ended (protected by lock) */
@@ -235,7 +235,10 @@ typedef struct pace {
     int ms;                /* beat interval */
     int rc;                /* the beats' outcome: written by the beater */
     ckpt_error_state err;  /* its message when rc != 0 */
-} pace;
+    pthread_t th;
+    int beating;           /* th runs the beats */
+};
+typedef struct coord_pace_t pace;
 
 /* Wait up to `ms` for the work to end; 1 when it has. */
 static int pace_wait(pace *p, int ms)
@@ -282,41 +285,67 @@ static void *beat_thread(void *arg)
     return NULL;
 }
 
-int coord_pace(coord *c, int (*work)(void *arg), void *arg, int *work_rc, const char *what)
+coord_pace_t *coord_pace_start(coord *c, const char *what)
 {
-    pace p;
-    memset(&p, 0, sizeof p);
-    pthread_mutex_init(&p.lock, NULL);
-    pthread_cond_init(&p.cond, NULL);
-    p.c = c;
-    p.what = what;
+    pace *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->cond, NULL);
+    p->c = c;
+    p->what = what;
     /* A quarter of the timeout: the others' collective, waiting for this
      * rank's next beat, is never near its deadline. */
-    p.ms = c->timeout_ms / 4 > 0 ? c->timeout_ms / 4 : 1;
-    pthread_t th;
-    int beating = work && pthread_create(&th, NULL, beat_thread, &p) == 0;
+    p->ms = c->timeout_ms / 4 > 0 ? c->timeout_ms / 4 : 1;
+    p->beating = pthread_create(&p->th, NULL, beat_thread, p) == 0;
+    return p;
+}
+
+int coord_pace_end(coord *c, coord_pace_t *p, const char *what)
+{
+    int rc;
+    if (!p) { /* no pace (out of memory at its start): meet once, done */
+        pace q;
+        memset(&q, 0, sizeof q);
+        pthread_mutex_init(&q.lock, NULL);
+        pthread_cond_init(&q.cond, NULL);
+        q.c = c;
+        q.what = what;
+        q.done = 1;
+        rc = beat(&q);
+        pthread_cond_destroy(&q.cond);
+        pthread_mutex_destroy(&q.lock);
+        return rc;
+    }
+    pthread_mutex_lock(&p->lock);
+    p->done = 1;
+    pthread_cond_broadcast(&p->cond);
+    pthread_mutex_unlock(&p->lock);
+    if (p->beating) {
+        pthread_join(p->th, NULL);
+        rc = p->rc;
+        if (rc)
+            ckpt_error_restore(&p->err);
+    } else { /* no thread: the ranks meet now, this one done */
+        rc = beat(p);
+    }
+    pthread_cond_destroy(&p->cond);
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+    return rc;
+}
+
+int coord_pace(coord *c, int (*work)(void *arg), void *arg, int *work_rc, const char *what)
+{
     /* The work runs here, on the caller's thread (its CUDA device, its
      * per-thread stream, its errors); without a beating thread it runs
      * first and the ranks meet after, as before pacing. */
+    coord_pace_t *p = work ? coord_pace_start(c, what) : NULL;
     *work_rc = work ? work(arg) : CKPT_OK;
     ckpt_error_state mine;
     ckpt_error_capture(&mine, *work_rc);
-    pthread_mutex_lock(&p.lock);
-    p.done = 1;
-    pthread_cond_broadcast(&p.cond);
-    pthread_mutex_unlock(&p.lock);
-    int rc;
-    if (beating) {
-        pthread_join(th, NULL);
-        rc = p.rc;
-        if (rc)
-            ckpt_error_restore(&p.err);
-    } else {
-        rc = beat(&p);
-    }
+    int rc = coord_pace_end(c, p, what);
     if (!rc && work)
         ckpt_error_restore(&mine);
-    pthread_cond_destroy(&p.cond);
-    pthread_mutex_destroy(&p.lock);
     return rc;
 }

@@ -51,4 +51,15 @@ int coord_gather(coord *c, const void *send, size_t n, void *recv, int root,
  * finished either way. */
 int coord_pace(coord *c, int (*work)(void *arg), void *arg, int *work_rc, const char *what);
 
+/* coord_pace in two halves, for work that spans calls (a save's begin on
+ * the caller's thread, then its persist on another): start beating "not
+ * done" now; end says done and returns as coord_pace does, once every
+ * rank's work is done.  Every start is followed by exactly one end, with
+ * no other collective of this coordinator between them on this rank.
+ * start returns NULL out of memory; end(NULL) then meets the ranks once,
+ * as a rank with nothing to do. */
+typedef struct coord_pace_t coord_pace_t;
+coord_pace_t *coord_pace_start(coord *c, const char *what);
+int coord_pace_end(coord *c, coord_pace_t *p, const char *what);
+
 #endif

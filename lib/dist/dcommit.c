@@ -22,6 +22,10 @@
 #include "save.h"
 #include "util.h"
 
+
+/* The pacing of a save, named in messages. */
+#define PACE_WHAT "save: pacing the ranks that still write their parts"
+
 /* A rank's report to rank 0; fixed size (bytes on the wire). */
 typedef struct part_report {
     int32_t status;
@@ -298,9 +302,19 @@ static int exchange(ckpt_store *st, ckpt_save *s, int (*persist)(ckpt_save *s), 
     rep.rank = st->rank;
     rep.step = step;
     part_job job = {s, persist, &rep};
-    int run = !status && s, work_rc = CKPT_OK;
-    int rc = coord_pace(&d->c, run ? part_job_run : NULL, &job, &work_rc,
-                        "save: pacing the ranks that still write their parts");
+    int run = !status && s, work_rc = CKPT_OK, rc;
+    if (d->pace) { /* begun in ckpt_save_begin (dist_save_pace_start) */
+        coord_pace_t *p = d->pace;
+        d->pace = NULL;
+        work_rc = run ? part_job_run(&job) : CKPT_OK;
+        ckpt_error_state mine;
+        ckpt_error_capture(&mine, work_rc);
+        rc = coord_pace_end(&d->c, p, PACE_WHAT);
+        if (!rc && run)
+            ckpt_error_restore(&mine);
+    } else {
+        rc = coord_pace(&d->c, run ? part_job_run : NULL, &job, &work_rc, PACE_WHAT);
+    }
     if (rc) { /* no rank reports before all are done: rank 0 cannot decide */
         char why[1024];
         snprintf(why, sizeof why, "%s", ckpt_error_last());
@@ -384,6 +398,15 @@ int dist_finish(ckpt_save *s, int status, int (*persist)(ckpt_save *s))
         retention_after_save(st, s->m.step); /* after the answer: no rank waits for it */
     }
     return rc;
+}
+
+void dist_save_pace_start(ckpt_store *st)
+{
+    struct dist_state *d = st->dist;
+    pthread_mutex_lock(&st->api_lock);
+    save_drain(st); /* the previous save's collectives come first */
+    d->pace = coord_pace_start(&d->c, PACE_WHAT);
+    pthread_mutex_unlock(&st->api_lock);
 }
 
 void dist_save_prepare(ckpt_store *st, int64_t step)

@@ -20,6 +20,7 @@ struct dist_state {
     coord c;
     unsigned char token[16]; /* rank 0's, agreed at open: names this job's saves */
     uint64_t saves;          /* collective saves begun (same count on every rank) */
+    coord_pace_t *pace;      /* the save's pacing, from its begin to its exchange */
 };
 
 /* Check rank, world_size and timeout_ms; 0 -> defaults. */
@@ -31,6 +32,11 @@ int dist_open(ckpt_store *s);
 /* NULL is fine. */
 void dist_free(struct dist_state *d);
 
+/* First in every collective save, before its begin: waits for the save
+ * in flight, then starts beating with the other ranks, so that a rank
+ * whose begin writes (a state over host_memory_limit) is waited for; the
+ * save's exchange (dist_finish or dist_save_failed) ends the beats. */
+void dist_save_pace_start(ckpt_store *s);
 /* Before every collective save: the shared temporary name and id. */
 void dist_save_prepare(ckpt_store *s, int64_t step);
 /* A save whose begin failed with `status` on this rank still takes part in

@@ -142,6 +142,7 @@ typedef struct job {
     int timeout_ms; /* 0: rank_opts' */
     int fsync;      /* 1: fsync (tc_opts turns it off) */
     int (*bcast)(void *, void *, size_t, int, int); /* NULL: cb_broadcast */
+    int small_arena; /* 1: 4 KiB chunks through a 4 KiB host_memory_limit */
 } job;
 
 static void *rank_main(void *arg)
@@ -158,6 +159,11 @@ static void *rank_main(void *arg)
         o.fsync = 1;
     if (j->bcast)
         c.broadcast = j->bcast;
+    if (j->small_arena) {
+        o.chunk_bytes = 4096;
+        o.host_memory_limit = 4096;
+        o.threads = 1;
+    }
     ckpt_store *st = NULL;
     j->status = j->fs ? ckpt_store_open_with_fsio(&st, tc_root, &o, j->fs)
                       : ckpt_store_open(&st, tc_root, &o);
@@ -940,4 +946,64 @@ Test(ranks, a_slow_rank_is_waited_for_while_it_reads)
         cr_assert_eq(jobs[r].restored, 2, "rank %d restored %lld", r,
                      (long long)jobs[r].restored);
     }
+}
+
+/* The same inside ckpt_save_begin: a state larger than host_memory_limit
+ * wraps the snapshot buffer, so begin itself waits for earlier chunks to
+ * reach the disk.  Rank 1's six 1 s writes there used to come before its
+ * first beat, and rank 0, pacing already, failed with CKPT_EPEER. */
+static int slow_writes_left;
+
+static int slow_pwrite(void *ctx, fsio_op op, const char *path)
+{
+    (void)ctx;
+    (void)path;
+    if (op == FSIO_PWRITE && __atomic_fetch_sub(&slow_writes_left, 1, __ATOMIC_ACQ_REL) > 0) {
+        struct timespec ts = {1, 0};
+        while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+            ;
+    }
+    return 0;
+}
+
+static void big_state(tc_state *s, int r, int64_t step)
+{
+    char name[32];
+    int64_t shape[1] = {6 * 1024}; /* 24 KiB: six chunks through one */
+    tc_state_init(s);
+    snprintf(name, sizeof name, "rank%d.w", r);
+    tc_state_add(s, name, CKPT_F32, 1, shape, TC_RANDOM, (uint64_t)(r * 1000 + step));
+}
+
+static int save_big_rank1_slow_in_begin(job *j, ckpt_store *st)
+{
+    int rc = save_range(j, st, 1, 1, big_state);
+    if (!rc && j->u.rank == 1)
+        __atomic_store_n(&slow_writes_left, 6, __ATOMIC_RELEASE);
+    return rc ? rc : save_range(j, st, 2, 2, big_state);
+}
+
+Test(ranks, a_slow_rank_is_waited_for_while_it_writes_inside_save_begin)
+{
+    fsio fs = {slow_pwrite, NULL, NULL, NULL};
+    job jobs[WORLD] = {0};
+    for (int r = 0; r < WORLD; r++) {
+        jobs[r].timeout_ms = 400;
+        jobs[r].small_arena = 1;
+    }
+    jobs[1].fs = &fs;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    run_ranks(jobs, save_big_rank1_slow_in_begin);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    cr_assert_leq(slow_writes_left, 0, "rank 1 wrote fewer than 6 times in its second save");
+    cr_assert_geq(t1.tv_sec - t0.tv_sec, 4, "rank 1 was not slowed");
+    for (int r = 0; r < WORLD; r++)
+        cr_assert_eq(jobs[r].status, CKPT_OK, "rank %d: %s", r, jobs[r].message);
+    ckpt_store *ro = tc_open_ro(tc_root);
+    int64_t step = -1;
+    cr_assert_eq(ckpt_store_latest(ro, CKPT_VERIFY_FULL, &step), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_assert_eq(step, 2);
+    ckpt_store_free(ro);
 }

@@ -940,10 +940,14 @@ int save_begin(ckpt_save **out, ckpt_store *st, int64_t step, const ckpt_tensor 
             st->inflight = s;
         }
     }
+    /* Under the lock: the next begin on another thread frees the names of
+     * this one's temporary directory (layout_make_temp). */
+    if (rc)
+        rc = layout_shown_error(&st->lay, rc);
     pthread_mutex_unlock(&st->api_lock);
     if (rc) {
         ckpt_error_state e;
-        ckpt_error_capture(&e, layout_shown_error(&st->lay, rc));
+        ckpt_error_capture(&e, rc);
         save_unref(s);
         return ckpt_error_restore(&e);
     }

@@ -1117,6 +1117,20 @@ CKPT_API int ckpt_checkpoint_find(const ckpt_checkpoint *ckpt, const char *name,
  *  as the caller wrote it less the whitespace between tokens, or, for text
  *  the quick check is not sure of, as jansson prints it (docs/FORMAT.md). */
 CKPT_API const char *ckpt_checkpoint_metadata(const ckpt_checkpoint *ckpt);
+/** The metadata rank `rank` gave when it saved this step, in `*json`
+ *  (owned by the checkpoint, as the strings below).  Several ranks save
+ *  one step, each with its own metadata: ckpt_checkpoint_metadata is rank
+ *  0's (the global manifest's), rank r's is kept in its part manifest
+ *  (docs/FORMAT.md), read and checked against the global manifest the
+ *  first time it is asked for.  Rank 0 of any step, and of a step saved by
+ *  one process, is ckpt_checkpoint_metadata.  Returns CKPT_OK; CKPT_EINVAL
+ *  (a NULL argument); CKPT_ENOTFOUND (`rank` not in 0..world_size-1);
+ *  CKPT_EINCOMPLETE, CKPT_ECORRUPT, CKPT_EVERSION (the part manifest is
+ *  missing, damaged or does not match the global manifest: the step's
+ *  tensors still restore, through the global manifest); CKPT_EIO,
+ *  CKPT_EACCES, CKPT_ENOMEM.  Thread-safe. */
+CKPT_API int ckpt_checkpoint_rank_metadata(const ckpt_checkpoint *ckpt, int rank,
+                                           const char **json);
 /** The environment record as compact JSON text. */
 CKPT_API const char *ckpt_checkpoint_env(const ckpt_checkpoint *ckpt);
 /** The whole manifest as JSON text, as stored. */

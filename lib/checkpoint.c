@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "manifest.h"
 #include "reader.h"
 #include "restore.h"
 #include "save.h"
@@ -98,6 +99,53 @@ CKPT_API int ckpt_checkpoint_find(const ckpt_checkpoint *ck, const char *name, s
 CKPT_API const char *ckpt_checkpoint_metadata(const ckpt_checkpoint *ck)
 {
     return ck ? ck->meta_text : NULL;
+}
+
+CKPT_API int ckpt_checkpoint_rank_metadata(const ckpt_checkpoint *cck, int rank,
+                                           const char **json)
+{
+    if (json)
+        *json = NULL;
+    if (!cck || !json)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_rank_metadata: NULL argument");
+    uint32_t world = cck->m.world_size > 1 ? cck->m.world_size : 1;
+    if (rank < 0 || (uint32_t)rank >= world)
+        return ckpt_seterr(CKPT_ENOTFOUND, "%s was saved by %u rank%s: it has no rank %d",
+                           cck->label, world, world > 1 ? "s" : "", rank);
+    if (rank == 0) { /* the global manifest carries rank 0's */
+        *json = cck->meta_text;
+        return CKPT_OK;
+    }
+    if (context_usable(cck->store, "ckpt_checkpoint_rank_metadata"))
+        return CKPT_EINVAL;
+    /* const to the caller: the only change is the metadata kept once read,
+     * under the store's lock (as the part is opened through the store) */
+    ckpt_checkpoint *ck = (ckpt_checkpoint *)cck;
+    ckpt_store *s = ck->store;
+    int rc = CKPT_OK;
+    pthread_mutex_lock(&s->api_lock);
+    if (!ck->rank_meta && !(ck->rank_meta = calloc(world, sizeof *ck->rank_meta)))
+        rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    if (!rc && !ck->rank_meta[rank]) {
+        char part[MANIFEST_PART_NAME_SIZE];
+        manifest_part_name((uint32_t)rank, part);
+        ckpt_checkpoint *pk = NULL;
+        rc = reader_open_manifest(s, ck->dir, part, ck->m.step, &pk);
+        if (rc)
+            ckpt_seterr(rc, "rank %d's metadata is kept in its part manifest %s/%s, which "
+                        "cannot be read: %s", rank, ck->label, part, ckpt_error_last());
+        else if (!reader_part_agrees(&ck->m, &pk->m, (uint32_t)rank))
+            rc = ckpt_seterr(CKPT_ECORRUPT, "rank %d's metadata is kept in its part manifest "
+                             "%s/%s, which does not list what %s gives rank %d", rank,
+                             ck->label, part, MANIFEST_NAME, rank);
+        else if (!(ck->rank_meta[rank] = strdup(pk->meta_text)))
+            rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
+        reader_close(pk);
+    }
+    if (!rc)
+        *json = ck->rank_meta[rank];
+    pthread_mutex_unlock(&s->api_lock);
+    return rc;
 }
 
 CKPT_API const char *ckpt_checkpoint_env(const ckpt_checkpoint *ck)

@@ -24,6 +24,9 @@ void reader_close(ckpt_checkpoint *ck)
     free(ck->ix);
     free(ck->fds);
     free(ck->first);
+    for (uint32_t r = 0; ck->rank_meta && r < ck->m.world_size; r++)
+        free(ck->rank_meta[r]);
+    free(ck->rank_meta);
     if (ck->cache_on_close) { /* a later open of these bytes shares them */
         mcache_put_owned(ck->store->mcache, ck->text, ck->text_len, ck->decoded);
         ck->text = NULL;
@@ -399,6 +402,24 @@ int reader_open_select(ckpt_store *s, int64_t step, ckpt_verify_level level,
         *out = NULL;
     }
     return rc;
+}
+
+int reader_part_agrees(const manifest *g, const manifest *p, uint32_t rank)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < g->ntensors; i++) {
+        const manifest_tensor *a = &g->tensors[i];
+        if (a->shard != rank)
+            continue;
+        if (k >= p->ntensors)
+            return 0;
+        const manifest_tensor *b = &p->tensors[k++];
+        if (strcmp(a->name, b->name) || a->dtype != b->dtype || a->bytes != b->bytes ||
+            a->chunks != b->chunks || a->ndim != b->ndim ||
+            memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof a->shape[0]))
+            return 0;
+    }
+    return k == p->ntensors && p->step == g->step && !memcmp(p->id, g->id, sizeof g->id);
 }
 
 long reader_find(ckpt_checkpoint *ck, const char *name)

@@ -30,6 +30,10 @@ struct ckpt_checkpoint {
     shard_index *ix;    /* per shard */
     int *fds;           /* per shard */
     uint64_t *first;    /* per tensor: its first entry in its shard's index */
+    char **rank_meta;   /* several ranks: each rank's metadata, read from
+                         * its part manifest when first asked for
+                         * (ckpt_checkpoint_rank_metadata, under the
+                         * store's api_lock); NULL until then */
 };
 
 /* Open the checkpoint in `dir`, which must be step `step`.  Problems are
@@ -46,6 +50,10 @@ int reader_open_written(ckpt_store *s, const char *dir, int64_t step, const char
 int reader_open_manifest(ckpt_store *s, const char *dir, const char *manifest_name,
                          int64_t step, ckpt_checkpoint **out);
 int reader_open_step(ckpt_store *s, int64_t step, ckpt_checkpoint **out);
+/* Does part manifest `p` (rank `rank`'s) describe what the global one `g`
+ * gives that rank: the same tensors, in the same order, on its shard, of
+ * the same step and checkpoint id? */
+int reader_part_agrees(const manifest *g, const manifest *p, uint32_t rank);
 void reader_close(ckpt_checkpoint *ck);
 /* 1 when `status` from opening or reading a step says the step cannot be
  * used (damaged, incomplete, newer format, unreadable, gone): a search for

@@ -346,26 +346,6 @@ int restore_run(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
     return rc;
 }
 
-/* Does part manifest `p` (rank `rank`'s) describe what the global one
- * gives that rank: the same tensors, in the same order, on its shard? */
-static int part_agrees(const manifest *g, const manifest *p, uint32_t rank)
-{
-    size_t k = 0;
-    for (size_t i = 0; i < g->ntensors; i++) {
-        const manifest_tensor *a = &g->tensors[i];
-        if (a->shard != rank)
-            continue;
-        if (k >= p->ntensors)
-            return 0;
-        const manifest_tensor *b = &p->tensors[k++];
-        if (strcmp(a->name, b->name) || a->dtype != b->dtype || a->bytes != b->bytes ||
-            a->chunks != b->chunks || a->ndim != b->ndim ||
-            memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof a->shape[0]))
-            return 0;
-    }
-    return k == p->ntensors && p->step == g->step && !memcmp(p->id, g->id, sizeof g->id);
-}
-
 /* The part manifests of a step saved by several ranks (each rank restores
  * through its own: lib/dist/drestore.c).  One that is damaged or does not
  * match the global manifest is passed over by restore, whose record of
@@ -391,7 +371,7 @@ static void verify_parts(ckpt_store *s, ckpt_checkpoint *ck, ckpt_report *r)
         char why[768];
         if (rc)
             snprintf(why, sizeof why, "%s", ckpt_error_last());
-        else if (!part_agrees(&ck->m, &pk->m, rank))
+        else if (!reader_part_agrees(&ck->m, &pk->m, rank))
             rc = CKPT_ECORRUPT, snprintf(why, sizeof why, "it does not list what %s gives "
                                          "rank %u", MANIFEST_NAME, rank);
         reader_close(pk);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "error.h"
 #include "fstrace.h"
@@ -1005,5 +1006,56 @@ Test(ranks, a_slow_rank_is_waited_for_while_it_writes_inside_save_begin)
     cr_assert_eq(ckpt_store_latest(ro, CKPT_VERIFY_FULL, &step), CKPT_OK, "%s",
                  ckpt_error_last());
     cr_assert_eq(step, 2);
+    ckpt_store_free(ro);
+}
+
+/* Each rank's metadata: rank 0's is the global manifest's, rank 1's is
+ * read from its part manifest; a part that is gone is named. */
+static int save_with_metadata(job *j, ckpt_store *st)
+{
+    tc_state s;
+    rank_state(&s, j->u.rank, 3);
+    char meta[64];
+    snprintf(meta, sizeof meta, "{\"mine\":%d}", 100 + j->u.rank);
+    int rc = tc_save(st, 3, &s, meta);
+    tc_state_free(&s);
+    return rc;
+}
+
+Test(ranks, each_ranks_metadata_is_read_back)
+{
+    job jobs[WORLD] = {0};
+    run_ranks(jobs, save_with_metadata);
+    for (int r = 0; r < WORLD; r++)
+        cr_assert_eq(jobs[r].status, CKPT_OK, "rank %d: %s", r, jobs[r].message);
+    ckpt_store *ro = tc_open_ro(tc_root);
+    ckpt_checkpoint *ck = NULL;
+    cr_assert_eq(ckpt_checkpoint_open(&ck, ro, 3, CKPT_VERIFY_QUICK), CKPT_OK, "%s",
+                 ckpt_error_last());
+    const char *json = NULL;
+    for (int r = 0; r < WORLD; r++) {
+        char want[64];
+        snprintf(want, sizeof want, "{\"mine\":%d}", 100 + r);
+        cr_assert_eq(ckpt_checkpoint_rank_metadata(ck, r, &json), CKPT_OK, "rank %d: %s", r,
+                     ckpt_error_last());
+        cr_assert_str_eq(json, want, "rank %d", r);
+    }
+    cr_assert_str_eq(ckpt_checkpoint_metadata(ck), "{\"mine\":100}");
+    cr_assert_eq(ckpt_checkpoint_rank_metadata(ck, WORLD, &json), CKPT_ENOTFOUND);
+    cr_assert_null(json);
+    cr_assert_eq(ckpt_checkpoint_rank_metadata(ck, -1, &json), CKPT_ENOTFOUND);
+    ckpt_checkpoint_free(ck);
+    /* rank 1's part removed: its metadata is named as lost, the tensors
+     * still open through the global manifest */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/step-000000000003/rank-00001.json", tc_root);
+    cr_assert_eq(unlink(path), 0);
+    cr_assert_eq(ckpt_checkpoint_open(&ck, ro, 3, CKPT_VERIFY_QUICK), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_assert_eq(ckpt_checkpoint_rank_metadata(ck, 1, &json), CKPT_EINCOMPLETE, "%s",
+                 ckpt_error_last());
+    cr_assert(strstr(ckpt_error_last(), "rank-00001.json"), "%s", ckpt_error_last());
+    cr_assert_eq(ckpt_checkpoint_rank_metadata(ck, 0, &json), CKPT_OK);
+    ckpt_checkpoint_free(ck);
     ckpt_store_free(ro);
 }

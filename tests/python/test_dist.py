@@ -3,6 +3,7 @@ process, meeting through a Coordinator subclass built on a
 threading.Barrier.  The real runtimes (OpenMPI, torch.distributed over
 gloo, real processes) are tests/dist."""
 
+import os
 import threading
 import warnings
 
@@ -349,3 +350,71 @@ def test_ranks_pass_a_step_retired_under_one_of_them(root):
         assert run_ranks(load) == [2, 2]
     finally:
         writer.close()
+
+
+def test_each_rank_restores_its_own_plain_values(root):
+    """Every rank's state holds plain values of its own (a scheduler's
+    epoch, a sampler position, optimizer settings): each rank's come back
+    from its own part of the step, not rank 0's; a reader in one process
+    finds each rank's under its path, and a rank whose part is lost is
+    told so instead of keeping fresh values without a word."""
+    torch = pytest.importorskip("torch")
+
+    def state(rank, fresh):
+        return {"rank%d" % rank: {
+            "w": torch.zeros(50 + rank) if fresh
+            else torch.arange(50 + rank, dtype=torch.float32) + rank,
+            "sched": {"last_epoch": 0 if fresh else 3 + rank,
+                      "lrs": [0.0] if fresh else [0.1 * (rank + 1)]},
+            "pos": 0 if fresh else 1000 + rank},
+            "epoch": 0 if fresh else 7}
+
+    def save(rank, coord):
+        with open_store(root, coordinator=coord, timeout=30) as store:
+            store.save(1, state(rank, False)).wait()
+    run_ranks(save)
+
+    def restore(rank, coord):
+        with open_store(root, coordinator=coord, timeout=30) as store:
+            r = store.restore(state(rank, True))
+            assert r.missing_keys == [] and r.unexpected_keys == []
+            return r.state
+    for rank, got in enumerate(run_ranks(restore)):
+        want = state(rank, False)
+        mine = "rank%d" % rank
+        assert torch.equal(got[mine]["w"], want[mine]["w"])
+        assert got[mine]["sched"] == want[mine]["sched"], rank
+        assert got[mine]["pos"] == 1000 + rank and got["epoch"] == 7
+
+    with open_store(root, readonly=True) as store:
+        ck = store.open(1)
+        for rank in range(WORLD):
+            part = ck.state("rank%d" % rank)
+            assert part["pos"] == 1000 + rank
+            assert isinstance(part["w"], torch.Tensor)  # as it was saved
+        every = ck.get_tensors()
+        assert all(isinstance(t, torch.Tensor) for t in every.values())
+        with pytest.raises(libckpt.NotFoundError, match="rank2"):
+            ck.state("rank2")
+        ck.close()
+
+    os.unlink(os.path.join(root, "step-000000000001", "rank-00001.json"))
+
+    def restore_without_part(rank, coord):
+        with open_store(root, coordinator=coord, timeout=30) as store:
+            fresh = state(rank, True)
+            if rank == 0:  # two collective restores, as rank 1's
+                store.restore(fresh)
+                return store.restore(fresh, strict=False).state["rank0"]["pos"]
+            with pytest.raises(libckpt.IncompleteError,
+                               match=r"rank 1's metadata .*rank-00001\.json"
+                               r".*plain values of this rank's state were "
+                               r"not"):
+                store.restore(fresh)
+            with pytest.warns(UserWarning, match="plain values are not"):
+                r = store.restore(fresh, strict=False)
+            assert torch.equal(fresh["rank1"]["w"], state(1, False)["rank1"]["w"])
+            return sorted(r.missing_keys)
+    assert run_ranks(restore_without_part) == [
+        1000, ["epoch", "rank1.pos", "rank1.sched.last_epoch",
+               "rank1.sched.lrs.0"]]

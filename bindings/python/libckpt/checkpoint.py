@@ -16,8 +16,8 @@ import numpy as np
 
 from . import ffi, nested
 from . import tensors as _tensors
-from .errors import (CorruptError, InvalidArgumentError, NoDeviceError,
-                     NotFoundError)
+from .errors import (CorruptError, Error, InvalidArgumentError,
+                     NoDeviceError, NotFoundError)
 from .handles import _Handle
 
 C = ffi.lib
@@ -131,6 +131,7 @@ class Checkpoint:
             self.close()
             raise
         self._origins: Optional[Dict[str, str]] = None  # see _origin
+        self._all_trees: Optional[List[Any]] = None  # see _trees
         #: Set by a whole-state read that read (so verified) every tensor.
         self._read_every = False
 
@@ -144,10 +145,32 @@ class Checkpoint:
             found: Dict[str, str] = {}
             if self._tree is not None and _torch_importable():
                 with nested.no_gc():
-                    nested.unflatten(self._tree, lambda name, origin, p:
-                                     found.__setitem__(name, origin))
+                    for tree in self._trees():  # every rank's tensors
+                        nested.unflatten(tree, lambda name, origin, p:
+                                         found.__setitem__(name, origin))
             self._origins = found
         return self._origins
+
+    def _trees(self) -> List[Any]:
+        """The structure of each rank that saved the step, rank 0's (the
+        global manifest's, self._tree) first; one for a step of one
+        process.  Another rank's is read from its part manifest when first
+        needed; a rank whose part cannot be read is left out (its tensors
+        then come back as NumPy arrays under framework="auto")."""
+        if self._all_trees is None:
+            trees = [self._tree]
+            with self._h.use() as ck:
+                world = world_of(ck) if ffi.HAVE_RANK_METADATA else 1
+                for rank in range(1, world):
+                    try:
+                        text = rank_metadata(ck, rank)
+                    except Error:
+                        continue
+                    tree = nested.unwrap(nested.load_metadata(text))[0]
+                    if tree is not None:
+                        trees.append(tree)
+            self._all_trees = trees
+        return self._all_trees
 
     # -- lifetime
 
@@ -300,13 +323,25 @@ class Checkpoint:
         if not path:  # the whole state: every tensor in one call
             with nested.no_gc():
                 return self._read_whole()
-        part = self._rebuild(lambda name, origin, p: _Lazy(name))
-        for i, key in enumerate(path):
-            try:
-                part = part[key]
-            except (KeyError, IndexError, TypeError):
-                raise NotFoundError("step %d has no %s" % (
-                    self.step, nested.path_str(path[:i + 1]))) from None
+        # Several ranks: rank 0's structure first, then each other rank's
+        # (state("rank1") is in rank 1's only).
+        trees = self._trees() if self._tree is not None else [None]
+        deepest = 0
+        for tree in trees:
+            part = (nested.unflatten(tree, lambda name, origin, p: _Lazy(name))
+                    if tree is not None else
+                    self._rebuild(lambda name, origin, p: _Lazy(name)))
+            for i, key in enumerate(path):
+                try:
+                    part = part[key]
+                except (KeyError, IndexError, TypeError):
+                    deepest = max(deepest, i)
+                    break
+            else:
+                break
+        else:
+            raise NotFoundError("step %d has no %s" % (
+                self.step, nested.path_str(path[:deepest + 1])))
         found = {p: self.get_tensor(leaf.name)
                  for p, leaf in nested.leaves(part) if isinstance(leaf, _Lazy)}
         return nested.replace(part, found)
@@ -417,9 +452,8 @@ class Checkpoint:
         names `named` of its tensors only: the state built from it would
         leave every other rank's tensors out without a word."""
         with self._h.use() as ck:
-            world = json.loads(C.ckpt_checkpoint_manifest(ck)).get(
-                "world_size", 1)
-        if not isinstance(world, int) or world <= 1:
+            world = world_of(ck)
+        if world <= 1:
             return
         raise InvalidArgumentError(
             "step %d was saved by %d ranks and its structure is rank 0's "
@@ -428,8 +462,10 @@ class Checkpoint:
             "state in place with Store.restore(state) on every rank "
             "(collective), or read tensors by name from any number of "
             "ranks with libckpt.dist.load_resharded(store, select) or "
-            "Store.open(%d).get_tensors()"
-            % (self.step, world, named, len(self._names), self.step))
+            "Store.open(%d).get_tensors(), or one rank's part by its path, "
+            "Store.open(%d).state(\"rank1\") say"
+            % (self.step, world, named, len(self._names), self.step,
+               self.step))
 
     def _reader(self, ck: Any) -> Any:
         """leaf(name, origin, path) for _rebuild that reads each tensor
@@ -465,6 +501,25 @@ class _Lazy:
 
     def __init__(self, name: str) -> None:
         self.name = name
+
+
+def world_of(ck: Any) -> int:
+    """How many ranks saved the step open as `ck` (1: one process)."""
+    world = json.loads(C.ckpt_checkpoint_manifest(ck)).get("world_size", 1)
+    return world if type(world) is int and world > 1 else 1
+
+
+def rank_metadata(ck: Any, rank: int) -> bytes:
+    """The metadata text rank `rank` saved with the step open as `ck`:
+    rank 0's is the global manifest's; another rank's comes from its part
+    manifest (the library's errors raised: NotFoundError for a rank the
+    step does not have, CorruptError or IncompleteError for a damaged or
+    missing part)."""
+    if rank == 0:
+        return C.ckpt_checkpoint_metadata(ck)
+    out = ctypes.c_char_p()
+    C.ckpt_checkpoint_rank_metadata(ck, rank, ctypes.byref(out))
+    return out.value
 
 
 def tensor_names(ck: Any) -> List[str]:

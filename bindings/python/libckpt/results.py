@@ -9,7 +9,8 @@ import warnings
 from typing import Any, List, Tuple
 
 from . import ffi, nested
-from .checkpoint import tensor_names
+from .checkpoint import rank_metadata, tensor_names, world_of
+from .errors import Error, NotFoundError
 
 C = ffi.lib
 
@@ -97,6 +98,37 @@ def _this_ranks(ck: Any, unexpected: List[str], rank: int,
     return mine
 
 
+def _rank_tree(ck: Any, rank: int, strict: bool) -> Any:
+    """The structure rank `rank` saved in the step open as `ck`: on a step
+    of several ranks each rank's is its own (its part manifest's), the
+    global manifest carrying rank 0's.  A rank the step does not have
+    saved none (None).  A part that cannot be read loses that rank's plain
+    values: an error when `strict`, else a warning (they are then listed
+    in missing_keys)."""
+    if rank == 0 or world_of(ck) <= 1:
+        return nested.unwrap(nested.load_metadata(
+            C.ckpt_checkpoint_metadata(ck)))[0]
+    if not ffi.HAVE_RANK_METADATA:
+        raise Error("this libckpt cannot read rank %d's own metadata "
+                    "(ckpt_checkpoint_rank_metadata): its plain values "
+                    "(optimizer settings, counters) would be rank 0's; "
+                    "install the C library of this binding" % rank)
+    try:
+        text = rank_metadata(ck, rank)
+    except NotFoundError:
+        return None
+    except Error as e:
+        if strict:
+            raise type(e)("%s; the tensors were restored, the plain values "
+                          "of this rank's state were not (restore with "
+                          "strict=False to go on without them)" % e.message,
+                          e.status, e.function) from None
+        warnings.warn("%s; this rank's plain values are not restored (see "
+                      "missing_keys)" % e, UserWarning, stacklevel=5)
+        return None
+    return nested.unwrap(nested.load_metadata(text))[0]
+
+
 def restore_result(ck: Any, state: Any, flat: nested.Flat,
                    skipped: List[dict], strict: bool,
                    ranks: Tuple[int, int] = (0, 1)) -> RestoreResult:
@@ -109,8 +141,7 @@ def restore_result(ck: Any, state: Any, flat: nested.Flat,
     restore that succeeded found every tensor of the state in the step,
     so when the counts agree the names do too (one call per tensor is
     most of the cost of a restore of 10,000 tiny tensors otherwise)."""
-    meta = nested.load_metadata(C.ckpt_checkpoint_metadata(ck))
-    tree, _ = nested.unwrap(meta)
+    tree = _rank_tree(ck, ranks[0], strict)
     if strict and C.ckpt_checkpoint_tensor_count(ck) == len(flat.names):
         missing, unexpected = [], []
     else:

@@ -418,3 +418,25 @@ def test_each_rank_restores_its_own_plain_values(root):
     assert run_ranks(restore_without_part) == [
         1000, ["epoch", "rank1.pos", "rank1.sched.last_epoch",
                "rank1.sched.lrs.0"]]
+
+
+def test_the_store_timeout_stays_within_the_coordinators(root):
+    """A coordinator that bounds its own collectives (TorchCoordinator's
+    gloo group) fails any that waits longer, whatever the store's timeout:
+    the pacing of a slow rank (a collective every timeout / 4) must run
+    within that bound, so the store's timeout defaults to it and may not
+    exceed it."""
+    def body(rank, coord):
+        coord.timeout = 20.0
+        with open_store(root, coordinator=coord) as store:
+            assert store._timeout == 20.0
+        with open_store(root, coordinator=coord, timeout=5) as store:
+            assert store._timeout == 5.0
+        with pytest.raises(libckpt.InvalidArgumentError,
+                           match=r"timeout=30 s is longer than the "
+                           r"coordinator's own timeout \(20 s\)"):
+            open_store(root, coordinator=coord, timeout=30)
+        coord.timeout = None  # no bound of its own: the store's default
+        with open_store(root, coordinator=coord) as store:
+            return store._timeout
+    assert run_ranks(body) == [600.0, 600.0]

@@ -45,6 +45,12 @@ class Coordinator:
 
     rank: int = 0
     world_size: int = 1
+    #: Seconds a collective of this coordinator can wait at most, when it
+    #: bounds them itself (TorchCoordinator's gloo group), else None.  A
+    #: Store's ``timeout`` defaults to it and may not exceed it: libckpt
+    #: paces a slow rank's work with a collective every timeout / 4, which
+    #: must come before the coordinator gives up.
+    timeout: Optional[float] = None
 
     def barrier(self, timeout: float) -> None:
         raise NotImplementedError

@@ -181,6 +181,31 @@ def _note_foreign_root(path: Any) -> None:
                       stacklevel=3)
 
 
+def _timeout_within(coordinator: Any, timeout: Optional[float]
+                    ) -> Optional[float]:
+    """The store's timeout given the coordinator's own bound on its
+    collectives (Coordinator.timeout, e.g. TorchCoordinator's gloo
+    group): the bound when none is given; one beyond it is refused, as
+    the coordinator would fail the collectives that pace a slow rank
+    first, with a message blaming the store's timeout."""
+    bound = getattr(coordinator, "timeout", None) if coordinator is not None \
+        else None
+    if not isinstance(bound, (int, float)) or isinstance(bound, bool) \
+            or not bound > 0:
+        return timeout
+    if timeout is None:
+        return float(bound)
+    if timeout > bound:
+        raise InvalidArgumentError(
+            "timeout=%g s is longer than the coordinator's own timeout "
+            "(%g s), which bounds each of its collectives: libckpt's would "
+            "fail at %g s whatever the store's timeout. Pass timeout=%g or "
+            "less, or make the coordinator with a longer timeout "
+            "(TorchCoordinator(timeout=%g))"
+            % (timeout, bound, bound, bound, timeout))
+    return timeout
+
+
 class Store:
     """A checkpoint root directory opened for writing (or, with
     ``readonly=True``, for reading).  A writer creates the root when it is
@@ -210,8 +235,10 @@ class Store:
     Several ranks, one checkpoint: ``coordinator`` (a
     :class:`libckpt.dist.Coordinator`, e.g. ``TorchCoordinator()``) with
     ``rank`` and ``world_size`` (default: the coordinator's) and
-    ``timeout`` (seconds each collective may wait) make opening, saving
-    and restoring the newest step collective (docs/SCALING.md).
+    ``timeout`` (seconds each collective may wait; default the
+    coordinator's own ``timeout`` when it has one, which it may not
+    exceed, else 600) make opening, saving and restoring the newest step
+    collective (docs/SCALING.md).
 
     Only one process (one job, with a coordinator) may open a root for
     writing: a second gets :class:`libckpt.BusyError`.  A store may be used from several threads.
@@ -245,6 +272,7 @@ class Store:
             opts.world_size = operator.index(world_size)
             opts.rank = operator.index(rank or 0)
         self._ranks = (opts.rank, max(opts.world_size, 1))  # restore_result
+        timeout = _timeout_within(coordinator, timeout)
         if timeout is not None:
             opts.timeout_ms = max(1, int(timeout * 1000))
         # for the collectives the binding runs itself (dist.load_resharded)

@@ -440,3 +440,23 @@ def test_the_store_timeout_stays_within_the_coordinators(root):
         with open_store(root, coordinator=coord) as store:
             return store._timeout
     assert run_ranks(body) == [600.0, 600.0]
+
+
+def test_two_open_stores_never_share_a_coordinator(root):
+    """Two stores on one coordinator would meet in each other's
+    collectives (their persist threads reach the one channel in any
+    order): the second open is refused, naming the first store; once that
+    one is closed the coordinator serves another."""
+    other = os.path.join(os.path.dirname(root), "best")
+
+    def body(rank, coord):
+        with open_store(root, coordinator=coord, timeout=30) as first:
+            with pytest.raises(libckpt.InvalidArgumentError,
+                               match="already serves the open store .*"
+                               "one coordinator per store"):
+                open_store(other, coordinator=coord, timeout=30)
+            first.save(1, {"rank%d.w" % rank: weights(rank, 1)}).wait()
+        with open_store(other, coordinator=coord, timeout=30) as second:
+            second.save(1, {"rank%d.w" % rank: weights(rank, 1)}).wait()
+            return second.latest()
+    assert run_ranks(body) == [1, 1]

@@ -181,6 +181,23 @@ def _note_foreign_root(path: Any) -> None:
                       stacklevel=3)
 
 
+def _check_coordinator_free(coordinator: Any) -> None:
+    """Refuse a coordinator that serves another open store (the store
+    opened last marks it, Store.__init__).  The collectives of two stores (their persist threads, from libckpt's own threads) would
+    meet on one channel in whatever order each rank's threads reach it,
+    one store's collective matched with the other's on another rank: both
+    fail with PeerError after the timeout, and stay unusable."""
+    held = getattr(coordinator, "_libckpt_store", None)
+    other = held() if held is not None else None
+    if other is not None and not other.closed:
+        raise InvalidArgumentError(
+            "this coordinator already serves the open store %s: two stores "
+            "on one coordinator would mix their collectives on one channel. "
+            "Make one coordinator per store (TorchCoordinator() again: each "
+            "makes a gloo group of its own), or close that store first"
+            % other.path)
+
+
 def _timeout_within(coordinator: Any, timeout: Optional[float]
                     ) -> Optional[float]:
     """The store's timeout given the coordinator's own bound on its
@@ -264,6 +281,8 @@ class Store:
         C.ckpt_store_options_init(_byref(opts), ffi.CKPT_STORE_OPTIONS_VERSION)
         self._coordinator = coordinator  # its callbacks must outlive the store
         if coordinator is not None:
+            _check_coordinator_free(coordinator)
+        if coordinator is not None:
             opts.rank = operator.index(coordinator.rank if rank is None else rank)
             opts.world_size = operator.index(coordinator.world_size
                                              if world_size is None else world_size)
@@ -337,6 +356,11 @@ class Store:
         # Store.path gives back the kind of path it was given.
         self._path_type = (bytes if isinstance(path, bytes) else
                            str if isinstance(path, str) else pathlib.Path)
+        if coordinator is not None:
+            try:
+                coordinator._libckpt_store = weakref.ref(self)
+            except AttributeError:  # __slots__: unchecked, as before
+                pass
 
     # -- lifetime
 

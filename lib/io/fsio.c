@@ -312,31 +312,51 @@ int fsio_readlink(const fsio *fs, const char *path, char **target)
     }
 }
 
-/* 1 when the POSIX access ACL of `path` (or `fd`) gives write permission,
- * after its mask, to a named user other than `owner` or to a named group.
- * The xattr is the kernel's posix_acl_xattr layout: a 4-byte version,
- * then 8-byte entries {le16 tag, le16 perm, le32 id}.  No ACL (ENODATA),
- * or no ACL support: 0.  One too large to read: 1 (assume the worst). */
-static int acl_writers(const char *path, int fd, unsigned owner)
+/* Whether the POSIX access ACL of `path` (or `fd`) gives write permission,
+ * after its mask, to a named user other than `owner` or to a named group:
+ * info->acl_writers, and those writers in info->acl_named.  The xattr is
+ * the kernel's posix_acl_xattr layout: a 4-byte version, then 8-byte
+ * entries {le16 tag, le16 perm, le32 id}.  No ACL (ENODATA), or no ACL
+ * support: none.  One too large to read: writers, unknown (assume the
+ * worst). */
+static void acl_writers(const char *path, int fd, unsigned owner, fsio_info *info)
 {
     unsigned char b[4 + 8 * 128];
+    info->acl_writers = 0;
+    info->acl_nnamed = 0;
     ssize_t n = fd >= 0 ? fgetxattr(fd, "system.posix_acl_access", b, sizeof b)
                         : lgetxattr(path, "system.posix_acl_access", b, sizeof b);
-    if (n < 0)
-        return errno == ERANGE;
+    if (n < 0) {
+        if (errno == ERANGE)
+            info->acl_writers = 1, info->acl_nnamed = -1;
+        return;
+    }
     if (n < 4 || (n - 4) % 8 != 0)
-        return 0;
-    unsigned mask = 7, named = 0;
+        return;
+    unsigned mask = 7;
+    for (ssize_t i = 4; i < n; i += 8)
+        if ((b[i] | (unsigned)b[i + 1] << 8) == 0x10) /* ACL_MASK */
+            mask = b[i + 2] | (unsigned)b[i + 3] << 8;
+    if (!(mask & 2))
+        return;
     for (ssize_t i = 4; i < n; i += 8) {
         unsigned tag = b[i] | (unsigned)b[i + 1] << 8, perm = b[i + 2] | (unsigned)b[i + 3] << 8;
         uint32_t id = b[i + 4] | (uint32_t)b[i + 5] << 8 | (uint32_t)b[i + 6] << 16 |
                       (uint32_t)b[i + 7] << 24;
-        if (tag == 0x10) /* ACL_MASK */
-            mask = perm;
-        else if ((tag == 0x02 && id != owner) || tag == 0x08) /* ACL_USER, ACL_GROUP */
-            named |= perm;
+        int user = tag == 0x02 && id != owner, group = tag == 0x08; /* ACL_USER, ACL_GROUP */
+        if (!(perm & 2) || !(user || group))
+            continue;
+        info->acl_writers = 1;
+        if (info->acl_nnamed < 0)
+            continue;
+        if (info->acl_nnamed == FSIO_ACL_NAMED_MAX) {
+            info->acl_nnamed = -1;
+            continue;
+        }
+        info->acl_named[info->acl_nnamed].id = id;
+        info->acl_named[info->acl_nnamed].group = group;
+        info->acl_nnamed++;
     }
-    return (named & mask & 2) != 0;
 }
 
 int fsio_info_of(const fsio *fs, const char *path, int fd, fsio_info *info)
@@ -348,7 +368,10 @@ int fsio_info_of(const fsio *fs, const char *path, int fd, fsio_info *info)
     /* Links carry no ACL; an ACL without named entries is the mode itself
      * and is never stored as an attribute, so most files cost one failed
      * getxattr (ENODATA). */
-    info->acl_writers = S_ISLNK(st.st_mode) ? 0 : acl_writers(path, fd, (unsigned)st.st_uid);
+    if (S_ISLNK(st.st_mode))
+        info->acl_writers = info->acl_nnamed = 0;
+    else
+        acl_writers(path, fd, (unsigned)st.st_uid, info);
     info->kind = S_ISREG(st.st_mode) ? FSIO_KIND_FILE : S_ISDIR(st.st_mode) ? FSIO_KIND_DIR
                : S_ISLNK(st.st_mode) ? FSIO_KIND_LINK : FSIO_KIND_OTHER;
     info->uid = (unsigned)st.st_uid;

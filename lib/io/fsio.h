@@ -96,6 +96,8 @@ int fsio_kind(const fsio *fs, const char *path, int follow, int *kind);
 /* The target of the symbolic link `path`, malloc'd and NUL-terminated
  * (FSIO_STAT). */
 int fsio_readlink(const fsio *fs, const char *path, char **target);
+/* Named writers of a POSIX ACL that fsio_info lists. */
+#define FSIO_ACL_NAMED_MAX 16
 /* Who owns a path or descriptor and who may write it (FSIO_STAT). */
 typedef struct fsio_info {
     int kind;          /* FSIO_KIND_* */
@@ -108,6 +110,12 @@ typedef struct fsio_info {
     int acl_writers;   /* a POSIX access ACL lets a named user other than
                           the owner, or a named group, write it (mode's
                           group bits then show only the ACL's mask) */
+    int acl_nnamed;    /* those writers listed in acl_named (-1: more than
+                          fit, or an ACL too large to read: unknown) */
+    struct {
+        unsigned id;
+        int group;     /* 1: a named group, 0: a named user */
+    } acl_named[FSIO_ACL_NAMED_MAX];
 } fsio_info;
 /* Of `path`, not following a link (fd < 0), or of the open `fd`. */
 int fsio_info_of(const fsio *fs, const char *path, int fd, fsio_info *info);

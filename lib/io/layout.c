@@ -141,14 +141,20 @@ int layout_open(layout *l, const char *path, int writing, int trust_group)
     }
     if (rc == CKPT_ENOTFOUND)
         return ckpt_seterr(CKPT_ENOTFOUND, "checkpoint root %s does not exist", path);
-    if (!rc && writing && (rc = trust_check_ancestors(&l->fs, l->root, trust_group)) &&
-        created)
-        fsio_rmdir(&l->fs, l->root); /* the empty root made just now */
     if (rc)
         return rc;
     fsio_info in;
     if ((rc = fsio_info_of(&l->fs, l->root, -1, &in)))
         return ckpt_seterr_errno(-rc, "cannot stat the checkpoint root %s", l->root);
+    if (writing) { /* the group trusted is the root's: known now */
+        trust t;
+        trust_init(&t, &in, trust_group);
+        if ((rc = trust_check_ancestors(&t, &l->fs, l->root))) {
+            if (created)
+                fsio_rmdir(&l->fs, l->root); /* the empty root made just now */
+            return rc;
+        }
+    }
     if (in.kind != FSIO_KIND_DIR)
         return ckpt_seterr(CKPT_EINVAL, "%s is not a directory", path);
     if ((rc = refuse_step_dir(l)))

@@ -12,11 +12,85 @@
 #include "error.h"
 #include "util.h"
 
+/* Is the calling process in group `gid` (effective or supplementary)? */
+static int caller_in_group(unsigned gid)
+{
+    if ((unsigned)getegid() == gid)
+        return 1;
+    int n = getgroups(0, NULL);
+    if (n <= 0)
+        return 0;
+    gid_t *g = malloc((size_t)n * sizeof *g);
+    int found = 0;
+    if (g && (n = getgroups(n, g)) > 0)
+        for (int i = 0; i < n && !found; i++)
+            found = (unsigned)g[i] == gid;
+    free(g);
+    return found;
+}
+
+/* Is user `uid` a member of group `gid`: its primary group, or listed in
+ * the group's entry (the system's user and group databases, NSS). */
+static int user_in_group(unsigned uid, unsigned gid)
+{
+    struct passwd pw, *pres = NULL;
+    struct group gr, *gres = NULL;
+    char b1[4096], b2[16384];
+    if (getpwuid_r((uid_t)uid, &pw, b1, sizeof b1, &pres) != 0 || !pres)
+        return 0;
+    if ((unsigned)pw.pw_gid == gid)
+        return 1;
+    if (getgrgid_r((gid_t)gid, &gr, b2, sizeof b2, &gres) != 0 || !gres || !gr.gr_mem)
+        return 0;
+    for (char **m = gr.gr_mem; *m; m++)
+        if (strcmp(*m, pw.pw_name) == 0)
+            return 1;
+    return 0;
+}
+
 void trust_init(trust *t, const fsio_info *root, int group)
 {
     t->self = (unsigned)geteuid();
     t->root_uid = root->uid;
     t->group = group;
+    t->any = group && t->self == 0;
+    t->gid = root->gid;
+    t->have_gid = group && !t->any && caller_in_group(root->gid);
+}
+
+/* Does trusting the group cover group `gid` / user `uid`? */
+static int group_trusted(const trust *t, unsigned gid)
+{
+    return t->any || (t->have_gid && gid == t->gid);
+}
+
+static int member_trusted(const trust *t, unsigned uid)
+{
+    return t->any || (t->have_gid && (uid == t->self || uid == 0 || user_in_group(uid, t->gid)));
+}
+
+/* Are the named writers of `in`'s POSIX ACL all covered by trusting the
+ * group? */
+static int acl_trusted(const trust *t, const fsio_info *in)
+{
+    if (t->any)
+        return 1;
+    if (!t->have_gid || in->acl_nnamed < 0)
+        return 0;
+    for (int i = 0; i < in->acl_nnamed; i++)
+        if (in->acl_named[i].group ? !group_trusted(t, in->acl_named[i].id)
+                                   : !member_trusted(t, in->acl_named[i].id))
+            return 0;
+    return 1;
+}
+
+/* Why trusting the group did not cover a group (for messages). */
+static const char *not_the_group(const trust *t)
+{
+    return !t->group ? "" : t->have_gid ? " (trusting the group covers the root's group and "
+                                          "its members only)"
+                                        : " (trusting the group covers the root's group, "
+                                          "which you are not a member of)";
 }
 
 static void user_name(unsigned uid, char *buf, size_t size)
@@ -80,31 +154,37 @@ static int check_mode(const trust *t, const char *path, const fsio_info *in, con
                            "anyone could plant or swap checkpoints there; run "
                            "chmod o-w on it", what, path, in->mode);
     }
-    if (in->acl_writers && !t->group)
+    if (in->acl_writers && !acl_trusted(t, in))
         return ckpt_seterr(CKPT_EACCES, "%s %s has a POSIX ACL that lets other users or "
                            "groups write it (getfacl lists them): they could plant or swap "
                            "checkpoints there; remove those entries (setfacl -x, or -b for "
                            "all), or trust the group (CKPT_OPEN_TRUST_GROUP, ckpt "
                            "--trust-group, Store(trust_group=True)) if it is shared on "
-                           "purpose", what, path);
-    if ((in->mode & 0020) && !t->group && !trust_private_group(in->uid, in->gid))
+                           "purpose with the root's group%s", what, path, not_the_group(t));
+    if ((in->mode & 0020) && !group_trusted(t, in->gid) &&
+        !trust_private_group(in->uid, in->gid))
         return ckpt_seterr(CKPT_EACCES, "%s %s is writable by its group (gid %u, mode "
                            "%04o): run chmod g-w on it, or trust the group "
                            "(CKPT_OPEN_TRUST_GROUP, ckpt --trust-group, "
-                           "Store(trust_group=True)) if it is a shared project directory",
-                           what, path, in->gid, in->mode);
+                           "Store(trust_group=True)) if it is a shared project directory%s",
+                           what, path, in->gid, in->mode, not_the_group(t));
     return CKPT_OK;
 }
 
 int trust_check_root(const trust *t, const char *path, const fsio_info *root, int writing)
 {
-    if (writing && root->uid != t->self && !t->group) {
+    if (writing && root->uid != t->self && !member_trusted(t, root->uid)) {
         char owner[128];
         user_name(root->uid, owner, sizeof owner);
         return ckpt_seterr(CKPT_EACCES, "the checkpoint root %s belongs to %s, not to you "
                            "(uid %u): libckpt writes only into its own directories, or "
                            "into a group's shared one when told to trust the group "
-                           "(CKPT_OPEN_TRUST_GROUP)", path, owner, t->self);
+                           "(CKPT_OPEN_TRUST_GROUP)%s", path, owner, t->self,
+                           !t->group ? ""
+                           : t->have_gid ? ", and the owner is not a member of the root's "
+                                           "group"
+                                         : ", of which you are a member (the root's group, "
+                                           "here, is not one of yours)");
     }
     return check_mode(t, path, root, "the checkpoint root");
 }
@@ -114,14 +194,15 @@ int trust_check_entry(const trust *t, const char *path, const fsio_info *in)
     if (in->kind == FSIO_KIND_LINK) /* its mode (0777) says nothing of its target */
         return ckpt_seterr(CKPT_EACCES, "%s is a symbolic link: a checkpoint's files and "
                            "directories are never reached through links", path);
-    if (in->uid != t->self && in->uid != t->root_uid && in->uid != 0 && !t->group) {
+    if (in->uid != t->self && in->uid != t->root_uid && in->uid != 0 &&
+        !member_trusted(t, in->uid)) {
         char owner[128];
         user_name(in->uid, owner, sizeof owner);
         return ckpt_seterr(CKPT_EACCES, "%s belongs to %s, who is neither you (uid %u) nor "
                            "the owner of the checkpoint root (uid %u): a checkpoint "
                            "planted by another user is never used (trust the group with "
-                           "CKPT_OPEN_TRUST_GROUP if that user shares it with you)", path,
-                           owner, t->self, t->root_uid);
+                           "CKPT_OPEN_TRUST_GROUP if that user shares it with you)%s", path,
+                           owner, t->self, t->root_uid, not_the_group(t));
     }
     return check_mode(t, path, in, in->kind == FSIO_KIND_DIR ? "the directory" : "the file");
 }
@@ -158,9 +239,9 @@ static int link_ok(unsigned self, const fsio *fs, const char *dir, const fsio_in
     return d.uid == in->uid && !(d.mode & 0020);
 }
 
-int trust_check_ancestors(const fsio *fs, const char *root, int group)
+int trust_check_ancestors(const trust *t, const fsio *fs, const char *root)
 {
-    unsigned self = (unsigned)geteuid();
+    unsigned self = t->self;
     size_t len = strlen(root);
     char *dir = malloc(len + 2);
     if (!dir)
@@ -185,9 +266,10 @@ int trust_check_ancestors(const fsio *fs, const char *root, int group)
         const char *who = NULL;
         if ((in.mode & 0002) && !sticky)
             who = "every user";
-        else if ((in.mode & 0020) && !sticky && !group && !trust_private_group(in.uid, in.gid))
+        else if ((in.mode & 0020) && !sticky && !group_trusted(t, in.gid) &&
+                 !trust_private_group(in.uid, in.gid))
             who = "its group";
-        else if (in.acl_writers && !sticky && !group)
+        else if (in.acl_writers && !sticky && !acl_trusted(t, &in))
             who = "users or groups its POSIX ACL names (getfacl lists them)";
         if (who)
             rc = ckpt_seterr(CKPT_EACCES, "the directory %s, above the checkpoint root %s, "

@@ -8,8 +8,11 @@
  *    group); a root anyone may write (o+w) is refused, and a group-writable
  *    one unless the group is trusted or is the owner's private group;
  *  - using a step directory or file (restore, verify, retention): its owner
- *    must be the caller, the root's owner or root (uid 0), or any member of
- *    a trusted group; the same write-permission rules apply to it.
+ *    must be the caller, the root's owner or root (uid 0), or a member of
+ *    the trusted group; the same write-permission rules apply to it.
+ * The trusted group is the root's group, and only for a caller who is a
+ * member of it: a root some stranger made, of the stranger's own group,
+ * is not a project's shared root whatever flag the caller passes.
  * A refusal is CKPT_EACCES with a message naming the path, its owner and
  * mode, and what would make it acceptable. */
 #ifndef CKPT_TRUST_H
@@ -21,6 +24,13 @@ typedef struct trust {
     unsigned self;      /* the caller's effective uid */
     unsigned root_uid;  /* the root's owner */
     int group;          /* trust the group (CKPT_OPEN_TRUST_GROUP) */
+    /* Trusting the group means trusting the root's group, when the caller
+     * is a member of it, and its members: gid, have_gid.  The superuser
+     * (an admin's `ckpt gc --trust-group` on a user's root) trusts every
+     * owner and group (any). */
+    unsigned gid;
+    int have_gid;
+    int any;
 } trust;
 
 /* Set up the rules for a root whose information is `root`. */
@@ -51,11 +61,11 @@ int trust_private_group(unsigned uid, unsigned gid);
 int trust_resolve(const fsio *fs, const char *path, int writing, char **out);
 /* For a writer: every directory above the resolved `root` ("/" to its
  * parent) must keep others from renaming what it holds: writable by no
- * other user, or by its group only with `group` (or a private group), or
- * sticky and owned by the caller or root.  Otherwise whoever may write it
- * could swap the root for another directory between two saves, and the
- * writer (which reaches its files by path) would write there.  CKPT_OK, or
- * CKPT_EACCES naming the directory and its mode. */
-int trust_check_ancestors(const fsio *fs, const char *root, int group);
+ * other user, or by its group only when `t` trusts that group (or it is a
+ * private group), or sticky and owned by the caller or root.  Otherwise
+ * whoever may write it could swap the root for another directory between
+ * two saves, and the writer (which reaches its files by path) would write
+ * there.  CKPT_OK, or CKPT_EACCES naming the directory and its mode. */
+int trust_check_ancestors(const trust *t, const fsio *fs, const char *root);
 
 #endif

@@ -930,3 +930,136 @@ Test(trust, a_root_without_write_permission_refuses_a_writer_at_open)
     cr_assert_eq(waitpid(pid, &status, 0), pid);
     cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: %d", status);
 }
+
+/* Trusting the group is trusting the root's group, for a member of it,
+ * and its members; not every user.  A stranger (uid 65534, not in the
+ * group) who made a root of their own group first (in /tmp, on a path a
+ * project's job will open), with an ACL letting the caller write, is
+ * refused; so is a step a stranger planted in a member's shared root, and
+ * a root whose ACL lets a stranger write.  Run as a member in a child
+ * (uid 4242 in the group "users"). */
+#define MEMBER_UID 4242
+
+/* Is `name` listed as a member of group `gid`? */
+static int user_listed_in(const char *name, gid_t gid)
+{
+    struct group *g = getgrgid(gid);
+    for (char **m = g ? g->gr_mem : NULL; m && *m; m++)
+        if (strcmp(*m, name) == 0)
+            return 1;
+    return 0;
+}
+
+static void as_member(const char *what, void (*body)(char *msg, size_t n, void *arg),
+                      void *arg)
+{
+    int fds[2];
+    cr_assert_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        gid_t g = shared_gid();
+        char msg[1024] = "ok";
+        if (setgroups(1, &g) != 0 || setgid(g) != 0 || setuid(MEMBER_UID) != 0)
+            snprintf(msg, sizeof msg, "cannot become uid %d: %s", MEMBER_UID, strerror(errno));
+        else
+            body(msg, sizeof msg, arg);
+        ssize_t unused = write(fds[1], msg, strlen(msg) + 1);
+        (void)unused;
+        _exit(0);
+    }
+    close(fds[1]);
+    char got[1024] = "";
+    ssize_t n = read(fds[0], got, sizeof got - 1);
+    close(fds[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    cr_assert(n > 0, "%s: the child said nothing", what);
+    cr_assert_str_eq(got, "ok", "%s: %s", what, got);
+}
+
+/* The child's writer trusting the group must be refused with `word`. */
+static void writer_refused(char *msg, size_t n, void *arg)
+{
+    const char *const *a = arg; /* {root, word} */
+    ckpt_store *st = NULL;
+    int rc = open_flags(a[0], CKPT_OPEN_TRUST_GROUP, &st);
+    if (rc != CKPT_EACCES || !strstr(ckpt_error_last(), a[1]))
+        snprintf(msg, n, "%s, want CKPT_EACCES naming '%s': %s", ckpt_status_name(rc), a[1],
+                 ckpt_error_last());
+    ckpt_store_free(st);
+}
+
+/* The child's reader trusting the group restores step 1, reporting step 2
+ * (the stranger's) as refused. */
+static void stranger_step_skipped(char *msg, size_t n, void *arg)
+{
+    const char *root = arg;
+    ckpt_store *st = NULL;
+    int rc = open_flags(root, CKPT_OPEN_READONLY | CKPT_OPEN_TRUST_GROUP, &st);
+    tc_state s;
+    tc_state_standard(&s, 1);
+    ckpt_report *rep = NULL;
+    if (!rc)
+        rc = ckpt_restore(st, CKPT_LATEST, s.t, s.count, NULL, &rep);
+    if (rc)
+        snprintf(msg, n, "%s: %s", ckpt_status_name(rc), ckpt_error_last());
+    else if (ckpt_report_step(rep) != 1 || ckpt_report_count(rep) != 1 ||
+             ckpt_report_get(rep, 0)->status != CKPT_EACCES ||
+             !strstr(ckpt_report_get(rep, 0)->message, "uid 65534"))
+        snprintf(msg, n, "restored step %lld, %zu problems (%s)",
+                 (long long)ckpt_report_step(rep), ckpt_report_count(rep),
+                 ckpt_report_count(rep) ? ckpt_report_get(rep, 0)->message : "-");
+    ckpt_report_free(rep);
+    tc_state_free(&s);
+    ckpt_store_free(st);
+}
+
+Test(trust, trusting_the_group_trusts_its_members_not_every_user)
+{
+    need_root();
+    struct passwd *nobody = getpwuid(OTHER_UID);
+    if (nobody && user_listed_in(nobody->pw_name, shared_gid()))
+        cr_skip_test("uid 65534 is a member of the shared group here");
+    cr_assert_eq(chmod(tc_root, 0755), 0); /* the member may enter */
+    char proj[4096], root[4096];
+    snprintf(proj, sizeof proj, "%s/tmp", tc_root);
+    snprintf(root, sizeof root, "%s/tmp/run", tc_root);
+    cr_assert_eq(mkdir(proj, 01777), 0); /* as /tmp */
+    cr_assert_eq(chmod(proj, 01777), 0);
+    cr_assert_eq(mkdir(root, 0770), 0);
+
+    /* 1. the stranger's root, of the stranger's group, writable by the
+     * member through an ACL: the member's writer does not write there */
+    cr_assert_eq(chown(root, OTHER_UID, OTHER_UID), 0);
+    set_acl(root, MEMBER_UID, 7, 7);
+    const char *a1[2] = {root, "belongs to uid 65534"};
+    as_member("a stranger's root", writer_refused, a1);
+
+    /* 2. a shared root (root's, group users) whose ACL lets the stranger
+     * write: refused; a member may be named */
+    cr_assert_eq(chown(root, 0, shared_gid()), 0);
+    cr_assert_eq(chmod(root, 02770), 0);
+    set_acl(root, OTHER_UID, 7, 7);
+    const char *a2[2] = {root, "POSIX ACL"};
+    as_member("an ACL naming a stranger", writer_refused, a2);
+    cr_assert_eq(removexattr(root, "system.posix_acl_access"), 0);
+    cr_assert_eq(chmod(root, 02770), 0);
+
+    /* 3. a step the stranger planted in the shared root: skipped */
+    ckpt_store *st = NULL;
+    cr_assert_eq(open_flags(root, CKPT_OPEN_TRUST_GROUP, &st), CKPT_OK, "%s",
+                 ckpt_error_last());
+    tc_state s1, s2;
+    tc_state_standard(&s1, 1);
+    tc_state_standard(&s2, 2);
+    tc_save_ok(st, 1, &s1);
+    tc_save_ok(st, 2, &s2);
+    ckpt_store_free(st);
+    char *d2 = tc_step_dir(root, 2);
+    chown_tree(d2, OTHER_UID, shared_gid());
+    as_member("a stranger's step", stranger_step_skipped, root);
+    free(d2);
+    tc_state_free(&s1);
+    tc_state_free(&s2);
+}

@@ -5,11 +5,15 @@
  *   ckpt_testtool bytes SEED NAME OUT                   expected bytes of NAME
  *   ckpt_testtool names                                 "name dtype shape" lines
  *   ckpt_testtool dump  DIR STEP NAME OUT               ckpt_restore NAME to OUT
+ *   ckpt_testtool rehash MANIFEST                       set its checksum to its
+ *                                                       content's (an edited one)
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <xxhash.h>
 
 #include "ckpt.h"
 
@@ -218,8 +222,37 @@ done:
     return rc;
 }
 
+/* docs/FORMAT.md, "File format and checksum": B, then `,\n  "checksum":
+ * "H"\n}\n` with H the XXH3-64 of B in 16 lowercase hex digits. */
+static int cmd_rehash(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    static char text[1 << 20];
+    size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f)
+        fclose(f);
+    text[n] = '\0';
+    char *tail = strstr(text, ",\n  \"checksum\": \"");
+    if (!tail || strlen(tail) != strlen(",\n  \"checksum\": \"\"\n}\n") + 16) {
+        fprintf(stderr, "%s: not a manifest\n", path);
+        return 1;
+    }
+    unsigned long long h = (unsigned long long)XXH3_64bits(text, (size_t)(tail - text));
+    char hex[32];
+    snprintf(hex, sizeof hex, "%016llx\"\n}\n", h);
+    memcpy(tail + strlen(",\n  \"checksum\": \""), hex, strlen(hex)); /* as long */
+    f = fopen(path, "wb");
+    if (!f || fwrite(text, 1, n, f) != n || fclose(f) != 0) {
+        perror(path);
+        return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "rehash") == 0)
+        return cmd_rehash(argv[2]);
     if (argc >= 4 && strcmp(argv[1], "make") == 0)
         return cmd_make(argv[2], strtoll(argv[3], NULL, 10),
                         argc > 4 ? strtoull(argv[4], NULL, 10) : 1,

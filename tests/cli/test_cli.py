@@ -784,3 +784,26 @@ def test_control_characters_from_a_root_reach_no_terminal(tmp):
     r = ckpt("list", missing)
     check(r.rc != 0 and "no\\x1b[2Jroot" in r.err, "path not shown escaped", r)
     check("\x1b" not in r.err, "raw escape in a message on stderr", r)
+
+
+def test_a_manifest_time_beyond_the_calendar_prints_a_dash(tmp):
+    """A manifest's time is a number another user may write (1e300, a
+    consistent checksum): `list` and `inspect` printed stack bytes (a time
+    past what time_t holds, converted anyway, then an unterminated
+    buffer); any time that is no date of years 1..9999 is shown as -."""
+    from clitest import TESTTOOL, run
+    root = os.path.join(tmp, "root")
+    make_step(root, 1)
+    manifest = os.path.join(root, "step-000000000001", "manifest.json")
+    for value in ("1e300", "253402300800", "-5"):
+        with open(manifest) as f:
+            text = f.read()
+        text = re.sub(r'"time": [^,]+,', '"time": %s,' % value, text, count=1)
+        with open(manifest, "w") as f:
+            f.write(text)
+        check(run(TESTTOOL, "rehash", manifest).rc == 0, "rehash")
+        r = expect_rc(ckpt("list", root), 0)
+        row = [line for line in r.out.splitlines() if line.startswith("1 ")]
+        check(len(row) == 1 and row[0].split()[2] == "-", "time %s: %r" % (value, row), r)
+        r = expect_rc(ckpt("inspect", root), 0)
+        check(re.search(r"^time +-$", r.out, re.M), "time %s in inspect" % value, r)

@@ -229,14 +229,13 @@ const char *cli_fmt_bytes(uint64_t bytes, char buf[32])
 
 const char *cli_fmt_time(double unix_s, char buf[32])
 {
-    if (!(unix_s > 0) || !isfinite(unix_s)) {
-        snprintf(buf, 32, "-");
-        return buf;
-    }
-    time_t t = (time_t)unix_s;
+    /* A manifest's time is any number a file says: beyond year 9999 it
+     * would not convert (undefined beyond time_t) or fit the format. */
     struct tm tm;
-    gmtime_r(&t, &tm);
-    strftime(buf, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    time_t t;
+    if (!(unix_s > 0) || !(unix_s < 253402300800.0) || !(t = (time_t)unix_s, gmtime_r(&t, &tm)) ||
+        strftime(buf, 32, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+        snprintf(buf, 32, "-");
     return buf;
 }
 

@@ -9,9 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "error.h"
+#include "util.h"
 
 typedef struct out {
     char *buf;
@@ -165,16 +167,23 @@ int metrics_render(const metrics_data *d, char **text)
 
 int metrics_write_file(const fsio *fs, const char *path, const char *text, int durable)
 {
-    size_t n = strlen(path) + 32;
+    size_t n = strlen(path) + 48;
     char *tmp = malloc(n);
     if (!tmp)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
-    /* Not ending in .prom: the textfile collector ignores it meanwhile. */
-    snprintf(tmp, n, "%s.tmp-%ld", path, (long)getpid());
-    fsio_unlink(fs, tmp); /* one a dead process of this pid left */
-    int rc = CKPT_OK;
-    /* Readable by the collector's user: metrics are no checkpoint data. */
-    int fd = fsio_open(fs, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    /* Not ending in .prom: the textfile collector ignores it meanwhile.
+     * A name nobody can guess: in a directory others may write (a shared
+     * collector directory), a name of the pid alone could be taken for
+     * every pid beforehand, and no metrics file would ever be written. */
+    int rc = CKPT_OK, fd = -EEXIST;
+    for (int attempt = 0; attempt < 16 && fd == -EEXIST; attempt++) {
+        uint64_t r = 0;
+        if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
+            r = (uint64_t)(util_now() * 1e9) * 0x9e3779b97f4a7c15ull + (uint64_t)attempt;
+        snprintf(tmp, n, "%s.tmp-%ld-%016llx", path, (long)getpid(), (unsigned long long)r);
+        /* Readable by the collector's user: metrics are no checkpoint data. */
+        fd = fsio_open(fs, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    }
     if (fd < 0) {
         rc = ckpt_seterr_errno(-fd, "cannot create the metrics file %s", tmp);
         goto done;

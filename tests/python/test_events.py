@@ -1,6 +1,8 @@
 """Store.events() and Store.metrics(): the event log and the Prometheus
 metrics of a root, as `ckpt log` and `ckpt metrics` show them."""
 
+import os
+
 import numpy as np
 
 from conftest import open_store
@@ -69,3 +71,20 @@ def test_persist_seconds_metric_is_the_whole_background_time(root, tmp_path):
                     return float(line.rsplit(" ", 1)[1])
         assert figure(s.metrics()) == whole
         assert figure(prom.read_text()) == whole
+
+
+def test_metrics_file_is_written_whatever_names_others_took(root, tmp_path):
+    """The temporary file beside the metrics file had a name of the pid
+    alone: in a collector directory others may write, a user who made
+    that name first (for every pid) blocked every metrics file, each save
+    logging metrics_failed.  It is a name nobody can guess now.  (A
+    directory of that name stands in for another user's file: nobody,
+    root included, removes it with unlink.)"""
+    prom = tmp_path / "job.prom"
+    os.mkdir(str(prom) + ".tmp-%d" % os.getpid())
+    with open_store(root, metrics_path=prom) as s:
+        s.save(1, {"w": np.zeros(10, dtype=np.float32)}).wait()
+        assert 'ckpt_latest_step{root="%s"} 1\n' % s.path in prom.read_text()
+        assert not [e for e in s.events() if e["event"] == "metrics_failed"]
+    assert sorted(os.listdir(tmp_path)) == sorted(
+        ["job.prom", "job.prom.tmp-%d" % os.getpid(), os.path.basename(root)])

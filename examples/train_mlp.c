@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ckpt.h"
 
@@ -469,11 +470,26 @@ static int resume(ckpt_store *store, model *m, const options *o)
 
 /* ------------------------------------------------------------------ main */
 
+/* The final state goes into a new file of ours (mkstemp: never a file or
+ * link someone placed at that name in a shared directory), renamed over
+ * `path` once written. */
 static int write_state(const char *path, const model *m)
 {
-    FILE *f = fopen(path, "wb");
+    size_t plen = strlen(path);
+    char *tmp = malloc(plen + 16);
+    if (!tmp)
+        return -1;
+    memcpy(tmp, path, plen);
+    memcpy(tmp + plen, ".tmp-XXXXXX", 12);
+    int fd = mkstemp(tmp);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!f) {
         fprintf(stderr, "train_mlp: %s: %s\n", path, strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            unlink(tmp);
+        }
+        free(tmp);
         return -1;
     }
     size_t n1 = (size_t)m->h * m->d, n2 = (size_t)m->c * m->h;
@@ -489,10 +505,14 @@ static int write_state(const char *path, const model *m)
           && fwrite(m->rng, sizeof m->rng, 1, f) == 1;
     if (fclose(f) != 0)
         ok = 0;
-    if (!ok) {
-        fprintf(stderr, "train_mlp: writing %s failed\n", path);
+    if (!ok || rename(tmp, path) != 0) {
+        fprintf(stderr, "train_mlp: writing %s failed: %s\n", path,
+                ok ? strerror(errno) : "short write");
+        unlink(tmp);
+        free(tmp);
         return -1;
     }
+    free(tmp);
     return 0;
 }
 

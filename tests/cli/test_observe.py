@@ -408,3 +408,24 @@ def test_doctor_without_recorded_frameworks(tmp):
     train(root, steps=10)
     _, doc = ckpt_json("doctor", "doctor", root, rc=0)
     check(doc["frameworks"] == [] and frameworks_finding(doc)["severity"] == "ok", doc)
+
+
+def test_train_mlp_out_never_writes_through_a_planted_link(tmp):
+    """examples/train_mlp --out wrote with fopen(path, "wb"): a link
+    another user planted at that name in a shared directory sent the
+    weights over the file it points at.  The state goes into a new file of
+    its own, renamed over the name: the link is replaced, its target keeps
+    its bytes."""
+    precious = os.path.join(tmp, "precious")
+    with open(precious, "wb") as f:
+        f.write(b"keep me")
+    out = os.path.join(tmp, "final.bin")
+    os.symlink(precious, out)
+    r = run(TRAIN_MLP, "--dir", os.path.join(tmp, "root"), "--steps", 4, "--every", 2,
+            "--no-fsync", "--out", out)
+    check(r.rc == 0, "train_mlp", r)
+    with open(precious, "rb") as f:
+        check(f.read() == b"keep me", "the link's target was overwritten", r)
+    check(not os.path.islink(out) and os.path.getsize(out) > 0, "no state at --out", r)
+    check(sorted(os.listdir(tmp)) == ["final.bin", "precious", "root"],
+          "left behind: %s" % os.listdir(tmp), r)

@@ -502,6 +502,15 @@ int layout_scan(layout *l, int64_t **steps, size_t *count)
     int rc = fsio_list(&l->fs, l->at ? l->at : l->root, &names, &n);
     if (rc)
         return ckpt_seterr_errno(-rc, "cannot list the checkpoint root %s", l->root);
+    /* A removed directory lists as empty: the job would start afresh. */
+    fsio_info in;
+    if (l->at && l->pin_fd >= 0 && fsio_info_of(&l->fs, l->at, l->pin_fd, &in) == 0 &&
+        in.nlink == 0) {
+        fsio_list_free(names, n);
+        return ckpt_seterr(CKPT_ENOTFOUND, "the checkpoint root %s was removed while this "
+                           "store had it open (a directory made since under that name is "
+                           "another one): open the store again", l->root);
+    }
     int64_t *v = malloc((n ? n : 1) * sizeof *v);
     if (!v) {
         fsio_list_free(names, n);

@@ -1262,3 +1262,31 @@ Test(store, threads_share_a_store)
     tc_state_free(&a);
     tc_state_free(&b);
 }
+
+/* The root removed under a writer (rm -rf of the run): its pinned
+ * directory lists as empty, so a restarting job's restore found "no
+ * checkpoint" and trained from scratch.  Every call that lists the root
+ * says it is gone, as a reader's does. */
+Test(store, a_root_removed_under_a_writer_is_said_gone)
+{
+    tc_state s;
+    tc_state_standard(&s, 1);
+    ckpt_store *st = tc_open(tc_root);
+    tc_save_ok(st, 1, &s);
+    tc_rmtree(tc_root);
+    int64_t *steps = NULL, step = -1;
+    size_t n = 9;
+    cr_assert_eq(ckpt_store_steps(st, &steps, &n), CKPT_ENOTFOUND, "%s", ckpt_error_last());
+    cr_assert(strstr(ckpt_error_last(), "was removed"), "%s", ckpt_error_last());
+    cr_assert_eq(ckpt_store_latest(st, CKPT_VERIFY_QUICK, &step), CKPT_ENOTFOUND, "%s",
+                 ckpt_error_last());
+    tc_state got;
+    tc_state_like(&got, &s, 0);
+    cr_assert_eq(ckpt_restore(st, CKPT_LATEST, got.t, got.count, NULL, NULL), CKPT_ENOTFOUND,
+                 "%s", ckpt_error_last());
+    ckpt_free(steps);
+    ckpt_store_free(st);
+    cr_assert_eq(mkdir(tc_root, 0700), 0); /* for the teardown */
+    tc_state_free(&got);
+    tc_state_free(&s);
+}

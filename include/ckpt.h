@@ -250,7 +250,10 @@ typedef struct ckpt_tensor {
     uint64_t bytes;        /* size of `data` in bytes                       */
     ckpt_dtype dtype;      /* element type; not CKPT_DTYPE_INVALID          */
     int ndim;              /* 0..CKPT_MAX_DIMS                              */
-    const int64_t *shape;  /* ndim entries, each >= 0; may be NULL if ndim 0 */
+    const int64_t *shape;  /* ndim entries, each >= 0, whose nonzero ones times
+                              the dtype size stay within 2^63-1 bytes (as
+                              docs/FORMAT.md, also when one is 0); may be
+                              NULL if ndim 0 */
     ckpt_memory memory;    /* where `data` lives                            */
 } ckpt_tensor;
 
@@ -295,7 +298,8 @@ typedef struct ckpt_checkpoint ckpt_checkpoint; /* see "checkpoint" below */
  * not writable by every user, as /tmp is). */
 #define CKPT_OPEN_TRUST_GROUP 0x2u
 /* Leave the process's command line out of each manifest's environment
- * record (it is recorded by default; files are created 0640, directories
+ * record: its `command_line` member says "(not recorded)" (it is recorded
+ * by default; files are created 0640, directories
  * 0750, or 0600 and 0700 when the root's group is not the owner's private
  * group: never readable by other users unless the group is trusted). */
 #define CKPT_OPEN_NO_CMDLINE 0x4u
@@ -493,9 +497,9 @@ typedef struct ckpt_store_options {
                                    snapshots and restores; 0: 1 GiB           */
     /* Version 2: several ranks (see "ranks" above). */
     int rank;                   /* this process, 0..world_size-1              */
-    int world_size;             /* processes saving one checkpoint; 0 or 1:
-                                   this one only (then the two fields below
-                                   are ignored)                               */
+    int world_size;             /* processes saving one checkpoint, at most
+                                   65536; 0 or 1: this one only (then the
+                                   two fields below are ignored)              */
     const ckpt_coordinator *coordinator; /* needed when world_size > 1; copied
                                    at open (`user` must live as long as the
                                    store)                                      */
@@ -655,7 +659,8 @@ CKPT_API int ckpt_cuda_available(void);
  * its directory name in `file`.  The report is handed out also on failure,
  * listing what was removed before it.
  *
- * Returns CKPT_OK; CKPT_EINVAL (NULL `store`, or `keep_last` < 1);
+ * Returns CKPT_OK; CKPT_EINVAL (NULL `store`, `keep_last` < 1, or without
+ * `dry_run` on a rank other than 0 of several, which holds no lock);
  * CKPT_EACCES (a read-only store without `dry_run`, or permission denied);
  * CKPT_EBUSY (without `dry_run`: the lock file was removed or replaced
  * while this store held it; nothing is removed); CKPT_ENOTFOUND,
@@ -984,8 +989,9 @@ CKPT_API int ckpt_restore_options_init(ckpt_restore_options *opts,
  * CKPT_ECORRUPT, CKPT_EINCOMPLETE, CKPT_EVERSION (the `step` given failed
  * verification or is of a newer format; CKPT_ECORRUPT also for the
  * buffers of a damaged newer step above); CKPT_EVERSION also for an unknown
- * `opts->version`; CKPT_EIO, CKPT_EACCES (reading; with CKPT_LATEST a step
- * giving CKPT_EIO is skipped, one giving CKPT_EACCES is not); CKPT_EINVAL
+ * `opts->version`; CKPT_EIO, CKPT_EACCES (reading a step given by number;
+ * with CKPT_LATEST a step that cannot be read, CKPT_EIO or CKPT_EACCES,
+ * is skipped like a damaged one and listed in the report); CKPT_EINVAL
  * (NULL `store`, a step that is neither >= 0 nor CKPT_LATEST, a tensor
  * breaking a rule of ckpt_tensor, a name given twice, buffers overlapping,
  * a device pointer the runtime calls host memory, a cuda_stream capturing a

@@ -54,8 +54,11 @@ CKPT_API size_t ckpt_checkpoint_tensor_count(const ckpt_checkpoint *ck)
 
 CKPT_API int ckpt_checkpoint_tensor(const ckpt_checkpoint *ck, size_t i, ckpt_tensor_info *info)
 {
-    if (!ck || !info || i >= ck->m.ntensors)
-        return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_tensor: index %zu out of range", i);
+    if (!ck || !info)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_tensor: NULL argument");
+    if (i >= ck->m.ntensors)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_tensor: index %zu out of range "
+                           "(%zu tensors)", i, (size_t)ck->m.ntensors);
     const manifest_tensor *t = &ck->m.tensors[i];
     memset(info, 0, sizeof *info);
     info->name = t->name;

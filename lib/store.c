@@ -255,7 +255,8 @@ CKPT_API int ckpt_store_gc(ckpt_store *s, int keep_last, int dry_run, ckpt_repor
     if (report)
         *report = NULL;
     if (!s || keep_last < 1)
-        return ckpt_seterr(CKPT_EINVAL, "ckpt_store_gc: keep_last must be >= 1");
+        return ckpt_seterr(CKPT_EINVAL, !s ? "ckpt_store_gc: store is NULL"
+                                           : "ckpt_store_gc: keep_last must be >= 1");
     if (context_usable(s, "ckpt_store_gc"))
         return CKPT_EINVAL;
     if (s->readonly && !dry_run)

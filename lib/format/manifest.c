@@ -470,13 +470,18 @@ static int decode_root(json_t *root, const char *where, manifest *m, manifest_te
 static int check_sum(const char *text, size_t len, const char *where)
 {
     const size_t head = sizeof SUFFIX_HEAD - 1, tail = sizeof SUFFIX_TAIL - 1;
+    /* Cut short (a copy that stopped, a file system that lost its tail):
+     * CKPT_EINCOMPLETE, as a truncated shard; anything else is damage. */
     if (len < head + 16 + tail + 2)
-        return BAD("%s: manifest of %zu bytes is truncated", where, len);
+        return ckpt_seterr(CKPT_EINCOMPLETE, "%s: manifest of %zu bytes is truncated", where,
+                           len);
     size_t blen = len - head - 16 - tail;
     if (memcmp(text + blen, SUFFIX_HEAD, head) != 0 ||
         memcmp(text + len - tail, SUFFIX_TAIL, tail) != 0)
-        return BAD("%s: manifest does not end with its checksum (truncated or edited)",
-                   where);
+        return ckpt_seterr(memmem(text, len, SUFFIX_HEAD, head) ? CKPT_ECORRUPT
+                                                                : CKPT_EINCOMPLETE,
+                           "%s: manifest does not end with its checksum (truncated or "
+                           "edited)", where);
     char hx[17];
     memcpy(hx, text + blen + head, 16);
     hx[16] = '\0';

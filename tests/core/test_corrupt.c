@@ -293,6 +293,28 @@ Test(corrupt, delete_shard) { check_fallback(DELETE_SHARD, 0); }
 Test(corrupt, delete_manifest) { check_fallback(DELETE_MANIFEST, 0); }
 Test(corrupt, empty_manifest) { check_fallback(EMPTY_MANIFEST, 0); }
 Test(corrupt, truncate_manifest) { check_fallback(TRUNCATE_MANIFEST, 0); }
+
+/* A manifest cut short is incomplete, as a shard cut short is (ckpt.h:
+ * CKPT_EINCOMPLETE "a checkpoint file is missing or truncated"); one whose
+ * checksum is there but wrong is damage. */
+Test(corrupt, a_truncated_manifest_is_incomplete)
+{
+    save_three();
+    char *dir = tc_step_dir(tc_root, 3);
+    char *man = tc_join(dir, "manifest.json");
+    int64_t size = tc_file_size(man);
+    ckpt_store *st = tc_open_ro(tc_root);
+    tc_truncate(man, size / 2);
+    int rc = ckpt_verify(st, 3, CKPT_VERIFY_QUICK, NULL);
+    cr_assert_eq(rc, CKPT_EINCOMPLETE, "half: %s: %s", ckpt_status_name(rc), ckpt_error_last());
+    tc_truncate(man, 10);
+    rc = ckpt_verify(st, 3, CKPT_VERIFY_QUICK, NULL);
+    cr_assert_eq(rc, CKPT_EINCOMPLETE, "10 bytes: %s: %s", ckpt_status_name(rc),
+                 ckpt_error_last());
+    ckpt_store_free(st);
+    free(man);
+    free(dir);
+}
 Test(corrupt, flip_frame_byte_readonly) { check_fallback(FLIP_FRAME, 1); }
 Test(corrupt, delete_shard_readonly) { check_fallback(DELETE_SHARD, 1); }
 

@@ -1,6 +1,7 @@
 /* layout: root namespace, lock, commit protocol, retention, cleanup. */
 #include "layout.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -12,6 +13,46 @@
 #include "error.h"
 #include "report.h"
 #include "util.h"
+
+/* The process's umask, read without changing it (umask(2) would, for
+ * every thread); -1 when /proc does not say. */
+static int current_umask(void)
+{
+    FILE *f = fopen("/proc/self/status", "re");
+    char line[256];
+    int mask = -1;
+    while (f && mask < 0 && fgets(line, sizeof line, f))
+        if (strncmp(line, "Umask:", 6) == 0)
+            mask = (int)strtol(line + 6, NULL, 8);
+    if (f)
+        fclose(f);
+    return mask;
+}
+
+/* Is the directory open as `fd` (`st`) the one mkdir(`mode`) just made:
+ * the caller's, empty, with the mode mkdir gives under the umask?  A
+ * member of the group who may write the parent can swap the new entry for
+ * another directory of the caller's between the mkdir and the open (a
+ * private one): that one is never made group-writable. */
+static int made_just_now(int fd, const struct stat *st, unsigned mode)
+{
+    int mask = current_umask();
+    if (st->st_uid != geteuid() ||
+        (mask >= 0 && (st->st_mode & 0777) != (mode & ~(unsigned)mask & 0777)))
+        return 0;
+    int dup_fd = dup(fd);
+    DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+    if (!d) {
+        if (dup_fd >= 0)
+            close(dup_fd);
+        return 0;
+    }
+    int empty = 1;
+    for (struct dirent *e; empty && (e = readdir(d));)
+        empty = strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0;
+    closedir(d);
+    return empty;
+}
 
 /* mkdir with l->dir_mode.  In a root shared with a trusted group (0770)
  * the umask (022 by default) would take the group's write bit away, and
@@ -25,12 +66,13 @@ static int make_dir(layout *l, const char *path)
     /* Through a descriptor of the directory itself, never a path that a
      * member of the group could have swapped for a link since the mkdir
      * (chmod would follow it). */
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = fsio_open(&l->fs, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
     struct stat st; /* keep the setgid bit a project directory passes down */
-    if (fd >= 0 && fstat(fd, &st) == 0 && (st.st_mode & 0777) != (mode_t)l->dir_mode)
+    if (fd >= 0 && fstat(fd, &st) == 0 && (st.st_mode & 0777) != (mode_t)l->dir_mode &&
+        made_just_now(fd, &st, l->dir_mode))
         fchmod(fd, (st.st_mode & 07000) | (mode_t)l->dir_mode); /* best effort */
     if (fd >= 0)
-        close(fd);
+        fsio_close(&l->fs, fd);
     return rc;
 }
 

@@ -1063,3 +1063,58 @@ Test(trust, trusting_the_group_trusts_its_members_not_every_user)
     tc_state_free(&s1);
     tc_state_free(&s2);
 }
+
+/* A member of the group may write the project directory: right after the
+ * writer's mkdir of a new root, that member swaps the entry for another
+ * directory of the caller's (a private one kept beside it).  The writer
+ * made the swapped-in directory group-writable (0770): the member then
+ * read and wrote the caller's private files.  Only the directory mkdir
+ * just made (the caller's, empty, of the mode mkdir gives) is changed. */
+typedef struct mkdir_swap {
+    const char *root, *moved, *private_dir;
+    int swapped;
+} mkdir_swap;
+
+static int swap_after_mkdir(void *ctx, fsio_op op, const char *path)
+{
+    mkdir_swap *c = ctx;
+    if (op == FSIO_OPEN && !c->swapped && strcmp(path, c->root) == 0) {
+        c->swapped = 1;
+        cr_assert_eq(rename(c->root, c->moved), 0);
+        cr_assert_eq(rename(c->private_dir, c->root), 0);
+    }
+    return 0;
+}
+
+Test(trust, a_directory_swapped_in_for_a_new_root_keeps_its_mode)
+{
+    char proj[4096], root[4096], moved[4096], priv[4096], secret[4096];
+    snprintf(proj, sizeof proj, "%s/proj", tc_root);
+    snprintf(root, sizeof root, "%s/proj/run", tc_root);
+    snprintf(moved, sizeof moved, "%s/proj/run.moved", tc_root);
+    snprintf(priv, sizeof priv, "%s/proj/private", tc_root);
+    snprintf(secret, sizeof secret, "%s/proj/private/secret", tc_root);
+    cr_assert_eq(mkdir(proj, 0700), 0);
+    cr_assert_eq(chmod(proj, 02770), 0);
+    cr_assert_eq(mkdir(priv, 0700), 0);
+    FILE *f = fopen(secret, "w");
+    cr_assert(f);
+    fputs("mine", f);
+    fclose(f);
+    mode_t old = umask(022);
+    mkdir_swap c = {root, moved, priv, 0};
+    fsio fs = {.fault = swap_after_mkdir, .ctx = &c};
+    ckpt_store_options o;
+    tc_opts(&o);
+    o.flags = CKPT_OPEN_TRUST_GROUP;
+    ckpt_store *st = NULL;
+    int rc = ckpt_store_open_with_fsio(&st, root, &o, &fs);
+    ckpt_store_free(st);
+    umask(old);
+    (void)rc; /* the open may go on in the swapped-in directory: its mode is the point */
+    cr_assert(c.swapped, "the hook never saw the open after the mkdir");
+    struct stat sb;
+    cr_assert_eq(stat(root, &sb), 0);
+    cr_assert_eq(sb.st_mode & 0777, 0700, "the caller's private directory became %04o",
+                 (unsigned)(sb.st_mode & 07777));
+}

@@ -333,11 +333,21 @@ static int read_one(layout *lay, const char *name, double since, json_t *out,
         free(io);
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
     }
-    /* A file grows while we read it only by whole lines at its end. */
-    int e = fsio_read_file(&plain_fs, io, 64ull * EVENTLOG_MAX_BYTES, &text, &len);
+    /* A file grows while we read it only by whole lines at its end.  A
+     * writer rotates at EVENTLOG_MAX_BYTES (a line more at most); anything
+     * far larger is no log of libckpt's, and reading it whole, every event
+     * a JSON tree, would take some 80 times its size in memory. */
+    int e = fsio_read_file(&plain_fs, io, EVENTLOG_READ_MAX, &text, &len);
     int rc = CKPT_OK;
     if (e == -ENOENT)
         goto done;
+    if (e == -EFBIG) {
+        rc = ckpt_seterr(CKPT_EIO, "%s is larger than %u MiB, far over what a writer "
+                         "leaves (it rotates at %u MiB): not read as an event log", path,
+                         (unsigned)(EVENTLOG_READ_MAX >> 20),
+                         (unsigned)(EVENTLOG_MAX_BYTES >> 20));
+        goto done;
+    }
     if (e == -FSIO_ENOTREG) {
         rc = ckpt_seterr(CKPT_EACCES, "%s is not a regular file (a link, FIFO or "
                          "directory): not read as an event log", path);

@@ -29,6 +29,9 @@
 #define EVENTLOG_NAME "ckpt-events.jsonl"
 #define EVENTLOG_OLD_NAME "ckpt-events.jsonl.1"
 #define EVENTLOG_MAX_BYTES (1u << 20) /* per file */
+/* Largest file read back as a log: a writer's, however it was rotated,
+ * stays far below (a bigger one is refused, bounding a reader's memory). */
+#define EVENTLOG_READ_MAX (8ull * EVENTLOG_MAX_BYTES)
 #define EVENTLOG_SCHEMA 1             /* the "v" member of every line */
 
 typedef struct eventlog eventlog;

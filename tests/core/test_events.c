@@ -249,6 +249,36 @@ Test(events, rotation_bounds_the_log)
     ckpt_store_free(st);
 }
 
+/* An event log far over what a writer leaves (another user's 64 MiB of
+ * tiny events in a root the caller reads: ckpt log, ckpt metrics) was read
+ * whole, each event a JSON tree: about 80 times the file in memory.  One
+ * over EVENTLOG_READ_MAX is refused, named, and the metrics say the log is
+ * unreadable instead. */
+Test(events, an_event_log_far_over_the_rotation_size_is_not_read)
+{
+    ckpt_store *st = tc_open(tc_root);
+    char *log = log_path();
+    FILE *f = fopen(log, "w");
+    cr_assert(f);
+    const char line[] = "{\"v\":1,\"event\":\"x\",\"time\":1}\n";
+    for (uint64_t n = 0; n <= EVENTLOG_READ_MAX; n += sizeof line - 1)
+        fputs(line, f);
+    cr_assert_eq(fclose(f), 0);
+    char *text = NULL;
+    cr_assert_eq(ckpt_store_events(st, 0, &text), CKPT_EIO);
+    cr_assert_null(text);
+    cr_assert(strstr(ckpt_error_last(), "far over what a writer leaves"), "%s",
+              ckpt_error_last());
+    cr_assert_eq(ckpt_store_metrics(st, &text), CKPT_OK, "%s", ckpt_error_last());
+    const char *readable = strstr(text, "\nckpt_event_log_readable{");
+    cr_assert(readable, "%s", text);
+    const char *eol = strchr(readable + 1, '\n');
+    cr_assert(eol && eol - readable > 2 && strncmp(eol - 2, " 0", 2) == 0, "%s", text);
+    ckpt_free(text);
+    ckpt_store_free(st);
+    free(log);
+}
+
 Test(events, links_and_fifos_are_refused)
 {
     char *elsewhere = tc_mkdtemp();

@@ -336,6 +336,18 @@ static int unique_tensor_names(const manifest *m, const char *where)
         names[i] = m->tensors[i].name;
     size_t at;
     int found = find_repeat(names, nt, where, &at);
+    if (found == 1 && m->nshards > 1) { /* several ranks (shard i is rank i): name both */
+        size_t other = at;
+        for (size_t i = 0; i < nt && other == at; i++)
+            if (i != at && strcmp(m->tensors[i].name, m->tensors[at].name) == 0)
+                other = i;
+        uint32_t a = m->tensors[other].shard, b = m->tensors[at].shard;
+        if (a != b)
+            return BAD("%s: tensor name '%s' appears twice, saved by rank %u and by rank %u: "
+                       "tensor names must be unique across the ranks (prefix them with the "
+                       "rank or the parallel coordinates, docs/SCALING.md)", where,
+                       m->tensors[at].name, a < b ? a : b, a < b ? b : a);
+    }
     if (found == 1)
         return BAD("%s: tensor name '%s' appears twice", where, m->tensors[at].name);
     return found;

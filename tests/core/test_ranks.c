@@ -1059,3 +1059,29 @@ Test(ranks, each_ranks_metadata_is_read_back)
     ckpt_checkpoint_free(ck);
     ckpt_store_free(ro);
 }
+
+/* Every rank saving the same names (a DDP job's natural first try): the
+ * commit refuses the step, naming the name, both ranks and the rule. */
+static void same_names(tc_state *s, int r, int64_t step)
+{
+    int64_t shape[1] = {100};
+    tc_state_init(s);
+    tc_state_add(s, "model.w", CKPT_F32, 1, shape, TC_RANDOM, (uint64_t)(r * 1000 + step));
+}
+
+static int save_same_names(job *j, ckpt_store *st)
+{
+    return save_range(j, st, 1, 1, same_names);
+}
+
+Test(ranks, the_same_name_on_two_ranks_is_named_with_both)
+{
+    job jobs[WORLD] = {0};
+    run_ranks(jobs, save_same_names);
+    for (int r = 0; r < WORLD; r++) {
+        cr_assert_eq(jobs[r].status, CKPT_EINVAL, "rank %d: %s", r, jobs[r].message);
+        cr_assert(strstr(jobs[r].message, "'model.w' appears twice, saved by rank 0 and by "
+                                          "rank 1: tensor names must be unique across the "
+                                          "ranks"), "rank %d: %s", r, jobs[r].message);
+    }
+}

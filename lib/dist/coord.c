@@ -151,7 +151,9 @@ static int run(coord *c, call *k, const char *what)
     if (rc)
         return fail(c, "the collective %s failed after %.1f s: a rank failed, died or did "
                     "not answer within the store's timeout (timeout_ms; timeout= in "
-                    "Python)", what, secs);
+                    "Python), or never made this call: opening, saving and restoring the "
+                    "newest step are collective, every rank calls them in the same order",
+                    what, secs);
     return CKPT_OK;
 }
 

@@ -19,7 +19,7 @@ typedef struct coord {
     int timeout_ms;
     pthread_mutex_t lock; /* protects broken and why */
     int broken;           /* a collective failed: every later one fails */
-    char why[256];
+    char why[512];
 } coord;
 
 /* Check the callbacks (version, none NULL) and set up.  CKPT_EINVAL or

@@ -667,6 +667,9 @@ Test(ranks, a_failing_collective_is_a_peer_error)
     hang_open(0, &status, msg);
     cr_assert_eq(status, CKPT_EPEER, "%d %s", status, msg);
     cr_assert(strstr(msg, "failed"), "%s", msg);
+    /* a rank that never made the call (`if rank == 0: save`) is a cause */
+    cr_assert(strstr(msg, "or never made this call: opening, saving and restoring the newest "
+                          "step are collective"), "%s", msg);
 }
 
 Test(ranks, a_callback_that_never_returns_times_out)

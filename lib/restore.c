@@ -61,6 +61,8 @@ static int restore_api(const char *fn, ckpt_store *s, int64_t step, const ckpt_t
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
     ckpt_error_state why; /* a failing rank's reason, which the agreement sends */
     ckpt_error_capture(&why, rc);
+    if (agree) /* not between another thread's save begin and its save in flight */
+        dist_begin_lock(s);
     pthread_mutex_lock(&s->api_lock);
     save_drain(s); /* retention of the save in flight must not race us */
     if (rc)
@@ -74,6 +76,8 @@ static int restore_api(const char *fn, ckpt_store *s, int64_t step, const ckpt_t
     }
     eventlog_restore(s->events, rc, r);
     pthread_mutex_unlock(&s->api_lock);
+    if (agree)
+        dist_begin_unlock(s);
     give_report(r, report);
     return rc;
 }

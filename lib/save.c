@@ -48,10 +48,14 @@ CKPT_API int ckpt_save_begin(ckpt_save **out, ckpt_store *st, int64_t step,
         return save_begin_checked(out, st, step, tensors, count, opts);
     /* Several ranks: a rank that fails here still answers the others, and
      * the ranks pace each other from here to the commit. */
+    dist_begin_lock(st);
     dist_save_pace_start(st);
     dist_save_prepare(st, step);
     int rc = save_begin_checked(out, st, step, tensors, count, opts);
-    return rc ? dist_save_failed(st, step, rc) : CKPT_OK;
+    if (rc)
+        rc = dist_save_failed(st, step, rc);
+    dist_begin_unlock(st);
+    return rc;
 }
 
 CKPT_API int ckpt_save_refuse(ckpt_store *st, int64_t step, int status, const char *message)
@@ -64,8 +68,11 @@ CKPT_API int ckpt_save_refuse(ckpt_store *st, int64_t step, int status, const ch
     ckpt_seterr(status, "%s", message ? message : ckpt_strerror(status));
     if (!st->dist_finish)
         return status;
+    dist_begin_lock(st);
     dist_save_prepare(st, step);
-    return dist_save_failed(st, step, status);
+    int rc = dist_save_failed(st, step, status);
+    dist_begin_unlock(st);
+    return rc;
 }
 
 static int save_begin_checked(ckpt_save **out, ckpt_store *st, int64_t step,

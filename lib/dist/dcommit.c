@@ -400,6 +400,16 @@ int dist_finish(ckpt_save *s, int status, int (*persist)(ckpt_save *s))
     return rc;
 }
 
+void dist_begin_lock(ckpt_store *st)
+{
+    pthread_mutex_lock(&st->dist->begin_lock);
+}
+
+void dist_begin_unlock(ckpt_store *st)
+{
+    pthread_mutex_unlock(&st->dist->begin_lock);
+}
+
 void dist_save_pace_start(ckpt_store *st)
 {
     struct dist_state *d = st->dist;

@@ -21,6 +21,11 @@ struct dist_state {
     unsigned char token[16]; /* rank 0's, agreed at open: names this job's saves */
     uint64_t saves;          /* collective saves begun (same count on every rank) */
     coord_pace_t *pace;      /* the save's pacing, from its begin to its exchange */
+    /* Held by ckpt_save_begin and ckpt_save_refuse from the pacing's start
+     * until the save is in flight or its failure exchanged: another
+     * thread's begin would otherwise find no save to wait for and start a
+     * second pacing over the first. */
+    pthread_mutex_t begin_lock;
 };
 
 /* Check rank, world_size and timeout_ms; 0 -> defaults. */
@@ -37,6 +42,9 @@ void dist_free(struct dist_state *d);
  * whose begin writes (a state over host_memory_limit) is waited for; the
  * save's exchange (dist_finish or dist_save_failed) ends the beats. */
 void dist_save_pace_start(ckpt_store *s);
+/* d->begin_lock around a collective save's begin (or refusal). */
+void dist_begin_lock(ckpt_store *s);
+void dist_begin_unlock(ckpt_store *s);
 /* Before every collective save: the shared temporary name and id. */
 void dist_save_prepare(ckpt_store *s, int64_t step);
 /* A save whose begin failed with `status` on this rank still takes part in

@@ -41,6 +41,7 @@ void dist_free(struct dist_state *d)
     if (!d)
         return;
     coord_destroy(&d->c);
+    pthread_mutex_destroy(&d->begin_lock);
     free(d);
 }
 
@@ -77,6 +78,7 @@ int dist_open(ckpt_store *s)
         free(d);
         return rc;
     }
+    pthread_mutex_init(&d->begin_lock, NULL);
     s->dist = d;
     s->rank = (uint32_t)o->rank;
     open_note note;

@@ -283,11 +283,14 @@ typedef struct ckpt_checkpoint ckpt_checkpoint; /* see "checkpoint" below */
  *  and ckpt_store_gc without dry_run fail with CKPT_EACCES. */
 #define CKPT_OPEN_READONLY 0x1u  /* no lock, no writes, root must exist     */
 /* Accept a root shared by a group: owned by another member or writable by
- * the group, and steps written by its members.  The group is the root's
- * group, trusted only by a caller who is a member of it; its members are
- * the users whose primary group it is or whom its entry lists; a POSIX ACL
- * may let only members and that group write.  (The superuser trusts every
- * user and group with it: an admin's `ckpt gc --trust-group`.)  Without it, a writer
+ * the group, and steps written by its members.  The groups trusted are the
+ * root's own group and those its POSIX ACL lets write (a project shared by
+ * an ACL), for a writer only those it is a member of (a reader trusts the
+ * root's owner anyway); their members are the users the system's group
+ * databases give them (getgrouplist); a POSIX ACL may let only members
+ * and those groups write.  A directory above the root may be writable by
+ * a group the caller is a member of.  (The superuser trusts every user
+ * and group with it: an admin's `ckpt gc --trust-group`.)  Without it, a writer
  * refuses a root it does not own or that others may write, and every call
  * refuses (restore: skips, reporting why) a step directory or file owned
  * by anyone but the caller, the root's owner or root, or writable by

@@ -324,6 +324,8 @@ static void acl_writers(const char *path, int fd, unsigned owner, fsio_info *inf
     unsigned char b[4 + 8 * 128];
     info->acl_writers = 0;
     info->acl_nnamed = 0;
+    info->acl_present = 0;
+    info->acl_group_w = 0;
     ssize_t n = fd >= 0 ? fgetxattr(fd, "system.posix_acl_access", b, sizeof b)
                         : lgetxattr(path, "system.posix_acl_access", b, sizeof b);
     if (n < 0) {
@@ -333,10 +335,15 @@ static void acl_writers(const char *path, int fd, unsigned owner, fsio_info *inf
     }
     if (n < 4 || (n - 4) % 8 != 0)
         return;
-    unsigned mask = 7;
-    for (ssize_t i = 4; i < n; i += 8)
-        if ((b[i] | (unsigned)b[i + 1] << 8) == 0x10) /* ACL_MASK */
-            mask = b[i + 2] | (unsigned)b[i + 3] << 8;
+    unsigned mask = 7, group_obj = 0;
+    for (ssize_t i = 4; i < n; i += 8) {
+        unsigned tag = b[i] | (unsigned)b[i + 1] << 8, perm = b[i + 2] | (unsigned)b[i + 3] << 8;
+        if (tag == 0x10) /* ACL_MASK */
+            mask = perm, info->acl_present = 1;
+        else if (tag == 0x04) /* ACL_GROUP_OBJ */
+            group_obj = perm;
+    }
+    info->acl_group_w = info->acl_present && (group_obj & mask & 2);
     if (!(mask & 2))
         return;
     for (ssize_t i = 4; i < n; i += 8) {
@@ -369,7 +376,7 @@ int fsio_info_of(const fsio *fs, const char *path, int fd, fsio_info *info)
      * and is never stored as an attribute, so most files cost one failed
      * getxattr (ENODATA). */
     if (S_ISLNK(st.st_mode))
-        info->acl_writers = info->acl_nnamed = 0;
+        info->acl_writers = info->acl_nnamed = info->acl_present = info->acl_group_w = 0;
     else
         acl_writers(path, fd, (unsigned)st.st_uid, info);
     info->kind = S_ISREG(st.st_mode) ? FSIO_KIND_FILE : S_ISDIR(st.st_mode) ? FSIO_KIND_DIR

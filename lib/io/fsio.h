@@ -110,6 +110,10 @@ typedef struct fsio_info {
     int acl_writers;   /* a POSIX access ACL lets a named user other than
                           the owner, or a named group, write it (mode's
                           group bits then show only the ACL's mask) */
+    int acl_present;   /* an access ACL with named entries: the mode's group
+                          bits are its mask; acl_group_w says whether the
+                          owning group may write (its entry, masked) */
+    int acl_group_w;
     int acl_nnamed;    /* those writers listed in acl_named (-1: more than
                           fit, or an ACL too large to read: unknown) */
     struct {

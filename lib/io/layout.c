@@ -190,7 +190,7 @@ int layout_open(layout *l, const char *path, int writing, int trust_group)
         return ckpt_seterr_errno(-rc, "cannot stat the checkpoint root %s", l->root);
     if (writing) { /* the group trusted is the root's: known now */
         trust t;
-        trust_init(&t, &in, trust_group);
+        trust_init(&t, &in, trust_group, 1);
         if ((rc = trust_check_ancestors(&t, &l->fs, l->root))) {
             if (created)
                 fsio_rmdir(&l->fs, l->root); /* the empty root made just now */
@@ -212,7 +212,7 @@ int layout_open(layout *l, const char *path, int writing, int trust_group)
         if (created && (in.mode & 0077) && chmod(l->root, 0700) == 0)
             in.mode &= ~(unsigned)0077;
     }
-    trust_init(&l->tr, &in, trust_group);
+    trust_init(&l->tr, &in, trust_group, writing);
     if ((rc = trust_check_root(&l->tr, l->root, &in, writing)))
         return rc;
     /* A writer must be able to make its steps there: said now, not after

@@ -12,8 +12,7 @@
 #include "error.h"
 #include "util.h"
 
-/* Is the calling process in group `gid` (effective or supplementary)? */
-static int caller_in_group(unsigned gid)
+int trust_caller_in_group(unsigned gid)
 {
     if ((unsigned)getegid() == gid)
         return 1;
@@ -29,68 +28,119 @@ static int caller_in_group(unsigned gid)
     return found;
 }
 
-/* Is user `uid` a member of group `gid`: its primary group, or listed in
- * the group's entry (the system's user and group databases, NSS). */
+/* Is user `uid` a member of group `gid`: every group the system's
+ * databases give the user (getgrouplist: its primary group, the groups
+ * listing it, through NSS, LDAP included), however many. */
 static int user_in_group(unsigned uid, unsigned gid)
 {
     struct passwd pw, *pres = NULL;
-    struct group gr, *gres = NULL;
-    char b1[4096], b2[16384];
+    char b1[4096];
     if (getpwuid_r((uid_t)uid, &pw, b1, sizeof b1, &pres) != 0 || !pres)
         return 0;
     if ((unsigned)pw.pw_gid == gid)
         return 1;
-    if (getgrgid_r((gid_t)gid, &gr, b2, sizeof b2, &gres) != 0 || !gres || !gr.gr_mem)
-        return 0;
-    for (char **m = gr.gr_mem; *m; m++)
-        if (strcmp(*m, pw.pw_name) == 0)
-            return 1;
+    int n = 64, found = 0;
+    for (int tries = 0; tries < 8; tries++) {
+        gid_t *g = malloc((size_t)n * sizeof *g);
+        if (!g)
+            return 0;
+        int want = n;
+        int rc = getgrouplist(pw.pw_name, pw.pw_gid, g, &want);
+        if (rc >= 0)
+            for (int i = 0; i < want && !found; i++)
+                found = (unsigned)g[i] == gid;
+        free(g);
+        if (rc >= 0)
+            return found;
+        n = want > n ? want : 2 * n; /* too small: the size it needs */
+    }
     return 0;
 }
 
-void trust_init(trust *t, const fsio_info *root, int group)
+static void add_gid(trust *t, unsigned gid, int writing)
+{
+    for (int i = 0; i < t->ngids; i++)
+        if (t->gids[i] == gid)
+            return;
+    if (t->ngids < (int)(sizeof t->gids / sizeof t->gids[0]) &&
+        (!writing || trust_caller_in_group(gid)))
+        t->gids[t->ngids++] = gid;
+}
+
+void trust_init(trust *t, const fsio_info *root, int group, int writing)
 {
     t->self = (unsigned)geteuid();
     t->root_uid = root->uid;
     t->group = group;
     t->any = group && t->self == 0;
-    t->gid = root->gid;
-    t->have_gid = group && !t->any && caller_in_group(root->gid);
+    t->ngids = 0;
+    if (!group || t->any)
+        return;
+    add_gid(t, root->gid, writing);
+    for (int i = 0; i < root->acl_nnamed; i++)
+        if (root->acl_named[i].group)
+            add_gid(t, root->acl_named[i].id, writing);
 }
 
 /* Does trusting the group cover group `gid` / user `uid`? */
 static int group_trusted(const trust *t, unsigned gid)
 {
-    return t->any || (t->have_gid && gid == t->gid);
+    if (t->any)
+        return 1;
+    for (int i = 0; i < t->ngids; i++)
+        if (t->gids[i] == gid)
+            return 1;
+    return 0;
 }
 
 static int member_trusted(const trust *t, unsigned uid)
 {
-    return t->any || (t->have_gid && (uid == t->self || uid == 0 || user_in_group(uid, t->gid)));
+    if (t->any)
+        return 1;
+    if (!t->ngids)
+        return 0;
+    if (uid == t->self || uid == 0)
+        return 1;
+    for (int i = 0; i < t->ngids; i++)
+        if (user_in_group(uid, t->gids[i]))
+            return 1;
+    return 0;
 }
 
 /* Are the named writers of `in`'s POSIX ACL all covered by trusting the
- * group? */
-static int acl_trusted(const trust *t, const fsio_info *in)
+ * group?  `caller_groups`: also groups the caller is a member of (a
+ * directory above the root, shared with a group of the caller's). */
+static int acl_trusted(const trust *t, const fsio_info *in, int caller_groups)
 {
     if (t->any)
         return 1;
-    if (!t->have_gid || in->acl_nnamed < 0)
+    if (!t->group || in->acl_nnamed < 0)
         return 0;
-    for (int i = 0; i < in->acl_nnamed; i++)
-        if (in->acl_named[i].group ? !group_trusted(t, in->acl_named[i].id)
-                                   : !member_trusted(t, in->acl_named[i].id))
+    for (int i = 0; i < in->acl_nnamed; i++) {
+        unsigned id = in->acl_named[i].id;
+        if (in->acl_named[i].group ? !(group_trusted(t, id) ||
+                                       (caller_groups && trust_caller_in_group(id)))
+                                   : !member_trusted(t, id))
             return 0;
+    }
     return 1;
+}
+
+/* May the owning group of `in` write it (its ACL entry when it has an
+ * ACL, whose mask the mode's group bits show)? */
+static int group_may_write(const fsio_info *in)
+{
+    return in->acl_present ? in->acl_group_w : (in->mode & 0020) != 0;
 }
 
 /* Why trusting the group did not cover a group (for messages). */
 static const char *not_the_group(const trust *t)
 {
-    return !t->group ? "" : t->have_gid ? " (trusting the group covers the root's group and "
-                                          "its members only)"
-                                        : " (trusting the group covers the root's group, "
-                                          "which you are not a member of)";
+    return !t->group ? "" : t->ngids ? " (trusting the group covers the root's groups, its "
+                                       "own and those its ACL lets write, and their members "
+                                       "only)"
+                                     : " (trusting the group covers the root's groups, "
+                                       "of none of which you are a member)";
 }
 
 static void user_name(unsigned uid, char *buf, size_t size)
@@ -154,14 +204,14 @@ static int check_mode(const trust *t, const char *path, const fsio_info *in, con
                            "anyone could plant or swap checkpoints there; run "
                            "chmod o-w on it", what, path, in->mode);
     }
-    if (in->acl_writers && !acl_trusted(t, in))
+    if (in->acl_writers && !acl_trusted(t, in, 0))
         return ckpt_seterr(CKPT_EACCES, "%s %s has a POSIX ACL that lets other users or "
                            "groups write it (getfacl lists them): they could plant or swap "
                            "checkpoints there; remove those entries (setfacl -x, or -b for "
                            "all), or trust the group (CKPT_OPEN_TRUST_GROUP, ckpt "
                            "--trust-group, Store(trust_group=True)) if it is shared on "
                            "purpose with the root's group%s", what, path, not_the_group(t));
-    if ((in->mode & 0020) && !group_trusted(t, in->gid) &&
+    if (group_may_write(in) && !group_trusted(t, in->gid) &&
         !trust_private_group(in->uid, in->gid))
         return ckpt_seterr(CKPT_EACCES, "%s %s is writable by its group (gid %u, mode "
                            "%04o): run chmod g-w on it, or trust the group "
@@ -181,8 +231,8 @@ int trust_check_root(const trust *t, const char *path, const fsio_info *root, in
                            "into a group's shared one when told to trust the group "
                            "(CKPT_OPEN_TRUST_GROUP)%s", path, owner, t->self,
                            !t->group ? ""
-                           : t->have_gid ? ", and the owner is not a member of the root's "
-                                           "group"
+                           : t->ngids ? ", and the owner is not a member of the root's "
+                                        "groups"
                                          : ", of which you are a member (the root's group, "
                                            "here, is not one of yours)");
     }
@@ -266,10 +316,11 @@ int trust_check_ancestors(const trust *t, const fsio *fs, const char *root)
         const char *who = NULL;
         if ((in.mode & 0002) && !sticky)
             who = "every user";
-        else if ((in.mode & 0020) && !sticky && !group_trusted(t, in.gid) &&
+        else if (group_may_write(&in) && !sticky && !group_trusted(t, in.gid) &&
+                 !(t->group && trust_caller_in_group(in.gid)) &&
                  !trust_private_group(in.uid, in.gid))
             who = "its group";
-        else if (in.acl_writers && !sticky && !acl_trusted(t, &in))
+        else if (in.acl_writers && !sticky && !acl_trusted(t, &in, 1))
             who = "users or groups its POSIX ACL names (getfacl lists them)";
         if (who)
             rc = ckpt_seterr(CKPT_EACCES, "the directory %s, above the checkpoint root %s, "

@@ -24,17 +24,22 @@ typedef struct trust {
     unsigned self;      /* the caller's effective uid */
     unsigned root_uid;  /* the root's owner */
     int group;          /* trust the group (CKPT_OPEN_TRUST_GROUP) */
-    /* Trusting the group means trusting the root's group, when the caller
-     * is a member of it, and its members: gid, have_gid.  The superuser
-     * (an admin's `ckpt gc --trust-group` on a user's root) trusts every
-     * owner and group (any). */
-    unsigned gid;
-    int have_gid;
+    /* Trusting the group means trusting the root's groups and their
+     * members: its owning group and the groups its POSIX ACL lets write
+     * (a project shared by an ACL), each when the caller is a member of
+     * it (a writer) or at all (a reader, who trusts the root's owner
+     * anyway).  The superuser (an admin's `ckpt gc --trust-group` on a
+     * user's root) trusts every owner and group (any). */
+    unsigned gids[FSIO_ACL_NAMED_MAX + 1];
+    int ngids;
     int any;
 } trust;
 
-/* Set up the rules for a root whose information is `root`. */
-void trust_init(trust *t, const fsio_info *root, int group);
+/* Set up the rules for a root whose information is `root`, for a writer
+ * or a reader. */
+void trust_init(trust *t, const fsio_info *root, int group, int writing);
+/* Is the calling process in group `gid` (effective or supplementary)? */
+int trust_caller_in_group(unsigned gid);
 /* May the caller write into the root at `path`?  CKPT_OK or CKPT_EACCES. */
 int trust_check_root(const trust *t, const char *path, const fsio_info *root, int writing);
 /* May the caller use the step directory or file `path`? */

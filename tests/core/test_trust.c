@@ -937,7 +937,7 @@ Test(trust, a_root_without_write_permission_refuses_a_writer_at_open)
  * project's job will open), with an ACL letting the caller write, is
  * refused; so is a step a stranger planted in a member's shared root, and
  * a root whose ACL lets a stranger write.  Run as a member in a child
- * (uid 4242 in the group "users"). */
+ * (uid 4242, primary group 4242, in the group "users"). */
 #define MEMBER_UID 4242
 
 /* Is `name` listed as a member of group `gid`? */
@@ -958,9 +958,11 @@ static void as_member(const char *what, void (*body)(char *msg, size_t n, void *
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
+        /* a primary group of its own, the shared one supplementary (as
+         * /etc/group lists a project's members) */
         gid_t g = shared_gid();
         char msg[1024] = "ok";
-        if (setgroups(1, &g) != 0 || setgid(g) != 0 || setuid(MEMBER_UID) != 0)
+        if (setgroups(1, &g) != 0 || setgid(MEMBER_UID) != 0 || setuid(MEMBER_UID) != 0)
             snprintf(msg, sizeof msg, "cannot become uid %d: %s", MEMBER_UID, strerror(errno));
         else
             body(msg, sizeof msg, arg);
@@ -1117,4 +1119,74 @@ Test(trust, a_directory_swapped_in_for_a_new_root_keeps_its_mode)
     cr_assert_eq(stat(root, &sb), 0);
     cr_assert_eq(sb.st_mode & 0777, 0700, "the caller's private directory became %04o",
                  (unsigned)(sb.st_mode & 07777));
+}
+
+/* The member's writer trusting the group saves step `arg` into a root. */
+typedef struct member_save {
+    const char *root;
+    int64_t step;
+} member_save;
+
+static void member_saves(char *msg, size_t n, void *arg)
+{
+    const member_save *a = arg;
+    ckpt_store *st = NULL;
+    int rc = open_flags(a->root, CKPT_OPEN_TRUST_GROUP, &st);
+    float w[2] = {1, 2};
+    int64_t shape[1] = {2}, latest = -1;
+    ckpt_tensor t = {"w", w, sizeof w, CKPT_F32, 1, shape, CKPT_MEM_HOST};
+    if (!rc)
+        rc = ckpt_save_sync(st, a->step, &t, 1, NULL);
+    if (!rc)
+        rc = ckpt_store_latest(st, CKPT_VERIFY_FULL, &latest);
+    if (rc)
+        snprintf(msg, n, "step %lld: %s: %s", (long long)a->step, ckpt_status_name(rc),
+                 ckpt_error_last());
+    else if (latest != a->step)
+        snprintf(msg, n, "saved step %lld, the newest valid is %lld", (long long)a->step,
+                 (long long)latest);
+    ckpt_store_free(st);
+}
+
+/* Shared projects a member uses trusting the group, which the first form
+ * of the rule above refused: a project directory shared by a POSIX ACL
+ * naming the group (a default ACL: roots made in it get it too, their own
+ * group being the maker's), and a group-writable project directory
+ * without the setgid bit (the root is the caller's, of its own group). */
+Test(trust, a_member_saves_in_projects_shared_by_acl_or_group_mode)
+{
+    need_root();
+    cr_assert_eq(chmod(tc_root, 0755), 0);
+    char acl_proj[4096], acl_root[4096], grp_proj[4096], grp_root[4096];
+    snprintf(acl_proj, sizeof acl_proj, "%s/aclproj", tc_root);
+    snprintf(acl_root, sizeof acl_root, "%s/aclproj/run", tc_root);
+    snprintf(grp_proj, sizeof grp_proj, "%s/grpproj", tc_root);
+    snprintf(grp_root, sizeof grp_root, "%s/grpproj/run", tc_root);
+    cr_assert_eq(mkdir(acl_proj, 0750), 0);
+    /* user::rwx group::r-x group:users:rwx mask::rwx other::--- , access
+     * and default */
+    struct { uint16_t tag, perm; uint32_t id; } e[5] = {
+        {0x01, 7, 0xffffffffu}, {0x04, 5, 0xffffffffu}, {0x08, 7, (uint32_t)shared_gid()},
+        {0x10, 7, 0xffffffffu}, {0x20, 0, 0xffffffffu}};
+    unsigned char buf[4 + sizeof e];
+    uint32_t version = 2;
+    memcpy(buf, &version, 4);
+    memcpy(buf + 4, e, sizeof e);
+    if (setxattr(acl_proj, "system.posix_acl_access", buf, sizeof buf, 0) != 0)
+        cr_skip_test("this file system keeps no POSIX ACLs");
+    cr_assert_eq(setxattr(acl_proj, "system.posix_acl_default", buf, sizeof buf, 0), 0);
+    member_save a = {acl_root, 1};
+    as_member("a root made in a project shared by an ACL", member_saves, &a);
+    ckpt_store *st = NULL; /* the owner of the project (root here) saves next */
+    cr_assert_eq(open_flags(acl_root, CKPT_OPEN_TRUST_GROUP, &st), CKPT_OK, "%s",
+                 ckpt_error_last());
+    ckpt_store_free(st);
+    member_save a2 = {acl_root, 2};
+    as_member("the member again", member_saves, &a2);
+
+    cr_assert_eq(mkdir(grp_proj, 0770), 0);
+    cr_assert_eq(chown(grp_proj, 0, shared_gid()), 0);
+    cr_assert_eq(chmod(grp_proj, 0770), 0);
+    member_save g = {grp_root, 1};
+    as_member("a root made in a group-writable project directory", member_saves, &g);
 }

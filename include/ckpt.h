@@ -435,10 +435,12 @@ typedef enum ckpt_snapshot_mode {
  * communicator, a separate process group): every rank calls it in the same
  * order.  libckpt calls them from the caller's thread in ckpt_store_open,
  * ckpt_save_begin and ckpt_restore, and from the store's background thread
- * that finishes a save, never two at once for one store; the channel
- * serves one open store (two stores' background threads would reach one
- * channel in any order, a rank matching one store's collective with the
- * other's on another rank).  Each returns 0
+ * that finishes a save, never two at once for one store.  Stores may share
+ * a channel only if their collective calls never overlap: a save's
+ * background thread runs collectives until it commits, so wait for it
+ * (ckpt_store_wait) before another store's collective call, or a rank may
+ * match one store's collective with the other's on another rank (the
+ * Python binding waits so for the stores of one coordinator).  Each returns 0
  * on success and anything else on failure, and must give up and fail after
  * `timeout_ms` milliseconds (a rank that died must not hang the others):
  * libckpt cannot interrupt a callback, and treats one that returns late as

@@ -442,21 +442,24 @@ def test_the_store_timeout_stays_within_the_coordinators(root):
     assert run_ranks(body) == [600.0, 600.0]
 
 
-def test_two_open_stores_never_share_a_coordinator(root):
-    """Two stores on one coordinator would meet in each other's
-    collectives (their persist threads reach the one channel in any
-    order): the second open is refused, naming the first store; once that
-    one is closed the coordinator serves another."""
+def test_two_stores_share_a_coordinator_one_collective_at_a_time(root):
+    """A job's "last" and "best" roots on one coordinator, each saved every
+    step without waiting: a save's persist thread runs collectives until it
+    commits, and the other store's save met them on the shared channel in
+    whatever order each rank's threads came (PeerError on both, for good).
+    A store's collective call now waits for the other stores' saves in
+    flight first, so every save commits."""
     other = os.path.join(os.path.dirname(root), "best")
 
     def body(rank, coord):
-        with open_store(root, coordinator=coord, timeout=30) as first:
-            with pytest.raises(libckpt.InvalidArgumentError,
-                               match="already serves the open store .*"
-                               "one coordinator per store"):
-                open_store(other, coordinator=coord, timeout=30)
-            first.save(1, {"rank%d.w" % rank: weights(rank, 1)}).wait()
-        with open_store(other, coordinator=coord, timeout=30) as second:
-            second.save(1, {"rank%d.w" % rank: weights(rank, 1)}).wait()
-            return second.latest()
-    assert run_ranks(body) == [1, 1]
+        with open_store(root, coordinator=coord, timeout=30) as last, \
+                open_store(other, coordinator=coord, timeout=30) as best:
+            for step in (1, 2, 3):
+                state = {"rank%d.w" % rank: weights(rank, step)}
+                last.save(step, state)
+                best.save(step, state)
+            got = {"rank%d.w" % rank: np.zeros_like(weights(rank, 3))}
+            r = last.restore(got)  # collective, with best's save in flight
+            assert np.array_equal(got["rank%d.w" % rank], weights(rank, 3))
+            return int(r), last.steps()[-1]["step"], best.latest()
+    assert run_ranks(body) == [(3, 3, 3), (3, 3, 3)]

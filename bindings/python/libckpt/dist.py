@@ -217,6 +217,7 @@ def load_resharded(store: Any, select: Union[Callable[[str], bool],
         # First: it waits for this rank's save in flight, whose persist
         # thread may still be in a collective (none may run two at once).
         mine = store._step_numbers()
+        store._quiet_others()  # other stores' saves on this coordinator
         check_framework(framework, None)
     except Exception as e:  # noqa: BLE001 - every rank must hear of it
         early, mine = e, []

@@ -181,21 +181,31 @@ def _note_foreign_root(path: Any) -> None:
                       stacklevel=3)
 
 
-def _check_coordinator_free(coordinator: Any) -> None:
-    """Refuse a coordinator that serves another open store (the store
-    opened last marks it, Store.__init__).  The collectives of two stores (their persist threads, from libckpt's own threads) would
-    meet on one channel in whatever order each rank's threads reach it,
-    one store's collective matched with the other's on another rank: both
-    fail with PeerError after the timeout, and stay unusable."""
-    held = getattr(coordinator, "_libckpt_store", None)
-    other = held() if held is not None else None
-    if other is not None and not other.closed:
-        raise InvalidArgumentError(
-            "this coordinator already serves the open store %s: two stores "
-            "on one coordinator would mix their collectives on one channel. "
-            "Make one coordinator per store (TorchCoordinator() again: each "
-            "makes a gloo group of its own), or close that store first"
-            % other.path)
+def _quiet_coordinator(coordinator: Any, me: Any) -> None:
+    """Wait for the saves in flight of the coordinator's other open stores
+    (a "last" and a "best" root of one job).  A save's persist thread runs
+    collectives until it commits; a collective of another store on the
+    same channel meanwhile would meet them in whatever order each rank's
+    threads reach it, one store's matched with the other's on another
+    rank: both would fail with PeerError and stay unusable.  Every rank
+    makes the same calls, so every rank waits alike."""
+    for other in list(getattr(coordinator, "_libckpt_stores", ())):
+        if other is not me and not other.closed:
+            try:
+                interruptible(other._wait_in_flight,
+                              lambda: not other._in_flight())
+            except Error:  # closed meanwhile: nothing in flight
+                pass
+
+
+def _register_with_coordinator(coordinator: Any, store: Any) -> None:
+    stores = getattr(coordinator, "_libckpt_stores", None)
+    if stores is None:
+        try:
+            stores = coordinator._libckpt_stores = weakref.WeakSet()
+        except AttributeError:  # __slots__: one store per coordinator, as before
+            return
+    stores.add(store)
 
 
 def _timeout_within(coordinator: Any, timeout: Optional[float]
@@ -280,8 +290,8 @@ class Store:
         opts = ffi.ckpt_store_options()
         C.ckpt_store_options_init(_byref(opts), ffi.CKPT_STORE_OPTIONS_VERSION)
         self._coordinator = coordinator  # its callbacks must outlive the store
-        if coordinator is not None:
-            _check_coordinator_free(coordinator)
+        if coordinator is not None:  # opening is collective too
+            _quiet_coordinator(coordinator, None)
         if coordinator is not None:
             opts.rank = operator.index(coordinator.rank if rank is None else rank)
             opts.world_size = operator.index(coordinator.world_size
@@ -357,10 +367,7 @@ class Store:
         self._path_type = (bytes if isinstance(path, bytes) else
                            str if isinstance(path, str) else pathlib.Path)
         if coordinator is not None:
-            try:
-                coordinator._libckpt_store = weakref.ref(self)
-            except AttributeError:  # __slots__: unchecked, as before
-                pass
+            _register_with_coordinator(coordinator, self)
 
     # -- lifetime
 
@@ -390,6 +397,13 @@ class Store:
     def _in_flight(self) -> bool:
         """Whether a save of this store may still be running."""
         return bool(self._orphans) or any(not h.done() for h in list(self._saves))
+
+    def _quiet_others(self) -> None:
+        """Before a collective call: the saves in flight of the other
+        stores sharing this store's coordinator are done (see
+        _quiet_coordinator)."""
+        if self._coordinator is not None and self._ranks[1] > 1:
+            _quiet_coordinator(self._coordinator, self)
 
     def _wait_in_flight(self) -> None:
         with self._h.use() as s:  # on the thread that makes the call
@@ -517,6 +531,7 @@ class Store:
         the snapshot copy is done.
         """
         number = -1  # for the other ranks when the step itself is refused
+        self._quiet_others()  # a collective call follows, refused or not
         try:
             number = step = _step_number(step, "Store.save")
             arr, n, keep, opts, stream, device = self._save_args(state,
@@ -809,6 +824,8 @@ class Store:
                  ) -> RestoreResult:
         number = (ffi.CKPT_LATEST if step is None
                   else _step_number(step, "Store.restore"))
+        if number == ffi.CKPT_LATEST:  # collective, refused or not
+            self._quiet_others()
         try:
             flat = nested.flatten(state)
             _check_names(flat)

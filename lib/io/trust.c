@@ -330,9 +330,13 @@ int trust_check_ancestors(const trust *t, const fsio *fs, const char *root)
                              "send its checkpoints elsewhere; keep the root in a directory "
                              "only you may write (or one with the sticky bit, as /tmp)%s",
                              dir, root, who, in.gid, in.mode,
-                             who[0] != 'e' ? ", or trust the group (CKPT_OPEN_TRUST_GROUP, "
-                             "ckpt --trust-group, Store(trust_group=True)) if it is a "
-                             "shared project directory" : "");
+                             who[0] == 'e' ? ""
+                             : !t->group ? ", or trust the group (CKPT_OPEN_TRUST_GROUP, "
+                                           "ckpt --trust-group, Store(trust_group=True)) if "
+                                           "it is a shared project directory"
+                                         : " (trusting the group covers groups you are a "
+                                           "member of and the root's groups' members: not "
+                                           "this one)");
         if (end == len)
             break;
     }

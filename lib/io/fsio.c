@@ -312,25 +312,18 @@ int fsio_readlink(const fsio *fs, const char *path, char **target)
     }
 }
 
-/* Whether the POSIX access ACL of `path` (or `fd`) gives write permission,
- * after its mask, to a named user other than `owner` or to a named group:
- * info->acl_writers, and those writers in info->acl_named.  The xattr is
- * the kernel's posix_acl_xattr layout: a 4-byte version, then 8-byte
- * entries {le16 tag, le16 perm, le32 id}.  No ACL (ENODATA), or no ACL
- * support: none.  One too large to read: writers, unknown (assume the
- * worst). */
-static void acl_writers(const char *path, int fd, unsigned owner, fsio_info *info)
+/* One ACL xattr `name` of `path` (or `fd`): whether it has named entries
+ * (*present), lets the owning group write (*group_w), and its named
+ * writers (*writers; listed in named[*nnamed], -1 when unknown). */
+static void acl_read(const char *path, int fd, const char *name, unsigned owner, int *present,
+                     int *group_w, int *writers, int *nnamed, fsio_acl_entry *named)
 {
     unsigned char b[4 + 8 * 128];
-    info->acl_writers = 0;
-    info->acl_nnamed = 0;
-    info->acl_present = 0;
-    info->acl_group_w = 0;
-    ssize_t n = fd >= 0 ? fgetxattr(fd, "system.posix_acl_access", b, sizeof b)
-                        : lgetxattr(path, "system.posix_acl_access", b, sizeof b);
+    *present = *group_w = *writers = *nnamed = 0;
+    ssize_t n = fd >= 0 ? fgetxattr(fd, name, b, sizeof b) : lgetxattr(path, name, b, sizeof b);
     if (n < 0) {
         if (errno == ERANGE)
-            info->acl_writers = 1, info->acl_nnamed = -1;
+            *writers = 1, *nnamed = -1;
         return;
     }
     if (n < 4 || (n - 4) % 8 != 0)
@@ -339,11 +332,11 @@ static void acl_writers(const char *path, int fd, unsigned owner, fsio_info *inf
     for (ssize_t i = 4; i < n; i += 8) {
         unsigned tag = b[i] | (unsigned)b[i + 1] << 8, perm = b[i + 2] | (unsigned)b[i + 3] << 8;
         if (tag == 0x10) /* ACL_MASK */
-            mask = perm, info->acl_present = 1;
+            mask = perm, *present = 1;
         else if (tag == 0x04) /* ACL_GROUP_OBJ */
             group_obj = perm;
     }
-    info->acl_group_w = info->acl_present && (group_obj & mask & 2);
+    *group_w = *present && (group_obj & mask & 2);
     if (!(mask & 2))
         return;
     for (ssize_t i = 4; i < n; i += 8) {
@@ -353,17 +346,35 @@ static void acl_writers(const char *path, int fd, unsigned owner, fsio_info *inf
         int user = tag == 0x02 && id != owner, group = tag == 0x08; /* ACL_USER, ACL_GROUP */
         if (!(perm & 2) || !(user || group))
             continue;
-        info->acl_writers = 1;
-        if (info->acl_nnamed < 0)
+        *writers = 1;
+        if (*nnamed < 0)
             continue;
-        if (info->acl_nnamed == FSIO_ACL_NAMED_MAX) {
-            info->acl_nnamed = -1;
+        if (*nnamed == FSIO_ACL_NAMED_MAX) {
+            *nnamed = -1;
             continue;
         }
-        info->acl_named[info->acl_nnamed].id = id;
-        info->acl_named[info->acl_nnamed].group = group;
-        info->acl_nnamed++;
+        named[*nnamed].id = id;
+        named[*nnamed].group = group;
+        (*nnamed)++;
     }
+}
+
+/* Whether the POSIX access ACL of `path` (or `fd`) gives write permission,
+ * after its mask, to a named user other than `owner` or to a named group
+ * (and, of a directory, its default ACL: what entries made there get).
+ * The xattr is the kernel's posix_acl_xattr layout: a 4-byte version,
+ * then 8-byte entries {le16 tag, le16 perm, le32 id}.  No ACL (ENODATA),
+ * or no ACL support: none.  One too large to read: writers, unknown
+ * (assume the worst). */
+static void acl_writers(const char *path, int fd, unsigned owner, int dir, fsio_info *info)
+{
+    acl_read(path, fd, "system.posix_acl_access", owner, &info->acl_present,
+             &info->acl_group_w, &info->acl_writers, &info->acl_nnamed, info->acl_named);
+    int unused_present, unused_group_w;
+    info->dacl_writers = info->dacl_nnamed = 0;
+    if (dir)
+        acl_read(path, fd, "system.posix_acl_default", owner, &unused_present, &unused_group_w,
+                 &info->dacl_writers, &info->dacl_nnamed, info->dacl_named);
 }
 
 int fsio_info_of(const fsio *fs, const char *path, int fd, fsio_info *info)
@@ -376,9 +387,10 @@ int fsio_info_of(const fsio *fs, const char *path, int fd, fsio_info *info)
      * and is never stored as an attribute, so most files cost one failed
      * getxattr (ENODATA). */
     if (S_ISLNK(st.st_mode))
-        info->acl_writers = info->acl_nnamed = info->acl_present = info->acl_group_w = 0;
+        info->acl_writers = info->acl_nnamed = info->acl_present = info->acl_group_w =
+            info->dacl_writers = info->dacl_nnamed = 0;
     else
-        acl_writers(path, fd, (unsigned)st.st_uid, info);
+        acl_writers(path, fd, (unsigned)st.st_uid, S_ISDIR(st.st_mode), info);
     info->kind = S_ISREG(st.st_mode) ? FSIO_KIND_FILE : S_ISDIR(st.st_mode) ? FSIO_KIND_DIR
                : S_ISLNK(st.st_mode) ? FSIO_KIND_LINK : FSIO_KIND_OTHER;
     info->uid = (unsigned)st.st_uid;

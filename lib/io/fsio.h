@@ -98,6 +98,10 @@ int fsio_kind(const fsio *fs, const char *path, int follow, int *kind);
 int fsio_readlink(const fsio *fs, const char *path, char **target);
 /* Named writers of a POSIX ACL that fsio_info lists. */
 #define FSIO_ACL_NAMED_MAX 16
+typedef struct fsio_acl_entry {
+    unsigned id;
+    int group;     /* 1: a named group, 0: a named user */
+} fsio_acl_entry;
 /* Who owns a path or descriptor and who may write it (FSIO_STAT). */
 typedef struct fsio_info {
     int kind;          /* FSIO_KIND_* */
@@ -116,10 +120,12 @@ typedef struct fsio_info {
     int acl_group_w;
     int acl_nnamed;    /* those writers listed in acl_named (-1: more than
                           fit, or an ACL too large to read: unknown) */
-    struct {
-        unsigned id;
-        int group;     /* 1: a named group, 0: a named user */
-    } acl_named[FSIO_ACL_NAMED_MAX];
+    fsio_acl_entry acl_named[FSIO_ACL_NAMED_MAX];
+    /* A directory's default ACL, which entries made in it inherit: its
+     * named writers, as above. */
+    int dacl_writers;
+    int dacl_nnamed;
+    fsio_acl_entry dacl_named[FSIO_ACL_NAMED_MAX];
 } fsio_info;
 /* Of `path`, not following a link (fd < 0), or of the open `fd`. */
 int fsio_info_of(const fsio *fs, const char *path, int fd, fsio_info *info);

@@ -110,20 +110,26 @@ static int member_trusted(const trust *t, unsigned uid)
 /* Are the named writers of `in`'s POSIX ACL all covered by trusting the
  * group?  `caller_groups`: also groups the caller is a member of (a
  * directory above the root, shared with a group of the caller's). */
-static int acl_trusted(const trust *t, const fsio_info *in, int caller_groups)
+static int named_trusted(const trust *t, int nnamed, const fsio_acl_entry *named,
+                         int caller_groups)
 {
     if (t->any)
         return 1;
-    if (!t->group || in->acl_nnamed < 0)
+    if (!t->group || nnamed < 0)
         return 0;
-    for (int i = 0; i < in->acl_nnamed; i++) {
-        unsigned id = in->acl_named[i].id;
-        if (in->acl_named[i].group ? !(group_trusted(t, id) ||
-                                       (caller_groups && trust_caller_in_group(id)))
-                                   : !member_trusted(t, id))
+    for (int i = 0; i < nnamed; i++) {
+        unsigned id = named[i].id;
+        if (named[i].group ? !(group_trusted(t, id) ||
+                               (caller_groups && trust_caller_in_group(id)))
+                           : !member_trusted(t, id))
             return 0;
     }
     return 1;
+}
+
+static int acl_trusted(const trust *t, const fsio_info *in, int caller_groups)
+{
+    return named_trusted(t, in->acl_nnamed, in->acl_named, caller_groups);
 }
 
 /* May the owning group of `in` write it (its ACL entry when it has an
@@ -211,6 +217,16 @@ static int check_mode(const trust *t, const char *path, const fsio_info *in, con
                            "all), or trust the group (CKPT_OPEN_TRUST_GROUP, ckpt "
                            "--trust-group, Store(trust_group=True)) if it is shared on "
                            "purpose with the root's group%s", what, path, not_the_group(t));
+    /* What entries made in a directory inherit: a default ACL naming a
+     * stranger would hand every step saved there to that stranger. */
+    if (in->dacl_writers && !named_trusted(t, in->dacl_nnamed, in->dacl_named, 0))
+        return ckpt_seterr(CKPT_EACCES, "%s %s has a default POSIX ACL that lets other users "
+                           "or groups write what is made in it (getfacl lists them): "
+                           "checkpoints saved there would be theirs to change or remove; "
+                           "remove those default entries (setfacl -k, or -x d:ENTRY), or "
+                           "trust the group (CKPT_OPEN_TRUST_GROUP, ckpt --trust-group, "
+                           "Store(trust_group=True)) if they are the root's group and its "
+                           "members%s", what, path, not_the_group(t));
     if (group_may_write(in) && !group_trusted(t, in->gid) &&
         !trust_private_group(in->uid, in->gid))
         return ckpt_seterr(CKPT_EACCES, "%s %s is writable by its group (gid %u, mode "

@@ -429,3 +429,33 @@ def test_train_mlp_out_never_writes_through_a_planted_link(tmp):
     check(not os.path.islink(out) and os.path.getsize(out) > 0, "no state at --out", r)
     check(sorted(os.listdir(tmp)) == ["final.bin", "precious", "root"],
           "left behind: %s" % os.listdir(tmp), r)
+
+
+def test_metrics_output_is_written_whatever_names_others_took(tmp):
+    """`ckpt metrics --output FILE` wrote FILE.tmp-PID first: in a shared
+    collector directory another user who took that name for the coming
+    pids blocked it (exit 3, "File exists").  Its temporary name is one
+    nobody can guess now.  The child's pid is known before it runs, so
+    the old name is taken (by a directory: not even root unlinks it)."""
+    root = os.path.join(tmp, "root")
+    train(root, steps=10, every=5)
+    out = os.path.join(tmp, "job.prom")
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # waits until the name is taken, then runs ckpt metrics
+        os.close(go_w)
+        os.read(go_r, 1)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        os.execv(CKPT, [CKPT, "metrics", root, "--output", out])
+        os._exit(127)
+    os.close(go_r)
+    os.mkdir("%s.tmp-%d" % (out, pid))
+    os.write(go_w, b"x")
+    os.close(go_w)
+    _, status = os.waitpid(pid, 0)
+    _check(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0,
+           "ckpt metrics --output with its old temporary name taken: status %d" % status)
+    with open(out) as f:
+        _check("ckpt_latest_step{" in f.read(), "no metrics written")

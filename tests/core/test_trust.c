@@ -1190,3 +1190,29 @@ Test(trust, a_member_saves_in_projects_shared_by_acl_or_group_mode)
     member_save g = {grp_root, 1};
     as_member("a root made in a group-writable project directory", member_saves, &g);
 }
+
+/* A shared root whose default ACL (what entries made in it inherit) lets a
+ * stranger write: every step a member saved there went to the stranger
+ * too (to read, remove, lock), and the member's own restore then skipped
+ * them all.  The writer refuses such a root, naming the default ACL. */
+Test(trust, a_default_acl_naming_a_stranger_is_refused)
+{
+    need_root();
+    cr_assert_eq(chmod(tc_root, 0755), 0);
+    char root[4096];
+    snprintf(root, sizeof root, "%s/run", tc_root);
+    cr_assert_eq(mkdir(root, 0770), 0);
+    cr_assert_eq(chown(root, 0, shared_gid()), 0);
+    cr_assert_eq(chmod(root, 02770), 0);
+    struct { uint16_t tag, perm; uint32_t id; } e[5] = {
+        {0x01, 7, 0xffffffffu}, {0x02, 7, OTHER_UID}, {0x04, 7, 0xffffffffu},
+        {0x10, 7, 0xffffffffu}, {0x20, 0, 0xffffffffu}};
+    unsigned char buf[4 + sizeof e];
+    uint32_t version = 2;
+    memcpy(buf, &version, 4);
+    memcpy(buf + 4, e, sizeof e);
+    if (setxattr(root, "system.posix_acl_default", buf, sizeof buf, 0) != 0)
+        cr_skip_test("this file system keeps no POSIX ACLs");
+    const char *a[2] = {root, "default POSIX ACL"};
+    as_member("a default ACL naming a stranger", writer_refused, a);
+}

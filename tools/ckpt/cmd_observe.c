@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -167,14 +168,22 @@ done:
 /* Replace `path` by `text` atomically: a reader sees the old or new file. */
 static int write_atomically(cli_ctx *ctx, const char *path, const char *text)
 {
-    size_t n = strlen(path) + 32;
+    size_t n = strlen(path) + 48;
     char *tmp = malloc(n);
     if (!tmp)
         return cli_fail(ctx, CLI_EXIT_ERROR, CKPT_ENOMEM, "out of memory");
-    snprintf(tmp, n, "%s.tmp-%ld", path, (long)getpid());
-    unlink(tmp);
-    int ret = CLI_EXIT_OK;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    /* A name nobody can guess (as the library's metrics_path file): in a
+     * directory others may write, names of the pid alone could all be
+     * taken beforehand, and the file would never be written. */
+    int ret = CLI_EXIT_OK, fd = -1;
+    errno = EEXIST;
+    for (int attempt = 0; attempt < 16 && fd < 0 && errno == EEXIST; attempt++) {
+        uint64_t r = 0;
+        if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
+            r = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull + (uint64_t)attempt;
+        snprintf(tmp, n, "%s.tmp-%ld-%016llx", path, (long)getpid(), (unsigned long long)r);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    }
     size_t len = strlen(text);
     /* 0644 whatever the umask: the collector's user must read it (as the
      * library's metrics_path file). */

@@ -574,3 +574,26 @@ def test_export_never_writes_through_a_planted_link(tmp):
         check(f.read() == "precious\n", "the link's target was written through")
     check(os.path.islink(planted), "the planted link was replaced or removed")
     check(os.path.isfile(out) and not os.path.islink(out), "no export written")
+
+
+def test_export_into_a_directory_with_a_default_acl_stays_private(tmp):
+    """A directory's default POSIX ACL replaces the umask: an export
+    there was created 0666 (anyone could read every tensor and the
+    command line, and write the file). It keeps at most the manifest's
+    mode (0640), whatever the directory passes down."""
+    import struct
+    need_hdf5()
+    root = source_root(tmp)
+    where = os.path.join(tmp, "shared")
+    os.mkdir(where)
+    entries = [(0x01, 7), (0x04, 7), (0x10, 7), (0x20, 7)]  # u::rwx g::rwx m::rwx o::rwx
+    acl = struct.pack("<I", 2) + b"".join(struct.pack("<HHI", t, p, 0xffffffff)
+                                          for t, p in entries)
+    try:
+        os.setxattr(where, "system.posix_acl_default", acl)
+    except OSError:
+        pytest.skip("this file system keeps no POSIX ACLs")
+    out = os.path.join(where, "x.h5")
+    expect_rc(ckpt("export", root, out), 0)
+    mode = os.stat(out).st_mode & 0o777
+    check(mode & ~0o640 == 0, "export mode %04o under a default ACL" % mode)

@@ -465,6 +465,16 @@ int cmd_export(cli_ctx *ctx, int argc, char **argv)
         file = H5Fcreate(tmp, H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
     umask(umask_was);
     created = file >= 0;
+    if (file >= 0) {
+        /* A default POSIX ACL of the directory replaces the umask (the
+         * file would be 0666 less nothing): the mode is narrowed at once,
+         * which also masks any named entries it brought. */
+        void *handle = NULL;
+        struct stat fs;
+        if (H5Fget_vfd_handle(file, H5P_DEFAULT, &handle) >= 0 && handle &&
+            fstat(*(int *)handle, &fs) == 0 && (fs.st_mode & 0777 & ~allowed))
+            (void)fchmod(*(int *)handle, fs.st_mode & allowed);
+    }
     if (file < 0) {
         ret = cli_fail(ctx, CLI_EXIT_ERROR, 0, "cannot create %s: %s", tmp,
                        h5_reason(why, sizeof why));

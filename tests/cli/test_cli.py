@@ -807,3 +807,17 @@ def test_a_manifest_time_beyond_the_calendar_prints_a_dash(tmp):
         check(len(row) == 1 and row[0].split()[2] == "-", "time %s: %r" % (value, row), r)
         r = expect_rc(ckpt("inspect", root), 0)
         check(re.search(r"^time +-$", r.out, re.M), "time %s in inspect" % value, r)
+
+
+def test_trust_group_is_taken_anywhere_on_the_line(tmp):
+    """CLI.md: `--trust-group` is taken by any command, anywhere on the
+    line; before the command it was an unknown option (exit 2)."""
+    root = os.path.join(tmp, "root")
+    make_step(root, 10)
+    os.chown(root, -1, 100)  # a shared group ("users"), writable by it
+    os.chmod(root, 0o2770)
+    r = ckpt("list", root)
+    check(r.rc != 0 and "group" in r.err, "a group-writable root is refused untrusted", r)
+    for argv in (("--trust-group", "list", root), ("list", "--trust-group", root),
+                 ("list", root, "--trust-group")):
+        expect_rc(ckpt(*argv), 0)

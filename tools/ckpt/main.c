@@ -57,6 +57,8 @@ int main(int argc, char **argv)
     for (; i < argc && argv[i][0] == '-'; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             json_before = 1;
+        } else if (strcmp(argv[i], "--trust-group") == 0) { /* "anywhere on the line" */
+            ctx.trust_group = 1;
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
             return CLI_EXIT_OK;

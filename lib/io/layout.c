@@ -58,6 +58,21 @@ static int made_just_now(int fd, const struct stat *st, unsigned mode)
  * the umask (022 by default) would take the group's write bit away, and
  * another member's writer could then not remove the steps it retires: the
  * mode asked for is set whatever the umask.  Returns 0 or -errno. */
+/* Trusting the group: `fd` (made by this writer) gets the root's group,
+ * and a directory the setgid bit, so that what is made inside it does too.
+ * A member's primary group may be shared with users outside the project,
+ * who would otherwise own its steps through the group bits. */
+static void give_share_group(const layout *l, int fd, int dir)
+{
+    struct stat st;
+    if (l->share_gid < 0 || fd < 0 || fstat(fd, &st) != 0 || st.st_uid != geteuid())
+        return;
+    if (st.st_gid != (gid_t)l->share_gid && fchown(fd, (uid_t)-1, (gid_t)l->share_gid) != 0)
+        return;
+    if (dir && !(st.st_mode & S_ISGID))
+        (void)fchmod(fd, (st.st_mode & 07777) | S_ISGID);
+}
+
 static int make_dir(layout *l, const char *path)
 {
     int rc = fsio_mkdir(&l->fs, path, l->dir_mode);
@@ -68,9 +83,11 @@ static int make_dir(layout *l, const char *path)
      * (chmod would follow it). */
     int fd = fsio_open(&l->fs, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
     struct stat st; /* keep the setgid bit a project directory passes down */
-    if (fd >= 0 && fstat(fd, &st) == 0 && (st.st_mode & 0777) != (mode_t)l->dir_mode &&
-        made_just_now(fd, &st, l->dir_mode))
-        fchmod(fd, (st.st_mode & 07000) | (mode_t)l->dir_mode); /* best effort */
+    if (fd >= 0 && fstat(fd, &st) == 0 && made_just_now(fd, &st, l->dir_mode)) {
+        if ((st.st_mode & 0777) != (mode_t)l->dir_mode)
+            fchmod(fd, (st.st_mode & 07000) | (mode_t)l->dir_mode); /* best effort */
+        give_share_group(l, fd, 1);
+    }
     if (fd >= 0)
         fsio_close(&l->fs, fd);
     return rc;
@@ -148,6 +165,7 @@ int layout_open(layout *l, const char *path, int writing, int trust_group)
     /* Private to the owner (and the group's readers) unless shared with a
      * trusted group; the command line in each manifest is no one else's. */
     l->dir_mode = trust_group ? 0770 : 0750;
+    l->share_gid = -1; /* known once the root is */
     l->file_mode = 0640;
     /* Resolved here, one component at a time, so that a writer refuses a
      * link another user planted on the way before creating anything. */
@@ -213,6 +231,7 @@ int layout_open(layout *l, const char *path, int writing, int trust_group)
             in.mode &= ~(unsigned)0077;
     }
     trust_init(&l->tr, &in, trust_group, writing);
+    l->share_gid = writing && trust_group && trust_caller_in_group(in.gid) ? (int)in.gid : -1;
     if ((rc = trust_check_root(&l->tr, l->root, &in, writing)))
         return rc;
     /* A writer must be able to make its steps there: said now, not after
@@ -249,8 +268,10 @@ char **layout_take_removals(layout *l, size_t *n)
 
 void layout_file_made(const layout *l, int fd)
 {
-    if (fd >= 0 && (l->dir_mode & 0020))
+    if (fd >= 0 && (l->dir_mode & 0020)) {
         (void)fchmod(fd, (mode_t)l->file_mode);
+        give_share_group(l, fd, 0);
+    }
 }
 
 void layout_adopt_file(const layout *l, int fd, int shared)
@@ -265,6 +286,8 @@ void layout_adopt_file(const layout *l, int fd, int shared)
         handed = 1; /* theirs from now on, with the mode a member's would have */
     if (shared && (st.st_uid == self || handed) && (st.st_mode & 0777) != 0660)
         (void)fchmod(fd, 0660);
+    if (shared && st.st_uid == self)
+        give_share_group(l, fd, 0);
 }
 
 void layout_forget_lock(layout *l)

@@ -33,6 +33,11 @@ typedef struct layout {
     unsigned seq;     /* makes temporary names unique within the process */
     trust tr;         /* whose entries are accepted (trust.h) */
     int dir_mode;     /* for the root and step directories it creates */
+    int share_gid;    /* trusting the group, a writer who is a member of the
+                         root's group: that gid, given to every directory
+                         and file it creates (and setgid on directories),
+                         so that its primary group (shared with whoever)
+                         never owns its steps; else -1 */
     int file_mode;    /* for the files of a step */
     /* Several ranks: the tag every rank puts in the name of the save's
      * temporary directory instead of its pid, so all write into one

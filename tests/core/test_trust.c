@@ -1216,3 +1216,39 @@ Test(trust, a_default_acl_naming_a_stranger_is_refused)
     const char *a[2] = {root, "default POSIX ACL"};
     as_member("a default ACL naming a stranger", writer_refused, a);
 }
+
+/* A member whose primary group is its own (or shared with users outside
+ * the project) saving into a shared root without the setgid bit: its
+ * steps took its primary group, group-writable, so every member's restore
+ * refused them (and that group's other users could have written them).
+ * What the writer makes there gets the root's group. */
+static void member_step_has_root_group(char *msg, size_t n, void *arg)
+{
+    member_saves(msg, n, arg);
+    if (strcmp(msg, "ok") != 0)
+        return;
+    const member_save *a = arg;
+    char step[4096], shard[4200];
+    snprintf(step, sizeof step, "%s/step-%012lld", a->root, (long long)a->step);
+    snprintf(shard, sizeof shard, "%s/rank-00000.shard", step);
+    struct stat d, f;
+    if (stat(step, &d) != 0 || stat(shard, &f) != 0)
+        snprintf(msg, n, "no step %lld", (long long)a->step);
+    else if (d.st_gid != shared_gid() || f.st_gid != shared_gid() || !(d.st_mode & S_ISGID))
+        snprintf(msg, n, "step gid %u (mode %04o), shard gid %u, want gid %u",
+                 (unsigned)d.st_gid, (unsigned)(d.st_mode & 07777), (unsigned)f.st_gid,
+                 (unsigned)shared_gid());
+}
+
+Test(trust, a_members_steps_take_the_roots_group)
+{
+    need_root();
+    cr_assert_eq(chmod(tc_root, 0755), 0);
+    char root[4096];
+    snprintf(root, sizeof root, "%s/shared", tc_root);
+    cr_assert_eq(mkdir(root, 0770), 0);
+    cr_assert_eq(chown(root, 0, shared_gid()), 0);
+    cr_assert_eq(chmod(root, 0770), 0); /* no setgid bit */
+    member_save a = {root, 1};
+    as_member("a member saving into a root without setgid", member_step_has_root_group, &a);
+}

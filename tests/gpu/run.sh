@@ -14,6 +14,12 @@
 #              reaches no package archive, and apt-get would spend the
 #              budget failing); meson names what is missing.  Set
 #              CKPT_SKIP_PACKAGES=0 to install the missing ones first.
+#              PREBUILT=1 uses BUILD_DIR as it is, built elsewhere with nvcc
+#              (tests/gpu/kit.sh: for a GPU machine without the -dev
+#              packages); a folder BUILD_DIR/kit-libs is put first on
+#              LD_LIBRARY_PATH (the shared libraries that build linked).
+#              The toolkit's own library folder is added to LD_LIBRARY_PATH
+#              when the loader does not find libcudart there already.
 #   runtime    test_gpu --probe: cudaGetDeviceCount and each device's
 #              properties.  A GPU that the runtime cannot use (an old driver:
 #              "driver version is insufficient") is a failure, not a skip.
@@ -25,8 +31,10 @@
 #   bench      benchmarks/gpu/bench_gpu (its header lists the figures and
 #              targets): ratios are reported; ENFORCE_TARGETS=1 makes a
 #              missed target a failure.
-#   torch      the torch tests of tests/python on the GPU, when torch there
-#              has CUDA (else NOT RUN: the Debian torch is CPU-only).
+#   torch      the torch tests of tests/python on the GPU, when a python3
+#              ($PYTHON, python3 on PATH, /usr/bin/python3: the first) has a
+#              torch with CUDA, numpy and pytest (else NOT RUN: the Debian
+#              torch is CPU-only).
 #   mock       MOCK=1 adds the mock-runtime suite (CI runs it anyway).
 #
 # DRY_RUN=mock runs this script's own logic without a GPU, for CI (meson
@@ -189,6 +197,18 @@ if [[ ! -f $cuda_home/include/cuda_runtime_api.h ]] &&
     not_run build runtime test_gpu demo bench
 fi
 export CUDA_PATH=$cuda_home
+# libcudart: test_gpu, bench_gpu and train_cuda link it, and meson's CUDA
+# dependency sets no run path; a toolkit outside the loader's folders
+# (/usr/local/cuda/lib64 is not in every ld.so.conf) would make each of them
+# fail to start, which would read as "CUDA cannot use the GPU".
+if ! ldconfig -p 2>/dev/null | grep -q 'libcudart\.so\.1[0-9]'; then
+    for d in "$cuda_home/lib64" "$cuda_home/lib" "$cuda_home/targets/x86_64-linux/lib"; do
+        if compgen -G "$d/libcudart.so.1[0-9]*" >/dev/null; then
+            export LD_LIBRARY_PATH=$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+            break
+        fi
+    done
+fi
 if [[ -n $dry ]]; then
     nvcc= # the demo needs a GPU
     record toolkit PASS 0 "$cuda_home (headers for the programs built on the mock)"
@@ -205,9 +225,14 @@ fi
 # torch stage checks for its own.
 export CKPT_PACKAGES="meson ninja-build pkg-config gcc g++ libzstd-dev libxxhash-dev
     libjansson-dev libcriterion-dev"
-if [[ -n $dry ]]; then
+prebuilt=${PREBUILT:-0}
+[[ -n $dry ]] && prebuilt=1
+if ((prebuilt)); then
     stage_rc=0 stage_s=0
-    [[ -f $build/build.ninja ]] || { stage_rc=1; echo "dry run: $build is not a build directory" >"$logs/build.log"; }
+    [[ -f $build/build.ninja ]] || { stage_rc=1; echo "PREBUILT: $build is not a build directory" >"$logs/build.log"; }
+    if [[ -d $build/kit-libs ]]; then
+        export LD_LIBRARY_PATH=$build/kit-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    fi
 else
     run_stage build 170 "$logs/build.log" env CKPT_SKIP_PACKAGES="${CKPT_SKIP_PACKAGES:-1}" \
         bash "$root/scripts/setup.sh" "$build" --buildtype=release
@@ -244,7 +269,7 @@ if [[ -n $nvcc && ! -x $train_cuda ]]; then
     no_demo="examples/cuda/train_cuda was not built though nvcc is $nvcc (meson could not use it: see build.log)"
 fi
 record build "$([[ -n $dry ]] && echo "NOT RUN" || { [[ -n $no_demo ]] && echo FAIL || echo PASS; })" \
-    "$stage_s" "$build$([[ -n $dry ]] && echo " (dry run: used as built)")${no_demo:+; $no_demo}"
+    "$stage_s" "$build$( ((prebuilt)) && echo " (used as built)")${no_demo:+; $no_demo}"
 
 # -------------------------------------------------------------- runtime
 run_stage runtime 30 "$logs/probe.log" "$test_gpu" --probe
@@ -283,7 +308,7 @@ if [[ -n $no_demo ]]; then
     record demo FAIL 0 "$no_demo"
 elif [[ -n $nvcc ]]; then
     run_stage demo 90 "$logs/demo.log" env BUILD_DIR="$build" TRAIN_CUDA="$train_cuda" \
-        STEPS=400 EVERY=40 SLEEP_MS=5 KILL_AFTER=120 DEMO_DIR="$logs/demo" \
+        STEPS=400 EVERY=40 SLEEP_MS=5 KILL_AFTER=120 \
         bash "$root/examples/cuda/demo.sh"
     grep -E "^(PASS|FAIL|SKIP)" "$logs/demo.log"
     case $stage_rc in
@@ -323,13 +348,21 @@ case $stage_rc in
 esac
 
 # ---------------------------------------------------------------- torch
+py=
+for c in ${PYTHON:-} python3 /usr/bin/python3; do
+    [[ -n $dry ]] && break
+    if "$c" -c 'import sys, torch, numpy, pytest; sys.exit(0 if torch.cuda.is_available() else 1)' \
+        >/dev/null 2>&1; then
+        py=$c
+        break
+    fi
+done
 if [[ -n $dry ]]; then
     record torch "NOT RUN" 0 "dry run: needs a GPU"
-elif /usr/bin/python3 -c 'import sys, torch, numpy, pytest; sys.exit(0 if torch.cuda.is_available() else 1)' \
-    >/dev/null 2>&1; then
+elif [[ -n $py ]]; then
     run_stage torch 40 "$logs/torch.log" env LIBCKPT_LIBRARY="$build/lib/libckpt.so" \
         PYTHONPATH="$root/bindings/python:$root/tests/pyhelpers" PYTHONDONTWRITEBYTECODE=1 \
-        /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider "$root/tests/python/test_torch.py" \
+        "$py" -m pytest -q -rs -p no:cacheprovider "$root/tests/python/test_torch.py" \
         "$root/tests/python/test_torch_state.py" "$root/tests/python/test_streams.py"
     tail -n 3 "$logs/torch.log"
     case $stage_rc in

@@ -66,6 +66,17 @@ void device_host_free(device *dev, void *ptr, size_t bytes, int pinned);
  * the pinned cap, until device_trim, device_free or an allocation that
  * needs its room under the cap frees it. */
 #define DEVICE_RETIRED_MAX 8
+
+/* Event records a save's caller queues on one library stream, at most.
+ * libckpt's events are blocking-sync (waits sleep instead of spinning a
+ * core), and a CUDA stream holds only so many pending records of such
+ * events: measured on an H200 (driver 580, CUDA 13.0), the 57th blocks the
+ * enqueuing thread until the GPU reaches the first (1021 pending copies
+ * block it too; records of other events count as copies or not at all).
+ * Behind a training stream still busy, that thread is the training loop's,
+ * inside ckpt_save_begin: the copies of a large state are marked in at
+ * most this many groups, well under 56, whatever its size. */
+#define DEVICE_CALLER_RECORDS 24
 void device_host_retire(device *dev, void *ptr, size_t bytes, int pinned);
 uint64_t device_pinned_bytes(const device *dev);
 

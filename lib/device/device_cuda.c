@@ -14,8 +14,10 @@
  * marked by one shared `snap` event; the chunk copies then only drain
  * scratch -> host on a second stream.  Those drains cost no CUDA call when
  * the pipeline asks for them: they are coalesced and issued in batches of
- * DRAIN_BATCH bytes (or when a worker waits for one), so the caller is not
- * held by thousands of small enqueues while the D2D copy takes milliseconds.
+ * DRAIN_BATCH bytes (or a share of the state, so that one snapshot records
+ * at most DEVICE_CALLER_RECORDS batch events: device.h), or when a worker
+ * waits for one, so the caller is not held by thousands of small enqueues
+ * while the D2D copy takes milliseconds, nor by a full stream.
  * An event carries `snap`, when the caller's memory has been read (what
  * fence and wait_snapshot use), and `data`, when the host bytes are there
  * (what workers wait for).
@@ -102,6 +104,7 @@ struct dcuda {
     drain *drains;         /* staged drains not yet issued (coalesced)    */
     size_t ndrains, capdrains;
     uint64_t pending;      /* their bytes                                 */
+    uint64_t drain_batch;  /* issue a batch once pending reaches this     */
     shared_ev *batch;      /* the event they will complete (our ref)      */
     char last_h2d[TENSOR_NAME_MAX];
     char note[512];
@@ -480,6 +483,7 @@ int dcuda_open(dcuda **out, ckpt_snapshot_mode mode, int ordinal)
     cu->api = api;
     cu->mode = mode;
     pthread_mutex_init(&cu->mu, NULL);
+    cu->drain_batch = DRAIN_BATCH;
     pthread_mutex_init(&cu->pool_mu, NULL);
     char buf[256];
     cu_err err = CU_SUCCESS;
@@ -741,6 +745,12 @@ int dcuda_snapshot_reserve(dcuda *cu, const ckpt_tensor *t, const ckpt_memory *m
     }
     if (total == 0)
         return CKPT_OK;
+    /* Batches of a share of the state: at most DEVICE_CALLER_RECORDS - 2
+     * batch events (the drain stream also gets `drained`, and a last one). */
+    uint64_t batch = total / (DEVICE_CALLER_RECORDS - 2) + 1;
+    pthread_mutex_lock(&cu->mu);
+    cu->drain_batch = batch > DRAIN_BATCH ? batch : DRAIN_BATCH;
+    pthread_mutex_unlock(&cu->mu);
     char buf[256];
     int prev, rc = guard_enter(cu, &prev);
     if (rc != CKPT_OK)
@@ -999,7 +1009,7 @@ static int record_staged(dcuda *cu, device_event *ev, cu_err *err)
         cu->batch = fresh; /* only this thread creates batches */
     }
     ev->data = shared_take_locked(cu->batch);
-    if (cu->pending >= DRAIN_BATCH)
+    if (cu->pending >= cu->drain_batch)
         flush_locked(cu);
     pthread_mutex_unlock(&cu->mu);
     return CKPT_OK;

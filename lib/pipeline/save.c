@@ -337,9 +337,13 @@ static int snapshot_start(ckpt_save *s, const ckpt_tensor *t, size_t count,
 }
 
 /* Device chunks that are contiguous both in device memory and in the
- * arena are copied by one cudaMemcpyAsync and marked by one event, up to
- * RUN_MAX bytes: a stream holds about a thousand pending operations, and
- * one copy + one event per 4 MiB chunk would fill it at 2 GiB. */
+ * arena are copied by one cudaMemcpyAsync, up to RUN_MAX bytes: a stream
+ * holds about a thousand pending operations, and one copy per 4 MiB chunk
+ * would fill it at 4 GiB.  The copies are marked by events in groups of at
+ * least `mark_bytes` (RUN_MAX, or a share of the state so that a save
+ * records at most DEVICE_CALLER_RECORDS of them: a stream holds only 56
+ * pending records of our blocking-sync events, device.h); the chunks of a
+ * group wait for its event. */
 #define RUN_MAX ((size_t)64 << 20)
 
 typedef struct copy_run {
@@ -356,30 +360,59 @@ typedef struct copy_run {
      * the next, though separate cudaMalloc blocks often sit side by side. */
     const unsigned char *alloc_end;
     int asked;
+    /* Copies queued but not marked yet: their jobs are the `copied` ones
+     * from mark_first on, `unmarked` bytes. */
+    size_t mark_first;
+    uint64_t unmarked;
+    uint64_t mark_bytes;
 } copy_run;
 
-static int run_flush(ckpt_save *s, copy_run *r)
+/* One event after the copies queued since the last: each copied job not
+ * marked yet gets it (the first the original, the others duplicates). */
+static int run_mark(ckpt_save *s, copy_run *r)
 {
-    if (r->n == 0)
+    if (r->unmarked == 0)
         return CKPT_OK;
     ckpt_store *st = s->store;
-    device_event *ev = NULL;
-    int rc = device_copy_d2h(st->dev, r->dst, r->src, r->n, r->tensor);
-    if (!rc)
-        rc = device_record(st->dev, &ev);
-    for (size_t k = r->first_job; k < r->end_job && !rc; k++) {
+    device_event *ev = NULL, *first = NULL;
+    int rc = device_record(st->dev, &ev);
+    for (size_t k = r->mark_first; k < r->end_job && !rc; k++) {
         encode_job *j = &s->jobs[k];
-        if (j->ev || j->src < r->dst || j->src >= r->dst + r->n)
-            continue; /* a host chunk, or one of an earlier run */
-        if (!ev) {
-            rc = device_event_dup(st->dev, s->jobs[r->first_job].ev, &j->ev);
-        } else {
-            j->ev = ev; /* the first job owns the original */
+        if (!j->copied || j->ev)
+            continue; /* a host chunk, or marked already */
+        if (!first) {
+            j->ev = first = ev; /* the first job owns the original */
             ev = NULL;
+        } else {
+            rc = device_event_dup(st->dev, first, &j->ev);
         }
     }
     device_event_free(st->dev, ev);
-    r->n = 0;
+    r->mark_first = r->end_job;
+    r->unmarked = 0;
+    return rc;
+}
+
+/* Queue run r's copy; mark the copies queued so far when they reach
+ * mark_bytes, or always when `mark` (their jobs are about to run). */
+static int run_flush(ckpt_save *s, copy_run *r, int mark)
+{
+    int rc = CKPT_OK;
+    if (r->n) {
+        if (r->unmarked == 0)
+            r->mark_first = r->first_job;
+        rc = device_copy_d2h(s->store->dev, r->dst, r->src, r->n, r->tensor);
+        if (!rc)
+            for (size_t k = r->first_job; k < r->end_job; k++) {
+                encode_job *j = &s->jobs[k];
+                if (j->src >= r->dst && j->src < r->dst + r->n)
+                    j->copied = 1; /* not a host chunk between */
+            }
+        r->unmarked += r->n;
+        r->n = 0;
+    }
+    if (!rc && (mark || r->unmarked >= r->mark_bytes))
+        rc = run_mark(s, r);
     return rc;
 }
 
@@ -400,7 +433,7 @@ static int run_add(ckpt_save *s, copy_run *r, unsigned char *dst, const unsigned
 {
     if (r->n && (dst != r->dst + r->n || src != r->src + r->n || r->n + n > RUN_MAX ||
                  (tensor_index != r->tensor_index && !same_allocation(s, r, src, n)))) {
-        int rc = run_flush(s, r);
+        int rc = run_flush(s, r, 0);
         if (rc)
             return rc;
     }
@@ -520,6 +553,13 @@ int save_snapshot_chunks(ckpt_save *s, const ckpt_tensor *t, size_t count,
     size_t used = 0, k = 0, queued = 0;
     int any_device = 0;
     copy_run run = {0};
+    uint64_t dev_bytes = 0;
+    for (size_t i = 0; i < count; i++)
+        if (mem[i] == CKPT_MEM_DEVICE && pass != PASS_HOST)
+            dev_bytes += t[i].bytes;
+    run.mark_bytes = dev_bytes / (DEVICE_CALLER_RECORDS - 2) + 1;
+    if (run.mark_bytes < RUN_MAX)
+        run.mark_bytes = RUN_MAX;
     host_copy host = {0};
     host.cap = s->jobs_total ? s->jobs_total : 1;
     /* one allocation: the pieces, then the groups' first pieces */
@@ -540,7 +580,7 @@ int save_snapshot_chunks(ckpt_save *s, const ckpt_tensor *t, size_t count,
                  * let it drain, then reuse it from the start (memory stays
                  * bounded; the thread running this waits for that part). */
                 host_flush(st, &host);
-                if ((rc = run_flush(s, &run)) || (rc = submit_range(s, queued, k))) {
+                if ((rc = run_flush(s, &run, 1)) || (rc = submit_range(s, queued, k))) {
                     free(host.p);
                     return rc;
                 }
@@ -556,7 +596,7 @@ int save_snapshot_chunks(ckpt_save *s, const ckpt_tensor *t, size_t count,
             const unsigned char *src = (const unsigned char *)t[i].data + off;
             encode_job *j = &s->jobs[k];
             *j = (encode_job){s, (uint32_t)i, off, dst, n, codec_shuffle_width(t[i].dtype),
-                              NULL, 0, 0};
+                              NULL, 0, 0, 0};
             if (is_dev) {
                 if ((rc = run_add(s, &run, dst, src, n, k, t[i].name, i))) {
                     free(host.p);
@@ -570,7 +610,7 @@ int save_snapshot_chunks(ckpt_save *s, const ckpt_tensor *t, size_t count,
     }
     host_flush(st, &host);
     free(host.p);
-    if ((rc = run_flush(s, &run)) || (rc = submit_range(s, queued, k)))
+    if ((rc = run_flush(s, &run, 1)) || (rc = submit_range(s, queued, k)))
         return rc;
     if (any_device && !s->staged) {
         device_event *ev;

@@ -21,6 +21,7 @@ typedef struct encode_job {
     device_event *ev;      /* copy completion for device chunks, else NULL */
     int queued;            /* submitted to the pool (alone or in a batch) */
     size_t batch;          /* a batch's first job: how many jobs it runs */
+    int copied;            /* a device chunk whose copy is queued */
 } encode_job;
 
 /* Which chunks one run of the chunk loop snapshots. */

@@ -43,6 +43,7 @@ typedef struct mock_api {
     /* strict-mode controls and the calls that go with them */
     void (*set_reported_free)(size_t bytes);
     void (*set_queue_depth)(unsigned int ops);
+    void (*set_sync_records)(unsigned int records);
     void (*set_adjacent)(size_t region);
     void (*forget_contexts)(void);
     void (*set_user_context)(void *ctx);
@@ -89,6 +90,7 @@ static inline mock_api mock_api_open(void)
     MOCK_SYM(DeviceSynchronize, "cudaDeviceSynchronize");
     MOCK_SYM(set_reported_free, "mock_cuda_set_reported_free");
     MOCK_SYM(set_queue_depth, "mock_cuda_set_queue_depth");
+    MOCK_SYM(set_sync_records, "mock_cuda_set_sync_records");
     MOCK_SYM(set_adjacent, "mock_cuda_set_adjacent");
     MOCK_SYM(forget_contexts, "mock_cuda_forget_contexts");
     MOCK_SYM(set_user_context, "mock_cuda_set_user_context");

@@ -62,6 +62,7 @@ struct op {
     int quiet;           /* OP_RECORD of the mock's own (legacy stream
                             ordering): leaves the stream's error alone */
     int value;           /* OP_MEMSET */
+    int sync_record;     /* OP_RECORD of a cudaEventBlockingSync event */
     struct mevent *ev;   /* OP_RECORD / OP_WAIT (holds a reference)     */
     uint64_t gen;
     cudaHostFn_t fn;
@@ -78,6 +79,7 @@ struct mstream {
     struct mstream *origin; /* the stream whose capture this one joined */
     struct op *head, *tail;
     uint64_t enq, done;  /* operations queued / finished */
+    unsigned sync_pending; /* of them, records of blocking-sync events */
     int pending_err;     /* first failure not yet reported */
     int destroyed;
     int blocking;        /* not cudaStreamNonBlocking: ordered with the
@@ -139,6 +141,7 @@ static int g_adj_on;
 static size_t g_device_total = (size_t)4 << 30;
 static size_t g_reported_free = SIZE_MAX; /* cudaMemGetInfo's lie, if any */
 static unsigned g_queue_depth = 1024;     /* pending operations per stream */
+static unsigned g_sync_records = 56;      /* pending blocking-sync records per stream */
 static mock_cuda_counters g_cnt;
 static __thread int t_device;
 /* A driver-API context the test made current on this thread, and whether
@@ -409,6 +412,8 @@ static void *stream_main(void *arg)
         s->head = op->next;
         if (!s->head)
             s->tail = NULL;
+        if (op->sync_record)
+            s->sync_pending--;
         s->done++;
         free(op);
         pthread_cond_broadcast(&g_cv);
@@ -863,6 +868,20 @@ EXPORT cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
     e->captured = capture_origin(m);
     if (!e->captured)
         op->gen = ++e->record_gen;
+    if (!m->capturing && (e->flags & 0x1u)) {
+        /* A real stream holds 56 pending records of blocking-sync events
+         * (an H200, driver 580, CUDA 13.0): the next record blocks the
+         * enqueueing thread until the GPU reaches the first, far sooner
+         * than the queue depth does. */
+        if (m->sync_pending >= g_sync_records) {
+            g_cnt.enqueue_waits++;
+            t_cnt.enqueue_waits++;
+            while (m->sync_pending >= g_sync_records)
+                pthread_cond_wait(&g_cv, &g_mu);
+        }
+        op->sync_record = 1;
+        m->sync_pending++;
+    }
     enqueue(m, op);
     pthread_mutex_unlock(&g_mu);
     return cudaSuccess;
@@ -1396,6 +1415,14 @@ EXPORT void mock_cuda_set_queue_depth(unsigned int ops)
     pthread_mutex_unlock(&g_mu);
 }
 
+EXPORT void mock_cuda_set_sync_records(unsigned int records)
+{
+    pthread_mutex_lock(&g_mu);
+    g_sync_records = records ? records : 1;
+    pthread_cond_broadcast(&g_cv);
+    pthread_mutex_unlock(&g_mu);
+}
+
 EXPORT void mock_cuda_get_thread_counters(mock_cuda_thread_counters *out)
 {
     *out = t_cnt;
@@ -1508,6 +1535,9 @@ __attribute__((constructor)) static void mock_init(void)
     v = getenv("MOCK_CUDA_QUEUE_DEPTH");
     if (v && atoi(v) > 0)
         g_queue_depth = (unsigned)atoi(v);
+    v = getenv("MOCK_CUDA_SYNC_RECORDS");
+    if (v && atoi(v) > 0)
+        g_sync_records = (unsigned)atoi(v);
     v = getenv("MOCK_CUDA_DEVICE_MEMORY");
     if (v)
         g_device_total = (size_t)strtoull(v, NULL, 10);

@@ -94,6 +94,10 @@ void mock_cuda_set_reported_free(size_t bytes);
 /* Pending operations a stream holds before enqueueing blocks (default
  * 1024, MOCK_CUDA_QUEUE_DEPTH). */
 void mock_cuda_set_queue_depth(unsigned int ops);
+/* Pending records of cudaEventBlockingSync events a stream holds before
+ * cudaEventRecord of another blocks (default 56, as measured on an H200;
+ * MOCK_CUDA_SYNC_RECORDS).  Captured records do not count. */
+void mock_cuda_set_sync_records(unsigned int records);
 /* With `region` > 0: cudaMalloc carves device allocations one after the
  * other (256-byte aligned) out of a region of that size, as the real
  * allocator often places them: separate allocations then sit next to each

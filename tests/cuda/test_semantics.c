@@ -3,11 +3,13 @@
  * contexts created by stray calls, pageable copies that block, bounded
  * stream queues, cudaFree that synchronizes, graph capture.  Each test
  * failed against the device code before it followed these rules. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 
 #include <criterion/criterion.h>
 
@@ -365,6 +367,94 @@ Test(semantics, many_tensors_do_not_fill_the_stream_from_begin)
 Test(semantics, many_tensors_in_device_mode_do_not_fill_the_stream_from_begin)
 {
     many_tensors(CKPT_SNAPSHOT_DEVICE);
+}
+
+/* A host function standing for GPU work still queued on the training
+ * stream: it holds the stream until opened, or for 10 s. */
+typedef struct gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int open, timed_out;
+} gate;
+
+static void gate_hold(void *arg) /* a stream thread: no CUDA calls */
+{
+    gate *g = arg;
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 10;
+    pthread_mutex_lock(&g->mu);
+    while (!g->open && !g->timed_out)
+        if (pthread_cond_timedwait(&g->cv, &g->mu, &until) == ETIMEDOUT)
+            g->timed_out = 1;
+    pthread_mutex_unlock(&g->mu);
+}
+
+static void gate_open(gate *g)
+{
+    pthread_mutex_lock(&g->mu);
+    g->open = 1;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* 100 separate device tensors (each its own copy) while the training
+ * stream is still busy: a real stream holds only 56 pending records of the
+ * library's blocking-sync events, so marking each copy with its own event
+ * made ckpt_save_begin wait for the training stream (the mock is as
+ * strict).  Begin must return at once; the snapshot completes once the
+ * stream moves on. */
+static void separate_tensors_behind_a_busy_stream(ckpt_snapshot_mode mode)
+{
+    enum { K = 100, SZ = 64 << 10 };
+    void *d[K];
+    ckpt_tensor t[K];
+    char names[K][16];
+    for (int i = 0; i < K; i++) {
+        d[i] = dmalloc_on(0, SZ);
+        pattern_fill(d[i], SZ, 300 + (unsigned)i);
+        snprintf(names[i], sizeof names[i], "q%03d", i);
+        t[i] = tensor(names[i], d[i], SZ, CKPT_MEM_DEVICE);
+    }
+    ckpt_store *st = open_store(mode, 0);
+    void *train = NULL;
+    cr_assert_eq(M.StreamCreate(&train), 0);
+    gate g = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0 };
+    cr_assert_eq(M.LaunchHostFunc(train, gate_hold, &g), 0);
+    ckpt_save_options so = CKPT_SAVE_OPTIONS_INIT;
+    so.cuda_stream = train;
+    mock_cuda_thread_counters before, after;
+    M.get_thread_counters(&before);
+    ckpt_save *s;
+    int rc = ckpt_save_begin(&s, st, 1, t, K, &so);
+    M.get_thread_counters(&after);
+    gate_open(&g);
+    cr_assert_eq(rc, CKPT_OK, "%s", ckpt_error_last());
+    cr_expect_eq(after.enqueue_waits - before.enqueue_waits, 0,
+                 "begin blocked %ld times on the training stream's queued work",
+                 after.enqueue_waits - before.enqueue_waits);
+    cr_assert_eq(ckpt_save_wait(s), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_save_free(s);
+    cr_assert_eq(M.StreamSynchronize(train), 0);
+    cr_expect(!g.timed_out, "the training stream was held until the gate timed out");
+    cr_assert_eq(M.StreamDestroy(train), 0);
+    for (int i = 0; i < K; i += 33)
+        expect_saved(st, 1, names[i], SZ, 300 + (unsigned)i);
+    expect_saved(st, 1, names[K - 1], SZ, 300 + K - 1);
+    ckpt_store_free(st);
+    for (int i = 0; i < K; i++)
+        M.Free(d[i]);
+    expect_no_leaks(&M);
+}
+
+Test(semantics, separate_tensors_behind_a_busy_stream_do_not_hold_begin)
+{
+    separate_tensors_behind_a_busy_stream(CKPT_SNAPSHOT_HOST);
+}
+
+Test(semantics, separate_tensors_behind_a_busy_stream_do_not_hold_begin_device_mode)
+{
+    separate_tensors_behind_a_busy_stream(CKPT_SNAPSHOT_DEVICE);
 }
 
 /* A restore onto a caller stream in graph capture: refused before any copy

@@ -40,7 +40,7 @@ done
 
 rm -rf "$kit"
 mkdir -p "$kit/lib" "$kit/kit-libs"
-cp -a "$build"/lib/libckpt.so* "$kit/lib/"
+find "$build/lib" -maxdepth 1 -name 'libckpt.so*' ! -type d -exec cp -a {} "$kit/lib/" \;
 for p in "${programs[@]}"; do
     mkdir -p "$kit/$(dirname "$p")"
     cp -a "$build/$p" "$kit/$p"

@@ -48,6 +48,7 @@ def test_busy_when_another_process_writes(root):
     finally:
         child.stdin.close()
         child.wait(30)
+        child.stdout.close()
     open_store(root).close()  # free again once the writer is gone
 
 

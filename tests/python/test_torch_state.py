@@ -195,6 +195,29 @@ def test_default_load_without_torch_gives_numpy(store, tmp_path):
         "1 3 float32 [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]", "pt: ImportError True"]
 
 
+def test_loading_numpy_state_does_not_import_torch(tmp_path):
+    """A NumPy program reading its own checkpoints does not import torch
+    because it is installed: seconds per process, and a CUDA build of torch
+    brings its CUDA runtime into the process, which libckpt would then take
+    before CKPT_CUDART_LIBRARY (docs/CUDA.md)."""
+    code = (
+        "import sys, numpy as np, libckpt\n"
+        "s = libckpt.Store(sys.argv[1])\n"
+        "s.save(1, {'w': np.arange(6, dtype=np.float32), 'opt': {'lr': 0.1}}).wait()\n"
+        "step, st = s.load()\n"
+        "w = s.open(1).get_tensor('w')\n"
+        "s.close()\n"
+        "print(step, st['w'].tolist(), st['opt']['lr'], w.dtype, 'torch' in sys.modules)\n")
+    from conftest import sub_env
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "ck")],
+                         env=sub_env(), capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "[0.0,", "1.0,", "2.0,", "3.0,", "4.0,", "5.0]",
+                                  "0.1", "float32", "False"]
+
+
 def test_auto_gives_numpy_for_a_torch_dtype_this_torch_lacks(store, monkeypatch):
     """A tensor saved from a newer torch in a dtype this torch lacks
     (uint16 from torch 2.3 read by 2.2) comes back under "auto" as a NumPy

@@ -143,11 +143,15 @@ class Checkpoint:
         checkpoint inspected where torch is not installed)."""
         if self._origins is None:
             found: Dict[str, str] = {}
-            if self._tree is not None and _torch_importable():
+            if self._tree is not None:
                 with nested.no_gc():
                     for tree in self._trees():  # every rank's tensors
                         nested.unflatten(tree, lambda name, origin, p:
                                          found.__setitem__(name, origin))
+            # torch is imported only for a state with torch tensors: a NumPy
+            # program does not pay for it (nor take in a CUDA build's runtime)
+            if "pt" in found.values() and not _torch_importable():
+                found = {}
             self._origins = found
         return self._origins
 
@@ -358,8 +362,15 @@ class Checkpoint:
         codes, at = self._codes, self._at
         shapes, sizes = self._shapes, self._sizes
         framework = self.framework
-        # "auto": each tensor as the tree says it was saved (_auto_kind)
-        pt_codes = _torch_codes(codes.values(), framework)
+        # "auto": each tensor as the tree says it was saved (_auto_kind);
+        # torch is imported at the first tensor saved from torch only
+        pt_codes = None
+
+        def torch_has(code: int) -> bool:
+            nonlocal pt_codes
+            if pt_codes is None:
+                pt_codes = _torch_codes(codes.values(), framework)
+            return code in pt_codes
         make = _Makers()
         # one entry per tensor read, column by column
         names: List[str] = []
@@ -372,7 +383,7 @@ class Checkpoint:
                 self.info(name)  # raises NotFoundError
             code = codes[name]
             pt = (framework == "pt" or framework == "auto"
-                  and origin == "pt" and code in pt_codes)
+                  and origin == "pt" and torch_has(code))
             new = make.get(code, pt)
             if new is None:  # refused, or a width that differs: as ever
                 out = _allocate(self.info(name), code, "pt" if pt else "np")[0]
@@ -398,7 +409,7 @@ class Checkpoint:
             first = codes_here[0] if codes_here else None
             if codes_here.count(first) == len(codes_here):  # one dtype
                 pt = (framework == "pt" or framework == "auto"
-                      and origin == "pt" and first in pt_codes)
+                      and origin == "pt" and torch_has(first))
                 new = make.get(first, pt) if codes_here else None
                 if new is None:
                     return None
@@ -406,7 +417,7 @@ class Checkpoint:
                 kinds.extend([pt] * len(made))
             else:
                 pts = {c: (framework == "pt" or framework == "auto"
-                           and origin == "pt" and c in pt_codes)
+                           and origin == "pt" and torch_has(c))
                        for c in set(codes_here)}
                 news = {c: make.get(c, pt) for c, pt in pts.items()}
                 if None in news.values():

@@ -347,6 +347,49 @@ def test_import_bounds_allocation(tmp):
     check("big" in r.err and "stores only" in r.err, "ratio message", r)
 
 
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+
+
+def test_import_survives_files_that_crash_or_hang_hdf5(tmp):
+    """HDF5 crashes on some damaged files and loops on others: the import
+    reads the file in a child under a CPU-time limit, so either is exit 3
+    with a message naming the file, and nothing is saved."""
+    need_hdf5()
+    dest = os.path.join(tmp, "dest")
+    # No plugin path: with the zstd plugin on it, HDF5 happens to fail the
+    # first file cleanly instead of crashing.
+    env = {"CKPT_IMPORT_CPU_LIMIT": "2", "HDF5_PLUGIN_PATH": ""}
+    for name in ("hdf5-crashes.h5", "hdf5-loops.h5"):
+        src = os.path.join(DATA, name)
+        r = expect_rc(ckpt("import", src, dest, env=env, timeout=60), 3)
+        check(src in r.err and "nothing was saved" in r.err, name + ": message", r)
+        check(not any(n.startswith("step-") for n in
+                      (os.listdir(dest) if os.path.isdir(dest) else [])), "nothing saved")
+    r = expect_rc(ckpt("import", os.path.join(DATA, "hdf5-loops.h5"), dest, "--step", "1",
+                       env={"CKPT_IMPORT_CPU_LIMIT": "soon"}), 2)
+    check("CKPT_IMPORT_CPU_LIMIT" in r.err, "a bad limit is named", r)
+
+
+def test_import_bounds_links_to_one_dataset(tmp):
+    """Many links to one well-compressed dataset declare far more bytes than
+    the file could hold: refused before anything is allocated or inflated
+    (each link would be read, and inflated, once)."""
+    need_hdf5()
+    need_h5py()
+    src = os.path.join(tmp, "links.h5")
+    with h5py.File(src, "w") as f:
+        d = f.create_dataset("zeros", data=np.zeros(1 << 24, dtype="f4"), chunks=(1 << 20,),
+                             compression="gzip", compression_opts=9)
+        for i in range(150):
+            f["alias%03d" % i] = d  # a hard link: the same dataset again
+        f.attrs["step"] = 1
+    dest = os.path.join(tmp, "dest")
+    r = expect_rc(ckpt("import", src, dest, timeout=60), 3)
+    check("declare" in r.err and "together" in r.err and "links" in r.err,
+          "the whole file's bound is named", r)
+    check(not os.path.exists(os.path.join(dest, "step-000000000001")), "nothing saved")
+
+
 def test_import_reads_nothing_but_its_input(tmp):
     """A dataset whose data HDF5 keeps in other files (external storage: a
     list of raw files read by path; a virtual dataset mapped from another

@@ -4,7 +4,10 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -13,6 +16,15 @@
 /* zstd's best case is about 32,000 to 1 (a frame of zeros); anything
  * claiming more is a forged or sparse file. */
 #define IMPORT_MAX_RATIO 65536
+
+/* HDF5 parses the file in a child process, under a CPU-time limit: HDF5
+ * crashes on some damaged files (a SIGSEGV in 1.10's metadata reader) and
+ * loops for ever on others, and a file from someone else may be made to.
+ * Seconds of CPU for opening and listing the file (plus one per MB of
+ * it), then for reading the data (plus one per 16 MB declared: inflating
+ * runs at hundreds of MB/s); CKPT_IMPORT_CPU_LIMIT replaces the first. */
+#define IMPORT_PARSE_CPU_S 60
+#define IMPORT_READ_CPU_S 60
 
 const cli_cmd cli_cmd_import = {
     "import", "Store an HDF5 file's datasets as a checkpoint step",
@@ -395,6 +407,75 @@ static void imp_free(imp_list *l)
     free(l->v);
 }
 
+/* Allow the calling process `extra` more seconds of CPU from now (the soft
+ * limit: SIGXCPU beyond it). */
+static void cpu_allow(uint64_t extra)
+{
+    struct rusage ru;
+    struct rlimit rl;
+    if (getrusage(RUSAGE_SELF, &ru) != 0 || getrlimit(RLIMIT_CPU, &rl) != 0)
+        return;
+    rlim_t want = (rlim_t)ru.ru_utime.tv_sec + (rlim_t)ru.ru_stime.tv_sec + 1 + (rlim_t)extra;
+    if (rl.rlim_max != RLIM_INFINITY && want > rl.rlim_max)
+        want = rl.rlim_max;
+    rl.rlim_cur = want;
+    setrlimit(RLIMIT_CPU, &rl);
+}
+
+static int import_run(cli_ctx *ctx, const char *in, const char *dir, int64_t step,
+                      int have_step, uint64_t parse_cpu);
+
+/* The import in a child (see IMPORT_PARSE_CPU_S); the child's exit status,
+ * or a failure naming how HDF5 died on the file. */
+static int import_isolated(cli_ctx *ctx, const char *in, const char *dir, int64_t step,
+                           int have_step)
+{
+    uint64_t parse_cpu = IMPORT_PARSE_CPU_S;
+    const char *env = getenv("CKPT_IMPORT_CPU_LIMIT");
+    int fixed = 0;
+    if (env && *env) {
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(env, &end, 10);
+        if (errno || *end || v == 0)
+            return cli_usage(ctx, "CKPT_IMPORT_CPU_LIMIT=%s: a whole number of seconds "
+                             "above 0 is expected", env);
+        parse_cpu = v;
+        fixed = 1;
+    }
+    struct stat sb;
+    if (!fixed && stat(in, &sb) == 0 && S_ISREG(sb.st_mode))
+        parse_cpu += (uint64_t)sb.st_size >> 20;
+    fflush(NULL); /* nothing buffered is written twice */
+    pid_t pid = fork();
+    if (pid < 0)
+        return cli_fail(ctx, CLI_EXIT_ERROR, 0, "cannot import %s: fork: %s", in,
+                        strerror(errno));
+    if (pid == 0) {
+        cpu_allow(parse_cpu);
+        int rc = import_run(ctx, in, dir, step, have_step, fixed ? parse_cpu : 0);
+        fflush(NULL);
+        _exit(rc);
+    }
+    int status;
+    while (waitpid(pid, &status, 0) < 0) {
+        if (errno != EINTR)
+            return cli_fail(ctx, CLI_EXIT_ERROR, 0, "cannot import %s: waitpid: %s", in,
+                            strerror(errno));
+    }
+    if (WIFEXITED(status))
+        return WEXITSTATUS(status);
+    int sig = WTERMSIG(status);
+    if (sig == SIGXCPU)
+        return cli_fail(ctx, CLI_EXIT_ERROR, 0, "cannot import %s: HDF5 was still reading it "
+                        "after its CPU-time limit (%" PRIu64 " s to open and list it; "
+                        "CKPT_IMPORT_CPU_LIMIT=SECONDS sets it): a damaged or crafted file "
+                        "makes it loop; nothing was saved", in, parse_cpu);
+    return cli_fail(ctx, CLI_EXIT_ERROR, 0, "cannot import %s: the HDF5 library crashed "
+                    "reading it (signal %d, %s): the file is damaged or crafted; nothing was "
+                    "saved", in, sig, strsignal(sig));
+}
+
 int cmd_import(cli_ctx *ctx, int argc, char **argv)
 {
     const char *in = NULL, *dir = NULL;
@@ -412,7 +493,16 @@ int cmd_import(cli_ctx *ctx, int argc, char **argv)
     int ret = 0;
     if (cli_parse(ctx, &cli_cmd_import, opts, argc, argv, &ret))
         return ret;
+    return import_isolated(ctx, in, dir, step, have_step);
+}
 
+/* The import itself (in the child).  parse_cpu: the CPU seconds given for
+ * the data too (CKPT_IMPORT_CPU_LIMIT), or 0 for IMPORT_READ_CPU_S plus
+ * one per 16 MB declared. */
+static int import_run(cli_ctx *ctx, const char *in, const char *dir, int64_t step,
+                      int have_step, uint64_t parse_cpu)
+{
+    int ret = 0;
     imp_list l;
     memset(&l, 0, sizeof l);
     l.file = -1;
@@ -495,6 +585,17 @@ int cmd_import(cli_ctx *ctx, int argc, char **argv)
     }
     for (size_t i = 0; i < l.n; i++)
         raw += l.v[i].bytes;
+    /* Per dataset the stored bytes bound the declared ones; links to one
+     * dataset (or datasets sharing chunks) would multiply them: the whole
+     * is bound by the file's size the same way. */
+    if (raw / IMPORT_MAX_RATIO > (uint64_t)sb.st_size) {
+        ret = cli_fail(ctx, CLI_EXIT_ERROR, 0, "cannot import %s: its datasets declare %"
+                       PRIu64 " bytes together, more than %d times the file's %lld bytes "
+                       "(links to one dataset, or shared chunks: not a real state)", in, raw,
+                       IMPORT_MAX_RATIO, (long long)sb.st_size);
+        goto done;
+    }
+    cpu_allow(parse_cpu ? parse_cpu : IMPORT_READ_CPU_S + (raw >> 24));
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     if (pages > 0 && psz > 0 && raw > (uint64_t)pages * (uint64_t)psz) {
         ret = cli_fail(ctx, CLI_EXIT_ERROR, CKPT_ENOMEM, "%s holds %" PRIu64 " bytes of "

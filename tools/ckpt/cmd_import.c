@@ -468,9 +468,10 @@ static int import_isolated(cli_ctx *ctx, const char *in, const char *dir, int64_
     int sig = WTERMSIG(status);
     if (sig == SIGXCPU)
         return cli_fail(ctx, CLI_EXIT_ERROR, 0, "cannot import %s: HDF5 was still reading it "
-                        "after its CPU-time limit (%" PRIu64 " s to open and list it; "
-                        "CKPT_IMPORT_CPU_LIMIT=SECONDS sets it): a damaged or crafted file "
-                        "makes it loop; nothing was saved", in, parse_cpu);
+                        "at its CPU-time limit (%" PRIu64 " s to open and list it, then more "
+                        "per MB declared to read it; CKPT_IMPORT_CPU_LIMIT=SECONDS sets "
+                        "both): a damaged or crafted file makes it loop; nothing was saved",
+                        in, parse_cpu);
     return cli_fail(ctx, CLI_EXIT_ERROR, 0, "cannot import %s: the HDF5 library crashed "
                     "reading it (signal %d, %s): the file is damaged or crafted; nothing was "
                     "saved", in, sig, strsignal(sig));

@@ -376,6 +376,48 @@ def test_import_survives_files_that_crash_or_hang_hdf5(tmp):
     check("CKPT_IMPORT_CPU_LIMIT" in r.err, "a bad limit is named", r)
 
 
+def test_killing_an_import_stops_its_reader(tmp):
+    """A job script that kills `ckpt import` (SIGTERM) stops the child that
+    reads the file too: nothing goes on importing, and committing, behind
+    its back."""
+    need_hdf5()
+    import signal
+    import time
+    env = dict(os.environ, CKPT_IMPORT_CPU_LIMIT="60", HDF5_PLUGIN_PATH="")
+    p = subprocess.Popen([CKPT, "import", os.path.join(DATA, "hdf5-loops.h5"),
+                          os.path.join(tmp, "dest")], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    children = "/proc/%d/task/%d/children" % (p.pid, p.pid)
+    child = None
+    deadline = time.monotonic() + 30
+    while child is None and time.monotonic() < deadline:
+        try:
+            with open(children) as f:
+                pids = f.read().split()
+        except OSError:
+            pids = []
+        if pids:
+            child = int(pids[0])
+        else:
+            time.sleep(0.05)
+    check(child is not None, "the import started its reader")
+    p.send_signal(signal.SIGTERM)
+    p.wait(30)
+    gone = False
+    deadline = time.monotonic() + 20
+    while not gone and time.monotonic() < deadline:
+        try:
+            with open("/proc/%d/stat" % child) as f:
+                gone = f.read().split(") ")[-1].startswith("Z")  # a zombie is gone
+        except OSError:
+            gone = True
+        if not gone:
+            time.sleep(0.05)
+    if not gone:
+        os.kill(child, signal.SIGKILL)
+    check(gone, "the reader went on after its parent was killed")
+
+
 def test_import_bounds_links_to_one_dataset(tmp):
     """Many links to one well-compressed dataset declare far more bytes than
     the file could hold: refused before anything is allocated or inflated

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -447,11 +448,16 @@ static int import_isolated(cli_ctx *ctx, const char *in, const char *dir, int64_
     if (!fixed && stat(in, &sb) == 0 && S_ISREG(sb.st_mode))
         parse_cpu += (uint64_t)sb.st_size >> 20;
     fflush(NULL); /* nothing buffered is written twice */
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0)
         return cli_fail(ctx, CLI_EXIT_ERROR, 0, "cannot import %s: fork: %s", in,
                         strerror(errno));
     if (pid == 0) {
+        /* A job script's `kill` of the ckpt it started must not leave the
+         * import going on (and committing) behind its back. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+            _exit(CLI_EXIT_ERROR);
         cpu_allow(parse_cpu);
         int rc = import_run(ctx, in, dir, step, have_step, fixed ? parse_cpu : 0);
         fflush(NULL);

@@ -431,8 +431,12 @@ static int same_allocation(ckpt_save *s, copy_run *r, const unsigned char *src, 
 static int run_add(ckpt_save *s, copy_run *r, unsigned char *dst, const unsigned char *src,
                    size_t n, size_t job, const char *tensor, size_t tensor_index)
 {
+    /* Staged (DEVICE mode), each tensor is its own region of scratch: a
+     * run across two would find no staged copy and read the caller's
+     * memory itself, after the fence had let the next step overwrite it. */
     if (r->n && (dst != r->dst + r->n || src != r->src + r->n || r->n + n > RUN_MAX ||
-                 (tensor_index != r->tensor_index && !same_allocation(s, r, src, n)))) {
+                 (tensor_index != r->tensor_index &&
+                  (s->staged || !same_allocation(s, r, src, n))))) {
         int rc = run_flush(s, r, 0);
         if (rc)
             return rc;
@@ -624,8 +628,9 @@ int save_snapshot_chunks(ckpt_save *s, const ckpt_tensor *t, size_t count,
 }
 
 /* Copy runs a save of device tensors queues at most from the caller's
- * thread (each is a copy and an event); beyond that the device chunk loop
- * goes to the persist thread, where a full stream may block. */
+ * thread (each one copy; events mark them in groups); beyond that the
+ * device chunk loop goes to the persist thread, where a full stream may
+ * block. */
 #define CALLER_RUNS_MAX 128
 
 /* Where every device tensor of the save lives: one CUDA device (managed

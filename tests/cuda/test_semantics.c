@@ -457,6 +457,67 @@ Test(semantics, separate_tensors_behind_a_busy_stream_do_not_hold_begin_device_m
     separate_tensors_behind_a_busy_stream(CKPT_SNAPSHOT_DEVICE);
 }
 
+typedef struct overwrite {
+    unsigned char *p;
+    size_t n;
+} overwrite;
+
+static void overwrite_fn(void *arg) /* the training step after the fence */
+{
+    overwrite *o = arg;
+    memset(o->p, 0xEE, o->n);
+}
+
+/* DEVICE mode, two tensors that are views of one cudaMalloc block (a flat
+ * parameter buffer), copies slow: after ckpt_save_fence the next step
+ * overwrites both, and the checkpoint must hold the bytes of before.  Their
+ * chunks once joined one copy across the two staged regions, which then
+ * read the caller's memory itself, after the fence. */
+Test(semantics, views_of_one_block_in_device_mode_keep_the_fenced_bytes)
+{
+    enum { SZ = 1 << 20 };
+    unsigned char *a = NULL;
+    cr_assert_eq(M.Malloc((void **)&a, 2 * SZ), 0);
+    unsigned char *b = a + SZ;
+    memset(a, 0x11, SZ);
+    memset(b, 0x22, SZ);
+    static int64_t shape[1] = { SZ / 4 };
+    ckpt_tensor t[2] = { { "a", a, SZ, CKPT_F32, 1, shape, CKPT_MEM_DEVICE },
+                         { "b", b, SZ, CKPT_F32, 1, shape, CKPT_MEM_DEVICE } };
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_DEVICE, 0);
+    void *app = NULL;
+    cr_assert_eq(M.StreamCreate(&app), 0);
+    ckpt_save_options so = CKPT_SAVE_OPTIONS_INIT;
+    so.cuda_stream = app;
+    M.set_copy_delay_us(50000);
+    ckpt_save *s;
+    cr_assert_eq(ckpt_save_begin(&s, st, 1, t, 2, &so), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_eq(ckpt_save_fence(s, app), CKPT_OK, "%s", ckpt_error_last());
+    overwrite o = { a, 2 * SZ };
+    cr_assert_eq(M.LaunchHostFunc(app, overwrite_fn, &o), 0);
+    cr_assert_eq(ckpt_save_wait(s), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_eq(M.StreamSynchronize(app), 0);
+    M.set_copy_delay_us(0);
+    ckpt_save_free(s);
+    const char *names[2] = { "a", "b" };
+    for (int i = 0; i < 2; i++) {
+        void *data = NULL;
+        uint64_t n = 0;
+        cr_assert_eq(ckpt_load(st, 1, names[i], &data, &n, NULL), CKPT_OK, "%s",
+                     ckpt_error_last());
+        const unsigned char *c = data;
+        size_t bad = 0;
+        for (uint64_t j = 0; j < n; j++)
+            bad += c[j] != (i ? 0x22 : 0x11);
+        cr_expect_eq(bad, 0, "tensor %s: %zu bytes of the step after the fence", names[i], bad);
+        ckpt_free(data);
+    }
+    ckpt_store_free(st);
+    cr_assert_eq(M.StreamDestroy(app), 0);
+    M.Free(a);
+    expect_no_leaks(&M);
+}
+
 /* A restore onto a caller stream in graph capture: refused before any copy
  * (the copies would be recorded into the application's graph instead of
  * running), as the caller's error, so no older step is tried in its place;

@@ -418,6 +418,50 @@ def test_killing_an_import_stops_its_reader(tmp):
     check(gone, "the reader went on after its parent was killed")
 
 
+def test_an_import_killed_from_outside_is_not_called_a_bad_file(tmp):
+    """The OOM killer (or an administrator) killing the reading child is
+    said as such, not blamed on the file; a child stopped by its CPU limit
+    leaves no core file behind (it would be the size of its memory)."""
+    need_hdf5()
+    import resource
+    import signal
+    import time
+    env = dict(os.environ, CKPT_IMPORT_CPU_LIMIT="60", HDF5_PLUGIN_PATH="")
+    p = subprocess.Popen([CKPT, "import", os.path.join(DATA, "hdf5-loops.h5"),
+                          os.path.join(tmp, "dest")], env=env, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    children = "/proc/%d/task/%d/children" % (p.pid, p.pid)
+    pids = []
+    deadline = time.monotonic() + 30
+    while not pids and time.monotonic() < deadline:
+        try:
+            with open(children) as f:
+                pids = f.read().split()
+        except OSError:
+            pass
+        if not pids:
+            time.sleep(0.05)
+    check(bool(pids), "the import started its reader")
+    os.kill(int(pids[0]), signal.SIGKILL)
+    out, err = p.communicate(timeout=30)
+    check(p.returncode == 3 and "was killed" in err and "damaged" not in err,
+          "a kill is reported as a kill: %d %s" % (p.returncode, err))
+    with open("/proc/sys/kernel/core_pattern") as f:
+        if f.read().strip() != "core":
+            return  # cores go elsewhere here: nothing to look for
+    work = os.path.join(tmp, "cwd")
+    os.mkdir(work)
+
+    def cores_on():
+        resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY,
+                                                  resource.RLIM_INFINITY))
+    r = subprocess.run([CKPT, "import", os.path.join(DATA, "hdf5-loops.h5"), "dest"],
+                       env=dict(env, CKPT_IMPORT_CPU_LIMIT="1"), cwd=work,
+                       capture_output=True, text=True, timeout=60, preexec_fn=cores_on)
+    check(r.returncode == 3, "the CPU limit stops it: %s" % r.stderr)
+    check(not [n for n in os.listdir(work) if n.startswith("core")], "no core file")
+
+
 def test_import_bounds_links_to_one_dataset(tmp):
     """Many links to one well-compressed dataset declare far more bytes than
     the file could hold: refused before anything is allocated or inflated

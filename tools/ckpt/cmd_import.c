@@ -408,8 +408,11 @@ static void imp_free(imp_list *l)
     free(l->v);
 }
 
+/* The soft CPU limit the user set (RLIM_INFINITY: none), never raised. */
+static rlim_t g_user_cpu = RLIM_INFINITY;
+
 /* Allow the calling process `extra` more seconds of CPU from now (the soft
- * limit: SIGXCPU beyond it). */
+ * limit: SIGXCPU beyond it), within the user's own limit. */
 static void cpu_allow(uint64_t extra)
 {
     struct rusage ru;
@@ -419,6 +422,8 @@ static void cpu_allow(uint64_t extra)
     rlim_t want = (rlim_t)ru.ru_utime.tv_sec + (rlim_t)ru.ru_stime.tv_sec + 1 + (rlim_t)extra;
     if (rl.rlim_max != RLIM_INFINITY && want > rl.rlim_max)
         want = rl.rlim_max;
+    if (g_user_cpu != RLIM_INFINITY && want > g_user_cpu)
+        want = g_user_cpu;
     rl.rlim_cur = want;
     setrlimit(RLIMIT_CPU, &rl);
 }
@@ -447,6 +452,9 @@ static int import_isolated(cli_ctx *ctx, const char *in, const char *dir, int64_
     struct stat sb;
     if (!fixed && stat(in, &sb) == 0 && S_ISREG(sb.st_mode))
         parse_cpu += (uint64_t)sb.st_size >> 20;
+    struct rlimit cpu;
+    if (getrlimit(RLIMIT_CPU, &cpu) == 0)
+        g_user_cpu = cpu.rlim_cur;
     fflush(NULL); /* nothing buffered is written twice */
     pid_t parent = getpid();
     pid_t pid = fork();
@@ -458,6 +466,9 @@ static int import_isolated(cli_ctx *ctx, const char *in, const char *dir, int64_
          * import going on (and committing) behind its back. */
         if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
             _exit(CLI_EXIT_ERROR);
+        /* A crash or the CPU limit would dump a core the size of the data */
+        struct rlimit none = { 0, 0 };
+        setrlimit(RLIMIT_CORE, &none);
         cpu_allow(parse_cpu);
         int rc = import_run(ctx, in, dir, step, have_step, fixed ? parse_cpu : 0);
         fflush(NULL);
@@ -478,9 +489,16 @@ static int import_isolated(cli_ctx *ctx, const char *in, const char *dir, int64_
                         "per MB declared to read it; CKPT_IMPORT_CPU_LIMIT=SECONDS sets "
                         "both): a damaged or crafted file makes it loop; nothing was saved",
                         in, parse_cpu);
-    return cli_fail(ctx, CLI_EXIT_ERROR, 0, "cannot import %s: the HDF5 library crashed "
-                    "reading it (signal %d, %s): the file is damaged or crafted; nothing was "
-                    "saved", in, sig, strsignal(sig));
+    if (sig == SIGSEGV || sig == SIGBUS || sig == SIGFPE || sig == SIGILL || sig == SIGABRT)
+        return cli_fail(ctx, CLI_EXIT_ERROR, 0, "cannot import %s: the HDF5 library crashed "
+                        "reading it (signal %d, %s): the file is damaged or crafted; nothing "
+                        "was saved", in, sig, strsignal(sig));
+    /* Killed from outside: the OOM killer (the data is held in memory),
+     * an administrator, a job's time limit. */
+    return cli_fail(ctx, CLI_EXIT_ERROR, 0, "cannot import %s: the process reading it was "
+                    "killed (signal %d, %s%s); nothing was saved", in, sig, strsignal(sig),
+                    sig == SIGKILL ? ": out of memory? the datasets are held in memory "
+                    "while they are saved" : "");
 }
 
 int cmd_import(cli_ctx *ctx, int argc, char **argv)

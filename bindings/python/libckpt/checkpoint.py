@@ -483,14 +483,17 @@ class Checkpoint:
         as get_tensor does, through the handle `ck` in use."""
         infos, codes = self._infos, self._codes
         framework, device = self.framework, self.device
-        pt_codes = _torch_codes(codes.values(), framework)  # _auto_kind
+        pt_codes: Optional[frozenset] = None  # _auto_kind, at the first torch leaf
 
         def leaf(name: str, origin: str, _path: Any) -> Any:
+            nonlocal pt_codes
             info = infos.get(name)
             if info is None:
                 info = self.info(name)  # raises NotFoundError
             kind = framework
             if kind == "auto":
+                if origin == "pt" and pt_codes is None:
+                    pt_codes = _torch_codes(codes.values(), framework)
                 kind = ("pt" if origin == "pt" and codes[name] in pt_codes
                         else "np")
             return read_tensor(ck, info, codes[name], kind, device)

@@ -123,6 +123,39 @@ def test_bfloat16_comes_back_as_torch_bfloat16(store):
     assert isinstance(as_np["t"], np.ndarray) and as_np["t"].itemsize == 2
 
 
+def test_resharded_load_of_bfloat16_into_numpy(store, tmp_path):
+    """load_resharded with framework="np", and with the default where
+    torch cannot be imported, gives a bfloat16 tensor as its bit pattern,
+    as Store.load does (it refused it as "holds bfloat16, the buffer is
+    uint16")."""
+    from libckpt.dist import load_resharded
+    t = torch.tensor([1.0, -2.5, 3.140625, float("inf")], dtype=torch.bfloat16)
+    store.save(1, {"t": t, "f": torch.arange(3.0)}).wait()
+    bits = t.view(torch.int16).numpy().view(np.uint16)
+    step, got = load_resharded(store, ["t", "f"], framework="np")
+    assert step == 1 and got["t"].dtype == np.uint16
+    assert np.array_equal(got["t"], bits)
+    assert np.array_equal(got["f"], np.arange(3.0, dtype=np.float32))
+    step, got = load_resharded(store, lambda n: n == "t")  # "auto": torch
+    assert got["t"].dtype == torch.bfloat16 and torch.equal(got["t"], t)
+    path = store.path
+    store.close()
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import libckpt\n"
+        "from libckpt.dist import load_resharded\n"
+        "s = libckpt.Store(sys.argv[1], readonly=True)\n"
+        "step, st = load_resharded(s, ['t'])\n"
+        "print(step, st['t'].dtype, st['t'].tolist())\n")
+    from conftest import sub_env
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", code, path],
+                         env=sub_env(), capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "1 uint16 %s" % bits.tolist()
+
+
 def test_every_torch_dtype_and_shape_comes_back_as_torch(store):
     dtypes = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32,
               torch.int64, torch.float16, torch.bfloat16, torch.float32,

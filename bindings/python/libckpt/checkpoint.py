@@ -457,6 +457,32 @@ class Checkpoint:
                       for o, pt in zip(outs, kinds)])
         return self._rebuild(lambda name, origin, p: next(moved))
 
+    def _read_infos(self, infos: List[TensorInfo], kinds: List[str]
+                    ) -> Dict[str, Any]:
+        """{name: tensor} for the stored tensors `infos` (each read as
+        kinds' "np" or "pt", on the CPU), allocated from the manifest and
+        read by one ckpt_checkpoint_restore, every chunk verified.  The
+        buffers are described with the manifest's dtypes, so a bfloat16
+        or float8 tensor read into NumPy (its bit pattern, uint16 or
+        uint8) is not refused as a dtype mismatch."""
+        codes = [self._codes[i.name] for i in infos]
+        made = [_allocate(i, c, k) for i, c, k in zip(infos, codes, kinds)]
+        outs = [m[0] for m in made]
+        if not ffi.HAVE_CHECKPOINT_RESTORE or not infos:
+            with self._h.use() as ck:
+                for i, (out, ptr) in zip(infos, made):
+                    C.ckpt_checkpoint_read(ck, i.name.encode("utf-8"),
+                                           ptr or None, i.bytes)
+        else:
+            arr, keep = _tensors._c_array_columns(
+                [i.name for i in infos], [m[1] or 0 for m in made],
+                [i.bytes for i in infos], codes, [i.shape for i in infos],
+                np.full(len(infos), ffi.CKPT_MEM_HOST, np.int32), outs)
+            with self._h.use() as ck:
+                C.ckpt_checkpoint_restore(ck, arr, len(infos), None)
+            del keep
+        return {i.name: out for i, out in zip(infos, outs)}
+
     def _check_whole_tree(self, named: int) -> None:
         """Refuse a whole-state read of a step saved by several ranks whose
         structure (rank 0's: the global manifest carries rank 0's metadata)

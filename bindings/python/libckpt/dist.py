@@ -304,24 +304,25 @@ class _MissingNames(Exception):
 def _load_step(store: Any, step: int, select: Any, framework: str
                ) -> Dict[str, Any]:
     """The selected tensors of `step`, allocated from its manifest and
-    restored (every chunk checked)."""
-    from .checkpoint import _allocate, _auto_kind
+    read in one call (every chunk checked).  Read through the step's
+    Checkpoint rather than restored as a state: the buffers are then
+    described with the stored dtypes, and a bfloat16 tensor comes back
+    to NumPy as its bit pattern (uint16), as Store.load gives it."""
+    from .checkpoint import _auto_kind
     from .errors import NotFoundError
     with store.open(step) as ck:
         infos = ck.tensors()
         origin = ck._origin if framework == "auto" else {}
-    wanted = (set(select) if not callable(select) else None)
-    chosen = [i for i in infos
-              if (select(i.name) if wanted is None else i.name in wanted)]
-    if wanted is not None and len(chosen) != len(wanted):
-        missing = wanted - {i.name for i in chosen}
-        raise _MissingNames(NotFoundError(
-            "not in step %d: %s" % (step, ", ".join(sorted(missing)))))
-    state = {}
-    for i in chosen:
-        code = ffi.lib.ckpt_dtype_from_name(i.dtype.encode("ascii"))
-        kind = (framework if framework != "auto"
-                else _auto_kind(origin.get(i.name, "np"), code, True))
-        state[i.name] = _allocate(i, code, kind)[0]
-    store.restore(state, step=step, strict=True)
-    return state
+        wanted = (set(select) if not callable(select) else None)
+        chosen = [i for i in infos
+                  if (select(i.name) if wanted is None else i.name in wanted)]
+        if wanted is not None and len(chosen) != len(wanted):
+            missing = wanted - {i.name for i in chosen}
+            raise _MissingNames(NotFoundError(
+                "not in step %d: %s" % (step, ", ".join(sorted(missing)))))
+        kinds = []
+        for i in chosen:
+            code = ffi.lib.ckpt_dtype_from_name(i.dtype.encode("ascii"))
+            kinds.append(framework if framework != "auto"
+                         else _auto_kind(origin.get(i.name, "np"), code, True))
+        return ck._read_infos(chosen, kinds)

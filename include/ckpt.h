@@ -1176,6 +1176,24 @@ CKPT_API int ckpt_checkpoint_read(ckpt_checkpoint *ckpt, const char *name, void 
                                   uint64_t bytes);
 
 /**
+ * Read bytes [`offset`, `offset` + `bytes`) of tensor `name` (its raw,
+ * row-major bytes) into `dst` (host memory): a part of a tensor too large
+ * to hold whole, read piece by piece (`ckpt export` does).  Only the
+ * chunks holding those bytes are read, and each of them is verified whole
+ * (its stored and raw hashes) whatever level the checkpoint was opened
+ * at; a chunk only partly in the range costs a buffer of its raw size
+ * (at most two such: the first and the last).  `bytes` may be 0.  Does
+ * not wait for a save in flight.  On failure `dst`'s contents are
+ * unspecified.  Returns CKPT_OK; CKPT_EINVAL (NULL `ckpt` or `name`, NULL
+ * `dst` with `bytes` > 0, a range that ends past the tensor's size);
+ * CKPT_ENOTFOUND (no such tensor); CKPT_ECORRUPT, CKPT_EINCOMPLETE (a
+ * chunk read is damaged or cut short); CKPT_EIO, CKPT_ENOMEM.
+ * Thread-safe: serialised with the other calls on its store.
+ */
+CKPT_API int ckpt_checkpoint_read_range(ckpt_checkpoint *ckpt, const char *name,
+                                        uint64_t offset, void *dst, uint64_t bytes);
+
+/**
  * Restore `count` caller buffers (`tensors` may be NULL if `count` is 0),
  * matched by name, from this checkpoint in one call: ckpt_restore's
  * matching and errors (a dtype, shape or size that differs is

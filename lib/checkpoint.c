@@ -195,6 +195,30 @@ CKPT_API int ckpt_checkpoint_read(ckpt_checkpoint *ck, const char *name, void *d
     return rc;
 }
 
+CKPT_API int ckpt_checkpoint_read_range(ckpt_checkpoint *ck, const char *name, uint64_t offset,
+                                        void *dst, uint64_t bytes)
+{
+    if (!ck || !name || (!dst && bytes))
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_read_range: NULL argument");
+    if (context_usable(ck->store, "ckpt_checkpoint_read_range"))
+        return CKPT_EINVAL;
+    long i = reader_find(ck, name);
+    if (i < 0)
+        return ckpt_seterr(CKPT_ENOTFOUND, "tensor '%s' is not in %s", name, ck->label);
+    uint64_t size = ck->m.tensors[i].bytes;
+    if (offset > size || bytes > size - offset)
+        return ckpt_seterr(CKPT_EINVAL,
+                           "bytes %llu to %llu are outside tensor '%s' of %llu bytes in %s",
+                           (unsigned long long)offset, (unsigned long long)offset + bytes, name,
+                           (unsigned long long)size, ck->label);
+    if (!bytes)
+        return CKPT_OK;
+    pthread_mutex_lock(&ck->store->api_lock);
+    int rc = reader_read_range(ck, (uint32_t)i, offset, dst, bytes);
+    pthread_mutex_unlock(&ck->store->api_lock);
+    return rc;
+}
+
 CKPT_API int ckpt_checkpoint_restore(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count,
                                      const ckpt_restore_options *opts)
 {

@@ -440,7 +440,15 @@ typedef struct chunk_task {
     ckpt_report *report;    /* verify: collect every problem */
     pool_group *group;
     size_t batch;           /* a batch's first task: how many tasks it runs */
+    uint64_t base;          /* the tensor byte that dst holds (0: dst is the
+                             * whole tensor; a range read's window starts later) */
 } chunk_task;
+
+/* Where chunk task `t`'s raw bytes go. */
+static unsigned char *task_dst(const chunk_task *t)
+{
+    return t->dst + (t->e->offset - t->base);
+}
 
 static int chunk_fail(chunk_task *t, int status)
 {
@@ -467,7 +475,7 @@ static int raw_chunk_job(chunk_task *t)
 {
     ckpt_store *s = t->ck->store;
     const chunk_meta *meta = &t->e->meta;
-    unsigned char *dst = t->dst + t->e->offset;
+    unsigned char *dst = task_dst(t);
     if (meta->stored_hash != meta->raw_hash)
         return chunk_fail(t, ckpt_seterr(CKPT_ECORRUPT, "raw chunk with a stored hash "
                                          "%016llx and a different raw hash %016llx",
@@ -544,7 +552,7 @@ static int chunk_job(void *arg, int worker)
             return chunk_fail(t, rc);
     }
     if (t->dst && !to_device) {
-        dst = t->dst + t->e->offset;
+        dst = task_dst(t);
     } else {
         if ((rc = worker_reserve_out(s, w, (size_t)meta->raw_len, to_device)))
             return chunk_fail(t, rc);
@@ -556,7 +564,7 @@ static int chunk_job(void *arg, int worker)
         /* Queue the copy and go on decoding: other workers' chunks overlap
          * with it; this worker waits for it only before reusing `out`. */
         const char *name = t->ck->m.tensors[t->e->tensor].name;
-        rc = device_copy_h2d(s->dev, t->dst + t->e->offset, dst, (size_t)meta->raw_len,
+        rc = device_copy_h2d(s->dev, task_dst(t), dst, (size_t)meta->raw_len,
                              t->stream, t->device, name);
         if (!rc)
             rc = device_record_stream(s->dev, t->stream, t->device, &w->out_busy);
@@ -611,7 +619,7 @@ static int chunk_batch_job(void *arg, int worker)
                                                      "raw hash %016llx",
                                                      (unsigned long long)e->meta.stored_hash,
                                                      (unsigned long long)e->meta.raw_hash));
-        iov[i].iov_base = raw ? tasks[i].dst + e->offset : w->in + at;
+        iov[i].iov_base = raw ? task_dst(&tasks[i]) : w->in + at;
         iov[i].iov_len = (size_t)e->meta.stored_len;
         at += raw ? 0 : iov[i].iov_len;
     }
@@ -632,7 +640,7 @@ static int chunk_batch_job(void *arg, int worker)
         if ((rc = codec_check_stored(place[i], meta)))
             return chunk_fail(t, rc);
         if (meta->codec != CODEC_RAW &&
-            (rc = codec_decode_checked(w->codec, place[i], meta, t->dst + t->e->offset)))
+            (rc = codec_decode_checked(w->codec, place[i], meta, task_dst(t))))
             return chunk_fail(t, rc);
     }
     return CKPT_OK;
@@ -707,12 +715,58 @@ int reader_read(ckpt_checkpoint *ck, const reader_target *targets, size_t count)
         for (size_t c = 0; c < count_chunks(ck, ti); c++, k++)
             tasks[k] = (chunk_task){ck, &ck->ix[sh].entries[ck->first[ti] + c], sh,
                                     targets[i].dst, targets[i].memory, targets[i].stream,
-                                    targets[i].device, NULL, NULL, 0};
+                                    targets[i].device, NULL, NULL, 0, 0};
     }
     int rc = run_tasks(ck, tasks, n);
     int drc = drain_copies(ck->store);
     free(tasks);
     return rc ? rc : drc;
+}
+
+int reader_read_range(ckpt_checkpoint *ck, uint32_t tensor, uint64_t offset, unsigned char *dst,
+                      uint64_t bytes)
+{
+    size_t nchunks = count_chunks(ck, tensor);
+    uint32_t sh = ck->m.tensors[tensor].shard;
+    uint64_t end = offset + bytes;
+    chunk_task *tasks = calloc(nchunks ? nchunks : 1, sizeof *tasks);
+    if (!tasks)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory reading %s", ck->label);
+    /* A chunk inside the range decodes into dst; one that sticks out (the
+     * first and the last at most) into a buffer of its own, verified
+     * whole, and the part in range is copied from there. */
+    size_t n = 0, nedge = 0, edge[2] = {0, 0};
+    int rc = CKPT_OK;
+    for (size_t c = 0; c < nchunks && !rc; c++) {
+        const shard_entry *e = &ck->ix[sh].entries[ck->first[tensor] + c];
+        uint64_t lo = e->offset, hi = lo + e->meta.raw_len;
+        if (hi <= offset || lo >= end)
+            continue;
+        unsigned char *into = dst;
+        uint64_t base = offset;
+        if (lo < offset || hi > end) {
+            if (!(into = malloc(e->meta.raw_len ? (size_t)e->meta.raw_len : 1))) {
+                rc = ckpt_seterr(CKPT_ENOMEM, "out of memory for a %llu-byte chunk of %s",
+                                 (unsigned long long)e->meta.raw_len, ck->label);
+                break;
+            }
+            base = lo;
+            edge[nedge++] = n; /* at most two: the range is one interval */
+        }
+        tasks[n++] = (chunk_task){ck, e, sh, into, CKPT_MEM_HOST, NULL, -1, NULL, NULL, 0, base};
+    }
+    if (!rc)
+        rc = run_tasks(ck, tasks, n);
+    for (size_t k = 0; k < nedge; k++) {
+        const chunk_task *t = &tasks[edge[k]];
+        uint64_t lo = t->e->offset, hi = lo + t->e->meta.raw_len;
+        uint64_t from = lo > offset ? lo : offset, to = hi < end ? hi : end;
+        if (!rc)
+            memcpy(dst + (from - offset), t->dst + (from - lo), (size_t)(to - from));
+        free(t->dst);
+    }
+    free(tasks);
+    return rc;
 }
 
 int reader_verify_all(ckpt_checkpoint *ck, ckpt_report *report)
@@ -731,7 +785,7 @@ int reader_verify_all(ckpt_checkpoint *ck, ckpt_report *report)
     for (uint32_t sh = 0; sh < ck->m.nshards; sh++)
         for (uint64_t e = 0; e < ck->ix[sh].count; e++, k++)
             tasks[k] = (chunk_task){ck, &ck->ix[sh].entries[e], sh, NULL, CKPT_MEM_HOST,
-                                    NULL, -1, report ? report : local, NULL, 0};
+                                    NULL, -1, report ? report : local, NULL, 0, 0};
     int rc = run_tasks(ck, tasks, n);
     free(tasks);
     ckpt_report_free(local);

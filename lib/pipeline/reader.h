@@ -88,6 +88,13 @@ typedef struct reader_target {
 
 /* Decode and verify every chunk of the targets into their buffers. */
 int reader_read(ckpt_checkpoint *ck, const reader_target *targets, size_t count);
+/* Decode and verify the chunks of tensor `tensor` that hold any of its
+ * bytes [offset, offset + bytes) (a range inside it, checked by the
+ * caller), and copy those bytes into `dst` (host memory).  Each chunk
+ * touched is verified whole; chunks only partly in the range cost a
+ * buffer of their raw size each (two at most). */
+int reader_read_range(ckpt_checkpoint *ck, uint32_t tensor, uint64_t offset, unsigned char *dst,
+                      uint64_t bytes);
 /* Decode and verify every chunk; each failing chunk becomes a problem in
  * `report` (may be NULL).  Returns the first failure's status. */
 int reader_verify_all(ckpt_checkpoint *ck, ckpt_report *report);

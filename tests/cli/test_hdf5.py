@@ -732,3 +732,48 @@ def test_export_into_a_directory_with_a_default_acl_stays_private(tmp):
     expect_rc(ckpt("export", root, out), 0)
     mode = os.stat(out).st_mode & 0o777
     check(mode & ~0o640 == 0, "export mode %04o under a default ACL" % mode)
+
+
+def test_export_of_tensors_larger_than_a_slab(tmp):
+    """A tensor is read and written a slab of rows (64 MiB) at a time: with
+    every codec, tensors of 160 MiB (rows that divide into neither slabs
+    nor chunks) and 80 MiB (one dimension) read back with the checkpoint's
+    values, and the export holds far less memory than the larger tensor
+    (it read each tensor whole into memory before)."""
+    need_hdf5()
+    need_h5py()
+    root = os.path.join(tmp, "big")
+    code = ("import sys, numpy as np, libckpt\n"
+            "with libckpt.Store(sys.argv[1]) as s:\n"
+            "    s.save(1, {'w': np.arange(1000 * 41943, dtype=np.int32).reshape(1000, 41943),\n"
+            "               'flat': np.arange(20000000, dtype=np.int32)[::-1].copy(),\n"
+            "               'small': np.arange(7, dtype=np.float64)}).wait()\n")
+    r = run(sys.executable, "-c", code, root, env=python_env())
+    check(r.rc == 0, "save from Python", r)
+    big = 1000 * 41943 * 4
+    asan = "libasan" in run("ldd", CKPT).out  # its shadow memory is no measure
+    peak = ("import resource, subprocess, sys\n"
+            "r = subprocess.run(sys.argv[1:])\n"
+            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)\n"
+            "sys.exit(r.returncode)\n")
+    for codec, extra in [("none", []), ("deflate", ["--level", "1"]),
+                         ("zstd", ["--level", "1"])]:
+        out = os.path.join(tmp, "big-%s.h5" % codec)
+        r = run(sys.executable, "-c", peak, CKPT, "export", root, out, "--codec", codec,
+                *extra, timeout=300)
+        check(r.rc == 0, "export --codec %s" % codec, r)
+        rss = int(r.out.strip().splitlines()[-1])
+        if not asan:
+            check(rss < big * 3 // 4, "export --codec %s took %d MB for a %d MB tensor"
+                  % (codec, rss >> 20, big >> 20))
+        with h5py.File(out, "r") as f:
+            w = f["w"][()]
+            check(w.shape == (1000, 41943) and w.dtype == np.int32, "%s: w %s" % (codec, w.shape))
+            check(np.array_equal(w.ravel(), np.arange(1000 * 41943, dtype=np.int32)),
+                  "%s: w differs at %s" % (codec, np.flatnonzero(
+                      w.ravel() != np.arange(1000 * 41943, dtype=np.int32))[:5]))
+            del w
+            check(np.array_equal(f["flat"][()], np.arange(20000000, dtype=np.int32)[::-1]),
+                  "%s: flat differs" % codec)
+            check(f["small"][()].tolist() == list(range(7)), "%s: small" % codec)
+        os.unlink(out)

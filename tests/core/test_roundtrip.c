@@ -884,3 +884,102 @@ Test(roundtrip, shuffle_width_of_every_dtype)
     ckpt_store_free(st);
     tc_state_free(&s);
 }
+
+/* The window [a, b) of tensor `name` read with ckpt_checkpoint_read_range
+ * is `data`'s, and nothing past it is written. */
+static void check_window(ckpt_checkpoint *ck, const char *name, const unsigned char *data,
+                         unsigned char *buf, uint64_t a, uint64_t b)
+{
+    memset(buf, 0xEE, (size_t)(b - a) + 1);
+    int rc = ckpt_checkpoint_read_range(ck, name, a, buf, b - a);
+    cr_assert_eq(rc, CKPT_OK, "%s [%" PRIu64 ", %" PRIu64 "): %s", name, a, b,
+                 ckpt_error_last());
+    cr_assert(memcmp(buf, data + a, (size_t)(b - a)) == 0, "%s [%" PRIu64 ", %" PRIu64 ")",
+              name, a, b);
+    cr_assert_eq(buf[b - a], 0xEE, "%s [%" PRIu64 ", %" PRIu64 ") wrote past its end", name, a,
+                 b);
+}
+
+/* ckpt_checkpoint_read_range: any window of a tensor, its chunks stored raw
+ * or compressed, cut at either end or not; a range past the tensor is
+ * refused; only the chunks a window touches are read, each verified whole
+ * (a damaged byte outside the window fails the window). */
+Test(roundtrip, read_range_gives_any_window_and_verifies_the_chunks_it_touches)
+{
+    enum { CH = 4096 };
+    tc_state s;
+    tc_state_init(&s);
+    int64_t n[1] = {(16 * CH + 100) / 4};
+    tc_state_add(&s, "raw", CKPT_F32, 1, n, TC_RANDOM, 7);
+    tc_state_add(&s, "coded", CKPT_F32, 1, n, TC_COMPRESSIBLE, 8);
+    ckpt_store_options o;
+    tc_opts(&o);
+    o.chunk_bytes = CH;
+    o.flags |= CKPT_OPEN_COMPRESS_ALL;
+    ckpt_store *st = NULL;
+    cr_assert_eq(ckpt_store_open(&st, tc_root, &o), CKPT_OK, "%s", ckpt_error_last());
+    tc_save_ok(st, 1, &s);
+    ckpt_save_stats stats;
+    ckpt_checkpoint *ck = NULL;
+    cr_assert_eq(ckpt_checkpoint_open(&ck, st, 1, CKPT_VERIFY_QUICK), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_assert_eq(ckpt_checkpoint_stats(ck, &stats), CKPT_OK);
+    cr_assert_lt(stats.stored_bytes, stats.raw_bytes, "nothing was compressed");
+
+    uint64_t size = s.t[0].bytes;
+    const uint64_t cuts[] = {0,    1,        CH - 1,   CH,        CH + 1,   2 * CH,
+                             3000 + 2 * CH,  size - CH - 1,       size - 100,
+                             size - 1,       size};
+    size_t ncuts = sizeof cuts / sizeof cuts[0];
+    unsigned char *buf = malloc((size_t)size + 1);
+    cr_assert_not_null(buf);
+    for (size_t t = 0; t < 2; t++)
+        for (size_t i = 0; i < ncuts; i++)
+            for (size_t j = i; j < ncuts; j++)
+                check_window(ck, s.t[t].name, s.t[t].data, buf, cuts[i], cuts[j]);
+
+    cr_assert_eq(ckpt_checkpoint_read_range(ck, "raw", size, buf, 0), CKPT_OK);
+    cr_assert_eq(ckpt_checkpoint_read_range(ck, "raw", size - 1, buf, 2), CKPT_EINVAL);
+    cr_assert(strstr(ckpt_error_last(), "outside tensor 'raw'"), "%s", ckpt_error_last());
+    cr_assert_eq(ckpt_checkpoint_read_range(ck, "raw", size + 1, buf, 0), CKPT_EINVAL);
+    cr_assert_eq(ckpt_checkpoint_read_range(ck, "raw", UINT64_MAX, buf, 2), CKPT_EINVAL);
+    cr_assert_eq(ckpt_checkpoint_read_range(ck, "raw", 0, NULL, 1), CKPT_EINVAL);
+    cr_assert_eq(ckpt_checkpoint_read_range(ck, "nothing", 0, buf, 1), CKPT_ENOTFOUND);
+    ckpt_checkpoint_free(ck);
+    ckpt_store_free(st);
+
+    /* Damage chunk 5 of "raw" (random bytes: stored raw, found in the
+     * shard by its first bytes) at its 11th byte. */
+    char *dir = tc_step_dir(tc_root, 1);
+    char *shard = tc_find_suffix(dir, ".shard");
+    cr_assert_not_null(shard);
+    int64_t ssize = tc_file_size(shard);
+    unsigned char *file = malloc((size_t)ssize);
+    FILE *f = fopen(shard, "rb");
+    cr_assert(f && fread(file, 1, (size_t)ssize, f) == (size_t)ssize);
+    fclose(f);
+    const unsigned char *want = (const unsigned char *)s.t[0].data + 5 * CH;
+    int64_t at = -1;
+    for (int64_t k = 0; k + 64 <= ssize && at < 0; k++)
+        if (memcmp(file + k, want, 64) == 0)
+            at = k;
+    cr_assert_geq(at, 0, "chunk 5 of 'raw' is not stored raw in the shard");
+    tc_flip_byte(shard, at + 10);
+
+    st = tc_open_ro(tc_root);
+    cr_assert_eq(ckpt_checkpoint_open(&ck, st, 1, CKPT_VERIFY_QUICK), CKPT_OK, "%s",
+                 ckpt_error_last());
+    check_window(ck, "raw", s.t[0].data, buf, 0, 5 * CH);
+    check_window(ck, "raw", s.t[0].data, buf, 6 * CH, size);
+    check_window(ck, "coded", s.t[1].data, buf, 0, size);
+    int rc = ckpt_checkpoint_read_range(ck, "raw", 5 * CH + 100, buf, 100);
+    cr_assert_eq(rc, CKPT_ECORRUPT, "a window in the damaged chunk, not on its damaged byte: "
+                                    "%d (%s)", rc, ckpt_error_last());
+    cr_assert(strstr(ckpt_error_last(), "tensor 'raw' chunk at byte 20480"), "%s",
+              ckpt_error_last());
+    cr_assert_eq(ckpt_checkpoint_read_range(ck, "raw", CH, buf, 6 * CH), CKPT_ECORRUPT);
+    ckpt_checkpoint_free(ck);
+    ckpt_store_free(st);
+    free(file), free(shard), free(dir), free(buf);
+    tc_state_free(&s);
+}

@@ -131,10 +131,14 @@ static void chunk_shape(const ckpt_tensor_info *ti, size_t esize, uint64_t targe
     }
 }
 
-/* Write every chunk of `data` compressed with zstd (filter 32015). */
+/* Write the chunks of rows [row0, row1) of the first dimension, whose
+ * bytes are `data`, compressed with zstd (filter 32015).  row0 is a
+ * multiple of chunk[0], and row1 too unless it is the last row: every
+ * chunk written is whole. */
 static int write_zstd_chunks(hid_t dset, const ckpt_tensor_info *ti, size_t esize,
-                             const hsize_t *chunk, const unsigned char *data, int level,
-                             cli_progress *prog, char *err, size_t errlen)
+                             const hsize_t *chunk, const unsigned char *data, hsize_t row0,
+                             hsize_t row1, int level, cli_progress *prog, char *err,
+                             size_t errlen)
 {
     int nd = ti->ndim, rc = -1;
     hsize_t grid[CKPT_MAX_DIMS], idx[CKPT_MAX_DIMS] = {0}, off[CKPT_MAX_DIMS];
@@ -144,6 +148,8 @@ static int write_zstd_chunks(hid_t dset, const ckpt_tensor_info *ti, size_t esiz
         grid[d] = ((hsize_t)ti->shape[d] + chunk[d] - 1) / chunk[d];
         cbytes *= chunk[d];
     }
+    grid[0] = (row1 + chunk[0] - 1) / chunk[0]; /* the slab's chunks only */
+    idx[0] = row0 / chunk[0];
     /* Element strides in the chunk and in the tensor. */
     for (int d = nd - 1; d >= 0; d--) {
         cstride[d] = d == nd - 1 ? 1 : cstride[d + 1] * chunk[d + 1];
@@ -175,6 +181,7 @@ static int write_zstd_chunks(hid_t dset, const ckpt_tensor_info *ti, size_t esiz
                 ti_ += (off[d] + r[d]) * tstride[d];
             }
             ti_ += off[nd - 1];
+            ti_ -= row0 * tstride[0]; /* data starts at row0 */
             memcpy(cbuf + ci * esize, data + ti_ * esize, ext[nd - 1] * esize);
             int d = nd - 2;
             while (d >= 0 && ++r[d] == ext[d])
@@ -196,9 +203,9 @@ static int write_zstd_chunks(hid_t dset, const ckpt_tensor_info *ti, size_t esiz
             raw *= ext[d];
         cli_progress_add(prog, raw);
         int d = nd - 1;
-        while (d >= 0 && ++idx[d] == grid[d])
+        while (d > 0 && ++idx[d] == grid[d])
             idx[d--] = 0;
-        if (d < 0)
+        if (d == 0 && ++idx[0] == grid[0])
             break;
     }
     rc = 0;
@@ -256,6 +263,33 @@ static int h5_path_taken(hid_t file, const char *name, char *why, size_t len)
 
 typedef enum { CODEC_NONE, CODEC_DEFLATE, CODEC_ZSTD } h5_codec;
 
+/* A tensor is exported in slabs of about this many bytes (export_tensor). */
+#define EXPORT_SLAB ((uint64_t)64 << 20)
+
+/* Write `data`, rows [r0, r1) of the first dimension of `dset` (`nd`
+ * dimensions `dims`), into their place in the dataset. */
+static int write_rows(hid_t dset, hid_t type, int nd, const hsize_t *dims, hsize_t r0,
+                      hsize_t r1, const void *data)
+{
+    hsize_t start[CKPT_MAX_DIMS] = {0}, count[CKPT_MAX_DIMS];
+    for (int d = 0; d < nd; d++)
+        count[d] = dims[d];
+    start[0] = r0;
+    count[0] = r1 - r0;
+    hid_t file_space = H5Dget_space(dset);
+    hid_t mem_space = H5Screate_simple(nd, count, NULL);
+    int rc = -1;
+    if (file_space >= 0 && mem_space >= 0 &&
+        H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, NULL, count, NULL) >= 0 &&
+        H5Dwrite(dset, type, mem_space, file_space, H5P_DEFAULT, data) >= 0)
+        rc = 0;
+    if (mem_space >= 0)
+        H5Sclose(mem_space);
+    if (file_space >= 0)
+        H5Sclose(file_space);
+    return rc;
+}
+
 /* Returns 0, or -1 with `err` set and *lib_status the libckpt status when
  * reading the tensor failed (0 for HDF5 and other errors). */
 static int export_tensor(hid_t file, hid_t lcpl, ckpt_checkpoint *ckpt,
@@ -288,19 +322,6 @@ static int export_tensor(hid_t file, hid_t lcpl, ckpt_checkpoint *ckpt,
         dims[d] = (hsize_t)ti->shape[d];
         nelem *= dims[d];
     }
-    if (!(buf = malloc(ti->bytes ? ti->bytes : 1))) {
-        snprintf(err, errlen, "tensor '%s': out of memory for %" PRIu64 " bytes", ti->name,
-                 ti->bytes);
-        goto done;
-    }
-    if (ti->bytes) {
-        int st = ckpt_checkpoint_read(ckpt, ti->name, buf, ti->bytes);
-        if (st != CKPT_OK) {
-            *lib_status = st;
-            snprintf(err, errlen, "cannot read tensor '%s': %s", ti->name, ckpt_error_last());
-            goto done;
-        }
-    }
     space = ti->ndim ? H5Screate_simple(ti->ndim, dims, NULL) : H5Screate(H5S_SCALAR);
     dcpl = H5Pcreate(H5P_DATASET_CREATE);
     if (space < 0 || dcpl < 0)
@@ -332,15 +353,53 @@ static int export_tensor(hid_t file, hid_t lcpl, ckpt_checkpoint *ckpt,
         goto h5fail;
     if (h5_set_str_attr(dset, "dtype", dname) < 0)
         goto h5fail;
-    if (chunked && codec == CODEC_ZSTD) {
-        if (write_zstd_chunks(dset, ti, esize, chunk, buf, level, prog, why, sizeof why) < 0) {
-            snprintf(err, errlen, "tensor '%s': %s", ti->name, why);
+    if (!nelem) {
+        rc = 0;
+        goto done;
+    }
+    /* The tensor is read and written a slab of rows of its first
+     * dimension at a time, EXPORT_SLAB bytes or one row if that is more
+     * (whole when it is smaller, or a scalar): a tensor larger than the
+     * memory left is exported too.  A compressed dataset's slabs hold
+     * whole chunks, so that HDF5 never compresses a chunk twice. */
+    uint64_t rowbytes = ti->ndim ? ti->bytes / dims[0] : ti->bytes;
+    hsize_t rows = ti->ndim ? dims[0] : 1, per = rows;
+    if (ti->bytes > EXPORT_SLAB) {
+        per = EXPORT_SLAB / rowbytes ? EXPORT_SLAB / rowbytes : 1;
+        if (chunked)
+            per = per < chunk[0] ? chunk[0] : per / chunk[0] * chunk[0];
+        if (per > rows)
+            per = rows;
+    }
+    if (!(buf = malloc((size_t)(per * rowbytes)))) {
+        snprintf(err, errlen, "tensor '%s': out of memory for %" PRIu64 " bytes", ti->name,
+                 (uint64_t)(per * rowbytes));
+        goto done;
+    }
+    for (hsize_t r0 = 0; r0 < rows; r0 += per) {
+        hsize_t r1 = rows - r0 < per ? rows : r0 + per;
+        int st = ckpt_checkpoint_read_range(ckpt, ti->name, r0 * rowbytes, buf,
+                                            (r1 - r0) * rowbytes);
+        if (st != CKPT_OK) {
+            *lib_status = st;
+            snprintf(err, errlen, "cannot read tensor '%s': %s", ti->name, ckpt_error_last());
             goto done;
         }
-    } else if (nelem) {
-        if (H5Dwrite(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
+        if (chunked && codec == CODEC_ZSTD) {
+            if (write_zstd_chunks(dset, ti, esize, chunk, buf, r0, r1, level, prog, why,
+                                  sizeof why) < 0) {
+                snprintf(err, errlen, "tensor '%s': %s", ti->name, why);
+                goto done;
+            }
+            continue;
+        }
+        if (per == rows) {
+            if (H5Dwrite(dset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
+                goto h5fail;
+        } else if (write_rows(dset, type, ti->ndim, dims, r0, r1, buf) < 0) {
             goto h5fail;
-        cli_progress_add(prog, ti->bytes);
+        }
+        cli_progress_add(prog, (r1 - r0) * rowbytes);
     }
     rc = 0;
     goto done;

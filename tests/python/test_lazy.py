@@ -142,3 +142,64 @@ def test_dropped_checkpoints_release_their_files(store):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         store.close()
+
+
+def test_rows_of_a_tensor_read_alone(root):
+    """get_rows: any rows of a tensor along its first dimension, with
+    Python's slice bounds, whatever the chunk boundaries (rows of 1,200
+    bytes in chunks of 4 KiB); a 0-d tensor has none."""
+    table = RNG.standard_normal((1000, 300)).astype(np.float32)
+    with open_store(root, chunk_bytes=4096) as store:
+        store.save(1, {"table": table, "flat": BIG[:5000], "n": 7.5,
+                       "scalar": np.array(2.0)}).wait()
+        with store.open() as ck:
+            for lo, hi in [(None, None), (0, 1), (3, 17), (-5, None),
+                           (999, 1000), (500, 400), (None, 2000), (-2000, 4),
+                           (np.int64(10), np.int32(13))]:
+                got = ck.get_rows("table", lo, hi)
+                want = table[lo:hi]
+                assert got.shape == want.shape and got.dtype == np.float32
+                assert np.array_equal(got, want), (lo, hi)
+            assert np.array_equal(ck.get_rows("flat", 4095, 4100),
+                                  BIG[4095:4100])
+            with pytest.raises(libckpt.InvalidArgumentError, match="0-d"):
+                ck.get_rows("scalar")
+            with pytest.raises(TypeError, match="not float"):
+                ck.get_rows("table", 1.5)
+            with pytest.raises(libckpt.NotFoundError, match="nope"):
+                ck.get_rows("nope", 0, 1)
+
+
+def test_rows_read_only_their_chunks(damaged):
+    """get_rows reads the chunks holding its rows, each verified whole:
+    rows in the damaged chunk of BIG (1 MiB chunks of 131,072 values)
+    raise CorruptError, even a few of them, and the rows of the other
+    chunks come back."""
+    per = (1 << 20) // 8
+    with open_store(damaged) as store:
+        with store.open(2) as ck:
+            bad = []
+            for c in range(4):
+                try:
+                    got = ck.get_rows("optim.state.0.exp_avg", c * per,
+                                      (c + 1) * per)
+                except libckpt.CorruptError:
+                    bad.append(c)
+                    with pytest.raises(libckpt.CorruptError):
+                        ck.get_rows("optim.state.0.exp_avg", c * per + 10,
+                                    c * per + 12)
+                    continue
+                assert np.array_equal(got, BIG[c * per:(c + 1) * per])
+            assert len(bad) == 1, bad
+
+
+def test_rows_as_torch_tensors(store):
+    torch = pytest.importorskip("torch")
+    t = torch.arange(60, dtype=torch.float32).reshape(20, 3).to(torch.bfloat16)
+    store.save(1, {"t": t}).wait()
+    with store.open() as ck:  # "auto": saved from torch
+        got = ck.get_rows("t", 5, 9)
+        assert got.dtype == torch.bfloat16 and torch.equal(got, t[5:9])
+    with store.open(framework="np") as ck:
+        got = ck.get_rows("t", 5, 9)
+        assert got.dtype == np.uint16 and got.shape == (4, 3)

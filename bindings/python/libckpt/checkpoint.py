@@ -309,6 +309,43 @@ class Checkpoint:
             return read_tensor(ck, info, self._codes[name], kind,
                                self.device)
 
+    def get_rows(self, name: str, start: Optional[int] = None,
+                 stop: Optional[int] = None) -> Any:
+        """Rows ``start:stop`` of tensor `name` along its first dimension
+        (Python slice bounds, negative ones counting from the end): a
+        slice of an embedding table, or a rank's shard of a tensor saved
+        whole.  Only the chunks holding those rows are read, each verified
+        whole (:class:`CorruptError` if damaged); the rest of the tensor
+        is never in memory."""
+        info = self.info(name)
+        if not info.shape:
+            raise InvalidArgumentError("tensor %r is 0-d: it has no rows"
+                                       % name)
+        if not ffi.HAVE_READ_RANGE:
+            raise NotImplementedError(
+                "get_rows needs libckpt with ckpt_checkpoint_read_range; %s "
+                "is %s" % (ffi.library_path, ffi.LIBRARY_VERSION))
+        for bound in (start, stop):
+            if bound is not None and not isinstance(bound, (int, np.integer)):
+                raise TypeError("get_rows: start and stop are ints or None, "
+                                "not %s" % type(bound).__name__)
+        lo, hi, _ = slice(start, stop).indices(info.shape[0])
+        hi = max(lo, hi)
+        row = info.bytes // info.shape[0] if info.shape[0] else 0
+        part = TensorInfo(info.name, info.dtype, (hi - lo,) + info.shape[1:],
+                          (hi - lo) * row, 0, 0)
+        kind = self.framework
+        if kind == "auto":
+            kind = _auto_kind(self._origin.get(name, "np"),
+                              self._codes[name], True)
+        out, ptr = _allocate(part, self._codes[name], kind)
+        with self._h.use() as ck:
+            C.ckpt_checkpoint_read_range(ck, name.encode("utf-8"), lo * row,
+                                         ptr or None, part.bytes)
+        if kind == "pt" and self.device is not None:
+            out = out.to(self.device)
+        return out
+
     def get_tensors(self, names: Optional[Iterable[str]] = None, *,
                     prefix: Optional[str] = None) -> Dict[str, Any]:
         """Read several tensors into {name: tensor}: those named, or those

@@ -390,6 +390,9 @@ _fn("ckpt_checkpoint_manifest", _str, [checkpoint_p])
 _fn("ckpt_checkpoint_time", ctypes.c_double, [checkpoint_p])
 _fn("ckpt_checkpoint_stats", _int, [checkpoint_p, _P(ckpt_save_stats)])
 _fn("ckpt_checkpoint_read", _int, [checkpoint_p, _str, _vp, _u64])
+# Whether this library reads a byte range of a tensor (Checkpoint.get_rows).
+HAVE_READ_RANGE = _fn("ckpt_checkpoint_read_range", _int,
+                      [checkpoint_p, _str, _u64, _vp, _u64], optional=True)
 # Whether this library reads many tensors of a checkpoint in one call.
 HAVE_CHECKPOINT_RESTORE = _fn(
     "ckpt_checkpoint_restore", _int,

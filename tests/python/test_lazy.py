@@ -166,6 +166,8 @@ def test_rows_of_a_tensor_read_alone(root):
                 ck.get_rows("scalar")
             with pytest.raises(TypeError, match="not float"):
                 ck.get_rows("table", 1.5)
+            with pytest.raises(TypeError, match="not bool"):
+                ck.get_rows("table", True)
             with pytest.raises(libckpt.NotFoundError, match="nope"):
                 ck.get_rows("nope", 0, 1)
 

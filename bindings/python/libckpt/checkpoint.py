@@ -326,7 +326,8 @@ class Checkpoint:
                 "get_rows needs libckpt with ckpt_checkpoint_read_range; %s "
                 "is %s" % (ffi.library_path, ffi.LIBRARY_VERSION))
         for bound in (start, stop):
-            if bound is not None and not isinstance(bound, (int, np.integer)):
+            if bound is not None and (not isinstance(bound, (int, np.integer))
+                                      or isinstance(bound, bool)):
                 raise TypeError("get_rows: start and stop are ints or None, "
                                 "not %s" % type(bound).__name__)
         lo, hi, _ = slice(start, stop).indices(info.shape[0])

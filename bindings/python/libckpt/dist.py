@@ -219,6 +219,10 @@ def load_resharded(store: Any, select: Union[Callable[[str], bool],
         mine = store._step_numbers()
         store._quiet_others()  # other stores' saves on this coordinator
         check_framework(framework, None)
+        # Taken once: a generator of names would be used up by the first
+        # step tried, and an older one then "hold" none of them.
+        if not callable(select):
+            select = frozenset(select)
     except Exception as e:  # noqa: BLE001 - every rank must hear of it
         early, mine = e, []
     skipped = []
@@ -313,7 +317,7 @@ def _load_step(store: Any, step: int, select: Any, framework: str
     with store.open(step) as ck:
         infos = ck.tensors()
         origin = ck._origin if framework == "auto" else {}
-        wanted = (set(select) if not callable(select) else None)
+        wanted = select if not callable(select) else None
         chosen = [i for i in infos
                   if (select(i.name) if wanted is None else i.name in wanted)]
         if wanted is not None and len(chosen) != len(wanted):

@@ -1135,6 +1135,13 @@ CKPT_API int ckpt_checkpoint_find(const ckpt_checkpoint *ckpt, const char *name,
  *  as the caller wrote it less the whitespace between tokens, or, for text
  *  the quick check is not sure of, as jansson prints it (docs/FORMAT.md). */
 CKPT_API const char *ckpt_checkpoint_metadata(const ckpt_checkpoint *ckpt);
+/** How many ranks saved this step (docs/SCALING.md): 1 for a step saved
+ *  by one process, and for a NULL `ckpt`.  Thread-safe. */
+CKPT_API int ckpt_checkpoint_world_size(const ckpt_checkpoint *ckpt);
+/** The rank that saved tensor `i` (< count) in `*rank`: the rank whose
+ *  shard holds it; 0 on a step saved by one process.  Returns CKPT_OK;
+ *  CKPT_EINVAL (a NULL argument, or `i` out of range).  Thread-safe. */
+CKPT_API int ckpt_checkpoint_tensor_rank(const ckpt_checkpoint *ckpt, size_t i, int *rank);
 /** The metadata rank `rank` gave when it saved this step, in `*json`
  *  (owned by the checkpoint, as the strings below).  Several ranks save
  *  one step, each with its own metadata: ckpt_checkpoint_metadata is rank

@@ -52,6 +52,23 @@ CKPT_API size_t ckpt_checkpoint_tensor_count(const ckpt_checkpoint *ck)
     return ck ? ck->m.ntensors : 0;
 }
 
+CKPT_API int ckpt_checkpoint_world_size(const ckpt_checkpoint *ck)
+{
+    return ck && ck->m.world_size > 1 ? (int)ck->m.world_size : 1;
+}
+
+CKPT_API int ckpt_checkpoint_tensor_rank(const ckpt_checkpoint *ck, size_t i, int *rank)
+{
+    if (!ck || !rank)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_tensor_rank: NULL argument");
+    if (i >= ck->m.ntensors)
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_tensor_rank: index %zu out of range "
+                           "(%zu tensors)", i, (size_t)ck->m.ntensors);
+    /* Shard r is rank r's on a step of several ranks (FORMAT.md). */
+    *rank = ck->m.world_size > 1 ? (int)ck->m.tensors[i].shard : 0;
+    return CKPT_OK;
+}
+
 CKPT_API int ckpt_checkpoint_tensor(const ckpt_checkpoint *ck, size_t i, ckpt_tensor_info *info)
 {
     if (!ck || !info)

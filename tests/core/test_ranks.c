@@ -1044,6 +1044,23 @@ Test(ranks, each_ranks_metadata_is_read_back)
         cr_assert_str_eq(json, want, "rank %d", r);
     }
     cr_assert_str_eq(ckpt_checkpoint_metadata(ck), "{\"mine\":100}");
+    /* Each tensor's rank and the world size, without the manifest's text
+     * (rank r saves "rank<r>.w" and "rank<r>.step"). */
+    cr_assert_eq(ckpt_checkpoint_world_size(ck), WORLD);
+    size_t n = ckpt_checkpoint_tensor_count(ck);
+    cr_assert_eq(n, 2 * WORLD);
+    for (size_t i = 0; i < n; i++) {
+        ckpt_tensor_info info;
+        int rank = -1, named = -1;
+        cr_assert_eq(ckpt_checkpoint_tensor(ck, i, &info), CKPT_OK);
+        cr_assert_eq(sscanf(info.name, "rank%d.", &named), 1, "%s", info.name);
+        cr_assert_eq(ckpt_checkpoint_tensor_rank(ck, i, &rank), CKPT_OK);
+        cr_assert_eq(rank, named, "%s: rank %d", info.name, rank);
+    }
+    int rank = -1;
+    cr_assert_eq(ckpt_checkpoint_tensor_rank(ck, n, &rank), CKPT_EINVAL);
+    cr_assert_eq(ckpt_checkpoint_tensor_rank(ck, 0, NULL), CKPT_EINVAL);
+    cr_assert_eq(ckpt_checkpoint_world_size(NULL), 1);
     cr_assert_eq(ckpt_checkpoint_rank_metadata(ck, WORLD, &json), CKPT_ENOTFOUND);
     cr_assert_null(json);
     cr_assert_eq(ckpt_checkpoint_rank_metadata(ck, -1, &json), CKPT_ENOTFOUND);

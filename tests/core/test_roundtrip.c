@@ -397,6 +397,11 @@ Test(roundtrip, thousands_of_tiny_tensors)
     cr_assert_eq(ckpt_checkpoint_tensors(ck, 2990, 11, infos), CKPT_EINVAL);
     cr_assert(strstr(ckpt_error_last(), "out of range"), "%s", ckpt_error_last());
     cr_assert_eq(ckpt_checkpoint_tensors(ck, 3001, 0, infos), CKPT_EINVAL);
+    int rank = -1; /* one process: world 1, every tensor rank 0's */
+    cr_assert_eq(ckpt_checkpoint_world_size(ck), 1);
+    cr_assert_eq(ckpt_checkpoint_tensor_rank(ck, 2999, &rank), CKPT_OK);
+    cr_assert_eq(rank, 0);
+    cr_assert_eq(ckpt_checkpoint_tensor_rank(ck, 3000, &rank), CKPT_EINVAL);
     cr_assert_eq(ckpt_checkpoint_tensors(ck, 3000, 0, NULL), CKPT_OK);
     free(infos);
 

@@ -583,6 +583,8 @@ class _Lazy:
 
 def world_of(ck: Any) -> int:
     """How many ranks saved the step open as `ck` (1: one process)."""
+    if ffi.HAVE_WORLD_SIZE:  # not by parsing the whole manifest again
+        return max(int(C.ckpt_checkpoint_world_size(ck)), 1)
     world = json.loads(C.ckpt_checkpoint_manifest(ck)).get("world_size", 1)
     return world if type(world) is int and world > 1 else 1
 

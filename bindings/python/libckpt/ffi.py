@@ -382,6 +382,9 @@ HAVE_CHECKPOINT_TENSORS = _fn("ckpt_checkpoint_tensors", _int,
                                _P(ckpt_tensor_info)], optional=True)
 _fn("ckpt_checkpoint_find", _int, [checkpoint_p, _str, _P(_size)])
 _fn("ckpt_checkpoint_metadata", _str, [checkpoint_p])
+# Whether this library says a step's world size without the manifest's text.
+HAVE_WORLD_SIZE = _fn("ckpt_checkpoint_world_size", _int, [checkpoint_p],
+                      check=False, optional=True)
 # Whether this library reads a rank's own metadata (several ranks).
 HAVE_RANK_METADATA = _fn("ckpt_checkpoint_rank_metadata", _int,
                          [checkpoint_p, _int, _P(_str)], optional=True)

@@ -123,6 +123,18 @@ def test_bfloat16_comes_back_as_torch_bfloat16(store):
     assert isinstance(as_np["t"], np.ndarray) and as_np["t"].itemsize == 2
 
 
+def _python_child(code, *args):
+    """The output of `code` run by this Python in a child process with
+    `args` (which must succeed): a program that may lack torch."""
+    import subprocess
+    import sys
+    from conftest import sub_env
+    out = subprocess.run([sys.executable, "-c", code, *args],
+                         env=sub_env(), capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out
+
+
 def test_resharded_load_of_bfloat16_into_numpy(store, tmp_path):
     """load_resharded with framework="np", and with the default where
     torch cannot be imported, gives a bfloat16 tensor as its bit pattern,
@@ -147,12 +159,7 @@ def test_resharded_load_of_bfloat16_into_numpy(store, tmp_path):
         "s = libckpt.Store(sys.argv[1], readonly=True)\n"
         "step, st = load_resharded(s, ['t'])\n"
         "print(step, st['t'].dtype, st['t'].tolist())\n")
-    from conftest import sub_env
-    import subprocess
-    import sys
-    out = subprocess.run([sys.executable, "-c", code, path],
-                         env=sub_env(), capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
+    out = _python_child(code, path)
     assert out.stdout.strip() == "1 uint16 %s" % bits.tolist()
 
 
@@ -218,12 +225,7 @@ def test_default_load_without_torch_gives_numpy(store, tmp_path):
         "    s.load(framework='pt')\n"
         "except ImportError as e:\n"
         "    print('pt: ImportError', 'torch' in str(e))\n")
-    from conftest import sub_env
-    import subprocess
-    import sys
-    out = subprocess.run([sys.executable, "-c", code, path],
-                         env=sub_env(), capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
+    out = _python_child(code, path)
     assert out.stdout.splitlines() == [
         "1 3 float32 [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]", "pt: ImportError True"]
 
@@ -241,12 +243,7 @@ def test_loading_numpy_state_does_not_import_torch(tmp_path):
         "w = s.open(1).get_tensor('w')\n"
         "s.close()\n"
         "print(step, st['w'].tolist(), st['opt']['lr'], w.dtype, 'torch' in sys.modules)\n")
-    from conftest import sub_env
-    import subprocess
-    import sys
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "ck")],
-                         env=sub_env(), capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
+    out = _python_child(code, str(tmp_path / "ck"))
     assert out.stdout.split() == ["1", "[0.0,", "1.0,", "2.0,", "3.0,", "4.0,", "5.0]",
                                   "0.1", "float32", "False"]
 
@@ -473,12 +470,7 @@ def test_torch_values_load_as_text_without_torch(store):
         "st = libckpt.Store(sys.argv[1], readonly=True).load()[1]\n"
         "print(st['amp'], st['on'], type(st['w']).__name__,\n"
         "      type(st['shape']).__name__, *st['shape'])\n")
-    from conftest import sub_env
-    import subprocess
-    import sys
-    out = subprocess.run([sys.executable, "-c", code, path],
-                         env=sub_env(), capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
+    out = _python_child(code, path)
     assert out.stdout.split() == ["torch.float16", "cuda:0", "ndarray",
                                   "tuple", "4", "5"]
 

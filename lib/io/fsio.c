@@ -146,15 +146,33 @@ int fsio_fsync(const fsio *fs, int fd)
     return 0;
 }
 
-int fsio_writeback(const fsio *fs, int fd)
+int fsio_writeback(const fsio *fs, int fd, uint64_t off, uint64_t len)
 {
-    (void)fs;
+    if (fs && fs->hint)
+        fs->hint(fs->ctx, fd, off, len, 1);
 #if defined(__linux__)
     unsigned flags = SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
                      SYNC_FILE_RANGE_WAIT_AFTER;
-    return sync_file_range(fd, 0, 0, flags) == 0 ? 0 : -errno;
+    return sync_file_range(fd, (off_t)off, (off_t)len, flags) == 0 ? 0 : -errno;
 #else
     (void)fd;
+    (void)off;
+    (void)len;
+    return -ENOSYS;
+#endif
+}
+
+int fsio_writeback_start(const fsio *fs, int fd, uint64_t off, uint64_t len)
+{
+    if (len == 0)
+        return 0; /* 0 would mean "to the end of the file" */
+    if (fs && fs->hint)
+        fs->hint(fs->ctx, fd, off, len, 0);
+#if defined(__linux__)
+    return sync_file_range(fd, (off_t)off, (off_t)len, SYNC_FILE_RANGE_WRITE) == 0 ? 0 : -errno;
+#else
+    (void)fd;
+    (void)off;
     return -ENOSYS;
 #endif
 }

@@ -43,11 +43,17 @@ typedef void (*fsio_trace_fn)(void *ctx, const fsio_event *ev);
 typedef size_t (*fsio_write_fn)(void *ctx, int fd, uint64_t off, const void **data,
                                 size_t n);
 
+/* Told of each write-back hint before it is given (fsio_writeback_start:
+ * `wait` 0; fsio_writeback: 1): the hints are neither faulted nor traced,
+ * and this only watches them. */
+typedef void (*fsio_hint_fn)(void *ctx, int fd, uint64_t off, uint64_t len, int wait);
+
 typedef struct fsio {
     fsio_fault_fn fault; /* all NULL in production */
     fsio_trace_fn trace;
     fsio_write_fn write;
     void *ctx;           /* passed to each of them */
+    fsio_hint_fn hint;
 } fsio;
 
 int fsio_open(const fsio *fs, const char *path, int flags, int mode);
@@ -67,13 +73,19 @@ int64_t fsio_preadv(const fsio *fs, int fd, struct iovec *iov, int iovcnt, uint6
 int fsio_pwrite(const fsio *fs, int fd, const void *buf, size_t n, uint64_t off);
 int fsio_fsync(const fsio *fs, int fd);
 int fsio_fsync_path(const fsio *fs, const char *dir); /* open O_RDONLY + fsync */
-/* Write the file's dirty pages out now and wait for them (Linux
- * sync_file_range): a hint that starts the disk early and lets the caller
- * time it.  It promises no durability (no metadata, no device cache flush;
+/* Write the dirty pages of [off, off + len) of `fd` out now and wait for
+ * them (Linux sync_file_range; len 0: to the end of the file): a hint that
+ * keeps the disk busy and lets the caller time it.  It promises no durability (no metadata, no device cache flush;
  * only fsync does), so it is neither faulted nor traced: a test's fault
  * counts and power-loss replay stay what the durable calls make them.
  * 0, or -errno where the file system cannot (callers ignore it). */
-int fsio_writeback(const fsio *fs, int fd);
+int fsio_writeback(const fsio *fs, int fd, uint64_t off, uint64_t len);
+/* Start writing [off, off + len) of `fd` out to the disk and return
+ * without waiting (sync_file_range, SYNC_FILE_RANGE_WRITE): the disk works
+ * while the caller goes on, instead of idling until someone waits.  A
+ * hint like fsio_writeback (no durability, never faulted or traced).
+ * 0, or -errno where the file system cannot (callers ignore it). */
+int fsio_writeback_start(const fsio *fs, int fd, uint64_t off, uint64_t len);
 /* Drop the clean pages of [off, off + len) of `fd` from the page cache
  * (POSIX_FADV_DONTNEED): a hint, like fsio_writeback never faulted or
  * traced.  Dirty pages stay (the kernel drops only what is on the disk),

@@ -42,6 +42,34 @@ static double rate_get(const rate *r)
     return m;
 }
 
+/* The disk's rate is bytes over seconds summed across its last rounds,
+ * not the fastest round: a disk's write cache (or a throttle's allowance)
+ * takes the first megabytes at once, and that burst is not its rate. */
+#define FLOW_WINDOW 8
+
+typedef struct flow {
+    double bytes[FLOW_WINDOW], secs[FLOW_WINDOW];
+    unsigned n;
+} flow;
+
+static void flow_add(flow *f, double bytes, double secs)
+{
+    f->bytes[f->n % FLOW_WINDOW] = bytes;
+    f->secs[f->n % FLOW_WINDOW] = secs;
+    f->n++;
+}
+
+/* Seconds per byte, or -1 before the first round. */
+static double flow_get(const flow *f)
+{
+    double b = 0, t = 0;
+    for (unsigned i = 0; i < FLOW_WINDOW && i < f->n; i++) {
+        b += f->bytes[i];
+        t += f->secs[i];
+    }
+    return b > 0 ? t / b : -1;
+}
+
 struct adapt {
     pthread_mutex_t lock; /* protects everything below */
     int workers;
@@ -50,12 +78,14 @@ struct adapt {
     rate zstd;            /* worker: shuffle + zstd + hashes, per raw byte */
     rate hash;            /* worker: hash only (raw chunk), per raw byte */
     rate write;           /* worker: pwrite (+ read-back), per stored byte */
-    rate disk;            /* disk: write-back, per stored byte */
+    flow disk;            /* disk: write-back, per stored byte */
     double ratio;         /* stored / raw of compressed chunks (< 0: unknown) */
     /* The save in flight: projected-then-measured totals. */
     double work_s;        /* worker seconds */
     double stored;        /* stored bytes */
     int probes;           /* samples taken to measure zstd this save */
+    double t_begin;       /* the save's first choice (0: none yet) */
+    double written;       /* stored bytes written so far */
 };
 
 int adapt_create(adapt **out, int workers, int compress_all)
@@ -84,6 +114,8 @@ void adapt_save_begin(adapt *a)
     pthread_mutex_lock(&a->lock);
     a->work_s = a->stored = 0;
     a->probes = 0;
+    a->t_begin = 0;
+    a->written = 0;
     pthread_mutex_unlock(&a->lock);
 }
 
@@ -100,7 +132,7 @@ static double max2(double x, double y)
 void adapt_choose(adapt *a, size_t n, adapt_ticket *t)
 {
     pthread_mutex_lock(&a->lock);
-    double W = a->workers, disk = known(rate_get(&a->disk));
+    double W = a->workers, disk = known(flow_get(&a->disk));
     double wr = known(rate_get(&a->write)), z = rate_get(&a->zstd);
     double r = a->ratio >= 0 ? a->ratio : 1;
     double zw = n * (known(z) + r * wr), zs = r * n;                 /* compressed */
@@ -113,7 +145,17 @@ void adapt_choose(adapt *a, size_t n, adapt_ticket *t)
     } else {
         double tz = max2((a->work_s + zw) / W, (a->stored + zs) * disk);
         double tr = max2((a->work_s + rw) / W, (a->stored + rs) * disk);
-        compress = tz <= tr;
+        /* Where compressing costs the workers time (writes cheaper than
+         * zstd), it pays only while the disk has other bytes to write
+         * meanwhile: at a save's start, or with a disk that keeps up with
+         * the workers, the disk would wait for this chunk (and at the
+         * save's end nothing hides the wait), so those chunks go raw.  The
+         * backlog assumes the disk busy since the first choice. */
+        double now = util_now();
+        if (a->t_begin == 0)
+            a->t_begin = now;
+        double backlog = a->written * disk - (now - a->t_begin);
+        compress = tz <= tr && (zw <= rw || backlog >= n * z);
     }
     *t = (adapt_ticket){compress, n, compress ? zw : rw, compress ? zs : rs};
     a->work_s += t->work_s;
@@ -152,6 +194,7 @@ void adapt_record(adapt *a, const adapt_ticket *t, size_t stored, double encode_
     pthread_mutex_lock(&a->lock);
     a->work_s += encode_s + write_s - t->work_s;
     a->stored += (double)stored - t->stored;
+    a->written += (double)stored;
     if (t->n > 0) {
         if (t->compress) {
             rate_add(&a->zstd, encode_s / t->n);
@@ -165,9 +208,17 @@ void adapt_record(adapt *a, const adapt_ticket *t, size_t stored, double encode_
     pthread_mutex_unlock(&a->lock);
 }
 
-static void describe_rate(char *buf, size_t n, const char *name, const rate *r)
+void adapt_record_disk(adapt *a, uint64_t bytes, double secs)
 {
-    double v = rate_get(r);
+    if (bytes == 0 || secs <= 0)
+        return;
+    pthread_mutex_lock(&a->lock);
+    flow_add(&a->disk, (double)bytes, secs);
+    pthread_mutex_unlock(&a->lock);
+}
+
+static void describe_secs(char *buf, size_t n, const char *name, double v)
+{
     size_t used = strlen(buf);
     if (used + 1 >= n)
         return;
@@ -183,10 +234,10 @@ void adapt_describe(adapt *a, char *buf, size_t n)
         return;
     buf[0] = '\0';
     pthread_mutex_lock(&a->lock);
-    describe_rate(buf, n, "zstd", &a->zstd);
-    describe_rate(buf, n, "hash", &a->hash);
-    describe_rate(buf, n, "write", &a->write);
-    describe_rate(buf, n, "disk", &a->disk);
+    describe_secs(buf, n, "zstd", rate_get(&a->zstd));
+    describe_secs(buf, n, "hash", rate_get(&a->hash));
+    describe_secs(buf, n, "write", rate_get(&a->write));
+    describe_secs(buf, n, "disk", flow_get(&a->disk));
     size_t used = strlen(buf);
     if (used + 1 < n)
         snprintf(buf + used, n - used, " ns/B; ratio %.3f", a->ratio);
@@ -228,15 +279,13 @@ int adapt_wait_jobs(adapt *a, pool_group *g, shard_writer *w, int writeback, int
         /* Below `settled` every frame was written (and checked) before the
          * write-back starts, so it is clean once the write-back returns. */
         uint64_t settled = drop ? shard_writer_settled(w) : 0;
-        double t0 = util_now();
-        if (shard_writer_writeback(w) != 0) {
+        uint64_t bytes;
+        double secs;
+        if (shard_writer_writeback(w, &bytes, &secs) != 0) {
             writeback = 0; /* not supported here: the final fsync does it all */
             break;
         }
-        double dt = util_now() - t0;
-        pthread_mutex_lock(&a->lock);
-        rate_add(&a->disk, dt / (double)(written - flushed));
-        pthread_mutex_unlock(&a->lock);
+        adapt_record_disk(a, bytes, secs);
         flushed = written;
         if (settled > dropped) {
             shard_writer_drop_cache(w, dropped, settled); /* a hint: errors ignored */

@@ -2,20 +2,25 @@
  * soon as the disk allows.
  *
  * A save runs two resources side by side: the workers (hash, maybe zstd,
- * pwrite into the page cache) and the disk (write-back, which the persist
- * thread drives and times while the workers run).  Compressing a chunk
- * costs worker time and saves disk time.  From measured rates (worker
- * seconds per byte to compress, to hash only, to pwrite; disk seconds per
- * byte written back; the compression ratio), each chunk takes the choice
- * that keeps the projected finish, max(worker time / workers, disk time),
- * lowest, compressing on a tie: on slow storage every chunk is compressed,
- * on storage faster than the cores some go raw.  zstd's rate and ratio are
- * measured on a sample at the start of every save (adapt_probe_wanted).  A chunk that would not
- * shrink is stored raw either way (codec_encode).
+ * pwrite into the page cache) and the disk (write-back: each frame's pages
+ * are handed to it as soon as they are written, when the save fsyncs, and
+ * the persist thread times it in rounds while the workers run).
+ * Compressing a chunk costs worker time and saves disk time.  From
+ * measured rates (worker seconds per byte to compress, to hash only, to
+ * pwrite; disk seconds per byte written back; the compression ratio), each
+ * chunk takes the choice that keeps the projected finish, max(worker time
+ * / workers, disk time), lowest, compressing on a tie: on slow storage
+ * every chunk is compressed, on storage faster than the cores some go raw.
+ * Where compressing costs the workers time, a chunk is compressed only
+ * while the disk has a backlog to write meanwhile: the first chunks of a
+ * save go raw (the disk starts at once), and a disk that keeps up with the
+ * workers is never left waiting for zstd.  zstd's rate and ratio are
+ * measured on a sample at the start of every save (adapt_probe_wanted).  A
+ * chunk that would not shrink is stored raw either way (codec_encode).
  *
  * One per store: rates learnt in one save carry to the next.  Thread-safe
  * (one mutex): workers of the save in flight call choose/record, its
- * persist thread drives the write-back. */
+ * persist thread times the write-back. */
 #ifndef CKPT_ADAPT_H
 #define CKPT_ADAPT_H
 
@@ -61,12 +66,17 @@ void adapt_choose(adapt *a, size_t n, adapt_ticket *t);
 void adapt_record(adapt *a, const adapt_ticket *t, size_t stored, double encode_s,
                   double write_s);
 
+/* A write-back round: the disk wrote `bytes` in `secs` seconds (ignored
+ * when either is 0).  The disk's rate is the sum over its last rounds, so
+ * that a burst into a write cache does not stand for it. */
+void adapt_record_disk(adapt *a, uint64_t bytes, double secs);
+
 /* The rates learnt so far, in words (nanoseconds per byte; "-" where not
  * measured yet), into `buf` of `n` bytes: for messages and tests. */
 void adapt_describe(adapt *a, char *buf, size_t n);
 
-/* The persist thread: until every job of `g` has run, write the frames
- * written so far back to the disk (when `writeback`; the save fsyncs) and
+/* The persist thread: until every job of `g` has run, wait for the frames
+ * written so far to reach the disk (when `writeback`; the save fsyncs) and
  * time it, which is how the disk's rate is known; with `drop`, the frames
  * written back and checked then leave the page cache
  * (adapt_drop_wanted).  Returns pool_group_wait(g). */

@@ -896,6 +896,8 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
         free(path);
         if (!rc)
             layout_file_made(&st->lay, shard_writer_fd(s->writer));
+        if (!rc && st->lay.fsync) /* the save ends in an fsync: start the disk now */
+            shard_writer_write_back_early(s->writer);
     }
     if (!rc && any_device && !stage && st->opts.snapshot_mode == CKPT_SNAPSHOT_DEVICE) {
         if (many)

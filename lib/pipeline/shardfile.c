@@ -10,6 +10,9 @@
 #include "error.h"
 #include "util.h"
 
+/* Writes remembered between two write-back rounds (more merge). */
+#define WRITE_LOG 64
+
 struct shard_writer {
     const fsio *fs;
     char *path;
@@ -22,7 +25,38 @@ struct shard_writer {
     size_t nbusy, capbusy; /* written and read back (one per worker) */
     shard_entry *entries;
     uint64_t count, cap;
+    /* Write-back: with `early`, each frame range is handed to the disk as
+     * soon as it is written.  `log` holds the writes not yet counted by a
+     * write-back round (shard_writer_writeback), for the disk's rate. */
+    int early;
+    struct written_range {
+        double t;        /* when its write-back could start (seconds) */
+        uint64_t end;    /* end offset of the range (a merged entry: the
+                            largest) */
+        uint64_t bytes;  /* bytes written */
+    } log[WRITE_LOG];
+    size_t nlog;
+    uint64_t synced;     /* offset below which the last round waited */
+    double round_end;    /* when the last round's wait returned (0: none) */
 };
+
+/* Under w->lock: note a written range; when the log is full, pairs of
+ * entries merge (earliest time, largest end, bytes summed), which only
+ * makes the rate estimate more cautious. */
+static void log_written(shard_writer *w, double t, uint64_t end, uint64_t bytes)
+{
+    if (w->nlog == WRITE_LOG) {
+        size_t k = 0;
+        for (size_t i = 0; i + 1 < WRITE_LOG; i += 2, k++) {
+            struct written_range a = w->log[i], b = w->log[i + 1];
+            w->log[k] = (struct written_range){a.t < b.t ? a.t : b.t,
+                                               a.end > b.end ? a.end : b.end,
+                                               a.bytes + b.bytes};
+        }
+        w->nlog = k;
+    }
+    w->log[w->nlog++] = (struct written_range){t, end, bytes};
+}
 
 int shard_writer_fd(const shard_writer *w)
 {
@@ -69,7 +103,8 @@ int shard_writer_append(shard_writer *w, uint32_t tensor, uint64_t offset,
 }
 
 static int write_frames(shard_writer *w, const shard_frame *frames, size_t count,
-                        const void *stored, void *check, uint64_t at, uint64_t total);
+                        const void *stored, void *check, uint64_t at, uint64_t total,
+                        int early);
 
 int shard_writer_append_frames(shard_writer *w, const shard_frame *frames, size_t count,
                                const void *stored, void *check)
@@ -117,8 +152,9 @@ int shard_writer_append_frames(shard_writer *w, const shard_frame *frames, size_
         return CKPT_OK;
     }
     w->busy[w->nbusy++] = at;
+    int early = w->early;
     pthread_mutex_unlock(&w->lock);
-    int rc = write_frames(w, frames, count, stored, check, at, total);
+    int rc = write_frames(w, frames, count, stored, check, at, total, early);
     pthread_mutex_lock(&w->lock);
     for (size_t i = 0; i < w->nbusy; i++)
         if (w->busy[i] == at) {
@@ -131,12 +167,32 @@ int shard_writer_append_frames(shard_writer *w, const shard_frame *frames, size_
 
 /* Write the reserved range [at, at + total) and, with `check`, read it back
  * and check every frame's stored hash. */
+/* Start the write-back of the whole pages of [from, to): a page shared
+ * with a neighbouring frame not written yet would go to the disk twice
+ * (its bytes come with a later round or the fsync). */
+static int start_writeback(shard_writer *w, uint64_t from, uint64_t to)
+{
+    const uint64_t page = 4096;
+    from = (from + page - 1) / page * page;
+    to = to / page * page;
+    return to > from ? fsio_writeback_start(w->fs, w->fd, from, to - from) : 0;
+}
+
 static int write_frames(shard_writer *w, const shard_frame *frames, size_t count,
-                        const void *stored, void *check, uint64_t at, uint64_t total)
+                        const void *stored, void *check, uint64_t at, uint64_t total,
+                        int early)
 {
     int rc = fsio_pwrite(w->fs, w->fd, stored, (size_t)total, at);
+    double t = util_now();
+    /* Hand the range to the disk now: waiting for the persist thread's
+     * next round would leave the disk idle meanwhile. */
+    int started = !rc && early && start_writeback(w, at, at + total) == 0;
     pthread_mutex_lock(&w->lock);
     w->written += total;
+    if (!rc)
+        log_written(w, t, at + total, total);
+    if (early && !rc && !started)
+        w->early = 0; /* not supported here: rounds alone, as without */
     pthread_mutex_unlock(&w->lock);
     if (rc)
         return ckpt_seterr_errno(-rc, "cannot write %llu bytes at offset %llu of shard %s",
@@ -226,9 +282,71 @@ uint64_t shard_writer_written(shard_writer *w)
     return n;
 }
 
-int shard_writer_writeback(shard_writer *w)
+void shard_writer_write_back_early(shard_writer *w)
 {
-    return fsio_writeback(w->fs, w->fd);
+    pthread_mutex_lock(&w->lock);
+    w->early = 1;
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* The disk's rate over a round, from the ranges it waited for: the disk
+ * writes in the order ranges reach it, so once it is busy it stays busy
+ * until the round's end `e`; the bytes handed over from time t_j on took at
+ * most e - t_j (or e - the last round's end, when later: it was busy with
+ * the older ones until then).  The largest bytes / time over the writes is
+ * the rate (any idle time makes the others smaller, never larger): its
+ * bytes and seconds go to `*bytes` and `*secs`.  Without early write-back
+ * nothing reached the disk before the round began (t0). */
+static void round_rate(const struct written_range *log, size_t n, double t0, double e,
+                       double last_end, int early, uint64_t *bytes_out, double *secs_out)
+{
+    double best = 0;
+    for (size_t j = 0; j < n; j++) {
+        double start = early ? log[j].t : t0;
+        start = start > last_end ? start : last_end;
+        uint64_t bytes = 0;
+        for (size_t i = 0; i < n; i++)
+            bytes += log[i].t >= log[j].t ? log[i].bytes : 0;
+        if (e > start && bytes / (e - start) > best) {
+            best = bytes / (e - start);
+            *bytes_out = bytes;
+            *secs_out = e - start;
+        }
+    }
+}
+
+int shard_writer_writeback(shard_writer *w, uint64_t *bytes, double *secs)
+{
+    *bytes = 0;
+    *secs = 0;
+    /* Wait only below `settled`: every frame there is written, so the
+     * round's bytes are known; ranges written above it (out of order, or
+     * while the round waits) count in a later round. */
+    struct written_range mine[WRITE_LOG];
+    size_t n = 0;
+    pthread_mutex_lock(&w->lock);
+    uint64_t upto = w->next;
+    for (size_t i = 0; i < w->nbusy; i++)
+        upto = w->busy[i] < upto ? w->busy[i] : upto;
+    size_t k = 0;
+    for (size_t i = 0; i < w->nlog; i++) {
+        if (w->log[i].end <= upto)
+            mine[n++] = w->log[i];
+        else
+            w->log[k++] = w->log[i];
+    }
+    w->nlog = k;
+    int early = w->early;
+    pthread_mutex_unlock(&w->lock);
+    double t0 = util_now();
+    int rc = upto > w->synced ? fsio_writeback(w->fs, w->fd, 0, upto) : 0;
+    if (rc)
+        return rc;
+    double e = util_now();
+    round_rate(mine, n, t0, e, w->round_end, early, bytes, secs);
+    w->round_end = e;
+    w->synced = upto > w->synced ? upto : w->synced;
+    return 0;
 }
 
 uint64_t shard_writer_settled(shard_writer *w)

@@ -38,10 +38,19 @@ int shard_writer_append_frames(shard_writer *w, const shard_frame *frames, size_
                                const void *stored, void *check);
 /* Frame bytes whose write has returned so far (thread-safe). */
 uint64_t shard_writer_written(shard_writer *w);
-/* Write the frames written so far out to the disk and wait (a hint,
- * fsio_writeback: not durable); -errno where unsupported.  Thread-safe
- * against appends; not against finish or free. */
-int shard_writer_writeback(shard_writer *w);
+/* From now on, hand each frame range to the disk as soon as it is written
+ * (fsio_writeback_start; a hint, dropped where unsupported).  For a save
+ * that will fsync: the disk then works from the first frame on.  Call
+ * before the first append. */
+void shard_writer_write_back_early(shard_writer *w);
+/* A write-back round: write out the file below shard_writer_settled (every
+ * frame there written) and wait (a hint, fsio_writeback: not
+ * durable); -errno where unsupported.  The disk's rate over the round,
+ * estimated from when each range reached it (round_rate): `*bytes` written
+ * in `*secs` seconds (0 bytes when nothing new was waited for).
+ * Thread-safe against appends; one caller at a time; not against finish or
+ * free. */
+int shard_writer_writeback(shard_writer *w, uint64_t *bytes, double *secs);
 /* The file offset below which every frame has been written and, where
  * appends check, read back: nothing below it is written or read by the
  * writer again (thread-safe). */

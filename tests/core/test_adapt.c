@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -373,6 +374,82 @@ static double cached_after_save(unsigned flags)
     return cached;
 }
 
+/* Write-back hints and shard fsyncs, in the order they were given. */
+typedef struct hints {
+    pthread_mutex_t lock;
+    unsigned starts, waits, late; /* late: a start after the shard's fsync */
+    uint64_t started;             /* bytes of the starts */
+    int misaligned;               /* a start not on whole 4 KiB pages */
+    int fsynced;                  /* the shard's fsync was seen */
+    int fd;                       /* the shard's descriptor (first hint) */
+} hints;
+
+static void note_hint(void *ctx, int fd, uint64_t off, uint64_t len, int wait)
+{
+    hints *h = ctx;
+    pthread_mutex_lock(&h->lock);
+    if (h->fd < 0)
+        h->fd = fd;
+    if (wait) {
+        h->waits++;
+    } else {
+        h->starts++;
+        h->started += len;
+        h->misaligned |= off % 4096 != 0 || len % 4096 != 0;
+        h->late += (unsigned)h->fsynced;
+    }
+    pthread_mutex_unlock(&h->lock);
+}
+
+static void note_fsync(void *ctx, const fsio_event *ev)
+{
+    hints *h = ctx;
+    pthread_mutex_lock(&h->lock);
+    if (ev->op == FSIO_FSYNC && ev->fd == h->fd)
+        h->fsynced = 1;
+    pthread_mutex_unlock(&h->lock);
+}
+
+/* A save that ends in an fsync hands each frame's pages to the disk as it
+ * is written: the disk works while the workers go on, instead of idling
+ * until the persist thread's next round or the fsync. */
+Test(adapt, frames_reach_the_disk_as_they_are_written)
+{
+    tc_state s;
+    weights(&s, 7);
+    for (int sync = 0; sync <= 1; sync++) {
+        hints h = {.fd = -1};
+        pthread_mutex_init(&h.lock, NULL);
+        fsio fs = {.trace = note_fsync, .hint = note_hint, .ctx = &h};
+        ckpt_store_options o;
+        tc_opts(&o);
+        o.chunk_bytes = CHUNK;
+        o.fsync = sync;
+        ckpt_store *st = NULL;
+        cr_assert_eq(ckpt_store_open_with_fsio(&st, tc_root, &o, &fs), CKPT_OK, "%s",
+                     ckpt_error_last());
+        tc_save_ok(st, 1 + sync, &s);
+        tc_restore_check(st, 1 + sync, &s);
+        ckpt_store_free(st);
+        if (!sync) {
+            /* No fsync asked for: nothing is pushed to the disk early. */
+            cr_assert_eq(h.starts + h.waits, 0, "%u starts, %u waits without fsync",
+                         h.starts, h.waits);
+        } else {
+            /* Whole pages only: a page shared with the next frame waits. */
+            cr_assert_eq(h.misaligned, 0);
+            cr_assert_eq(h.late, 0, "%u write-back starts after the shard's fsync", h.late);
+            cr_assert(h.fsynced);
+            /* Every write of frames but a page at each end was started early. */
+            uint64_t raw = (uint64_t)NCHUNKS * CHUNK;
+            cr_assert_geq(h.started, raw / 2, "%llu of %llu bytes started early",
+                          (unsigned long long)h.started, (unsigned long long)raw);
+        }
+        pthread_mutex_destroy(&h.lock);
+    }
+    tc_state_free(&s);
+}
+
 Test(adapt, drop_cache_leaves_the_saved_pages_out_of_the_page_cache)
 {
     double cached = cached_after_save(CKPT_OPEN_DROP_CACHE);
@@ -469,6 +546,49 @@ Test(adapt_decision, one_slow_write_does_not_flip_the_choice)
      * the recent samples, so the chunks after it still go raw. */
     cr_assert_eq(run_chunks(a, 1, 1.5e-9, 0.1e-9, 30e-9, 0.85), 0);
     cr_assert_eq(run_chunks(a, 16, 1.5e-9, 0.1e-9, 0.3e-9, 0.85), 0);
+    adapt_free(a);
+}
+
+/* A disk that took 16 MiB into its write cache at once, then wrote at
+ * 50 MB/s: its rate is what it wrote over the time it took, not the burst
+ * (the fastest round would make it look faster than the workers, and every
+ * chunk would go raw to a slow disk). */
+Test(adapt_decision, a_burst_into_a_write_cache_does_not_make_the_disk_look_fast)
+{
+    adapt *a = NULL;
+    cr_assert_eq(adapt_create(&a, 2, 0), CKPT_OK);
+    adapt_save_begin(a);
+    adapt_record_disk(a, 16u << 20, 0.001);
+    for (int i = 0; i < 3; i++)
+        adapt_record_disk(a, 8u << 20, 8.0 * (1 << 20) * 20e-9);
+    cr_assert_eq(run_chunks(a, 24, 1.5e-9, 0.1e-9, 0.3e-9, 0.85), 24);
+    adapt_free(a);
+}
+
+/* zstd costs the workers more than the page cache saves them: a chunk is
+ * compressed only while the disk has bytes to write meanwhile.  At a
+ * save's start it has none, so the first chunk goes raw (the disk starts
+ * at once); behind it the slow disk (50 MB/s) has a backlog far longer
+ * than zstd takes, and the rest are compressed. */
+Test(adapt_decision, an_idle_disk_is_not_left_waiting_for_zstd)
+{
+    adapt *a = NULL;
+    cr_assert_eq(adapt_create(&a, 2, 0), CKPT_OK);
+    adapt_save_begin(a);
+    run_chunks(a, 24, 1.5e-9, 0.1e-9, 0.3e-9, 0.85); /* learns zstd and the writes */
+    adapt_record_disk(a, 8u << 20, 8.0 * (1 << 20) * 20e-9);
+    adapt_save_begin(a);
+    cr_assert_eq(run_chunks(a, 1, 1.5e-9, 0.1e-9, 0.3e-9, 0.85), 0, "first chunk");
+    cr_assert_eq(run_chunks(a, 23, 1.5e-9, 0.1e-9, 0.3e-9, 0.85), 23);
+    adapt_free(a);
+    /* With writes as slow as that disk, zstd saves the workers time
+     * itself: compressed from the first chunk, backlog or not. */
+    cr_assert_eq(adapt_create(&a, 2, 0), CKPT_OK);
+    adapt_save_begin(a);
+    cr_assert_eq(run_chunks(a, 24, 1.5e-9, 0.1e-9, 20e-9, 0.85), 24);
+    adapt_record_disk(a, 8u << 20, 8.0 * (1 << 20) * 20e-9);
+    adapt_save_begin(a);
+    cr_assert_eq(run_chunks(a, 1, 1.5e-9, 0.1e-9, 20e-9, 0.85), 1, "first chunk");
     adapt_free(a);
 }
 

@@ -885,7 +885,7 @@ Test(corrupt, a_shard_of_another_checkpoint_is_read_few_times)
     tc_copy_file(from, to);
 
     int opens = 0;
-    fsio fs = {count_manifest_opens, NULL, NULL, &opens};
+    fsio fs = {.fault = count_manifest_opens, .ctx = &opens};
     ckpt_store_options o;
     tc_opts(&o);
     o.flags = CKPT_OPEN_READONLY;

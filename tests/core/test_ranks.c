@@ -784,7 +784,7 @@ Test(ranks, a_step_retired_under_the_ranks_is_passed_for_the_new_one)
                     tc_join(tc_root, ".trash-2"), tc_join(tc_root, "side-3"),
                     tc_step_dir(tc_root, 3)};
     cr_assert_eq(rename(race.step3, race.side3), 0); /* step 3 is not saved yet */
-    fsio fs = {retire_when_opened, NULL, NULL, &race};
+    fsio fs = {.fault = retire_when_opened, .ctx = &race};
     job readers[WORLD] = {0};
     for (int r = 0; r < WORLD; r++) {
         readers[r].fs = &fs;
@@ -884,7 +884,7 @@ static int save_with_rank1_slow(job *j, ckpt_store *st)
 
 Test(ranks, a_slow_rank_is_waited_for_while_it_writes)
 {
-    fsio fs = {slow_fsync, NULL, NULL, NULL};
+    fsio fs = {.fault = slow_fsync};
     job jobs[WORLD] = {0};
     for (int r = 0; r < WORLD; r++) {
         jobs[r].timeout_ms = 400;
@@ -934,7 +934,7 @@ static int save_then_restore_rank1_slow(job *j, ckpt_store *st)
 
 Test(ranks, a_slow_rank_is_waited_for_while_it_reads)
 {
-    fsio fs = {slow_read, NULL, NULL, NULL};
+    fsio fs = {.fault = slow_read};
     job jobs[WORLD] = {0};
     for (int r = 0; r < WORLD; r++)
         jobs[r].timeout_ms = 400;
@@ -989,7 +989,7 @@ static int save_big_rank1_slow_in_begin(job *j, ckpt_store *st)
 
 Test(ranks, a_slow_rank_is_waited_for_while_it_writes_inside_save_begin)
 {
-    fsio fs = {slow_pwrite, NULL, NULL, NULL};
+    fsio fs = {.fault = slow_pwrite};
     job jobs[WORLD] = {0};
     for (int r = 0; r < WORLD; r++) {
         jobs[r].timeout_ms = 400;

@@ -374,7 +374,7 @@ static int swap_temp(void *ctx, fsio_op op, const char *path)
 Test(shared, a_temporary_directory_swapped_for_a_link_is_never_committed)
 {
     swap_ctx c = {tc_mkdtemp(), "", 0};
-    fsio fs = {swap_temp, NULL, NULL, &c};
+    fsio fs = {.fault = swap_temp, .ctx = &c};
     ckpt_store_options o;
     tc_opts(&o);
     ckpt_store *st;

@@ -458,7 +458,7 @@ Test(store, a_step_retired_while_the_reader_looks_is_passed_for_the_new_one)
     race.state = &s;
     cr_assert_eq(ckpt_store_open(&race.writer, tc_root, &o), CKPT_OK, "%s", ckpt_error_last());
     tc_save_ok(race.writer, 1, &s);
-    fsio fs = {retire_on_touch, NULL, NULL, &race};
+    fsio fs = {.fault = retire_on_touch, .ctx = &race};
     ckpt_store_options ro;
     tc_opts(&ro);
     ro.flags = CKPT_OPEN_READONLY;

@@ -565,29 +565,33 @@ Test(adapt_decision, a_burst_into_a_write_cache_does_not_make_the_disk_look_fast
     adapt_free(a);
 }
 
-/* zstd costs the workers more than the page cache saves them: a chunk is
- * compressed only while the disk has bytes to write meanwhile.  At a
- * save's start it has none, so the first chunk goes raw (the disk starts
- * at once); behind it the slow disk (50 MB/s) has a backlog far longer
- * than zstd takes, and the rest are compressed. */
-Test(adapt_decision, an_idle_disk_is_not_left_waiting_for_zstd)
+/* An adapt that learnt zstd (1.5 ns/B) and writes of `write` seconds per
+ * byte over one save, and a 50 MB/s disk; a new save has begun. */
+static adapt *learnt_with_slow_disk(double write)
 {
     adapt *a = NULL;
     cr_assert_eq(adapt_create(&a, 2, 0), CKPT_OK);
     adapt_save_begin(a);
-    run_chunks(a, 24, 1.5e-9, 0.1e-9, 0.3e-9, 0.85); /* learns zstd and the writes */
+    run_chunks(a, 24, 1.5e-9, 0.1e-9, write, 0.85);
     adapt_record_disk(a, 8u << 20, 8.0 * (1 << 20) * 20e-9);
     adapt_save_begin(a);
+    return a;
+}
+
+/* zstd costs the workers more than the page cache saves them: a chunk is
+ * compressed only while the disk has bytes to write meanwhile.  At a
+ * save's start it has none, so the first chunk goes raw (the disk starts
+ * at once); behind it the slow disk has a backlog far longer than zstd
+ * takes, and the rest are compressed. */
+Test(adapt_decision, an_idle_disk_is_not_left_waiting_for_zstd)
+{
+    adapt *a = learnt_with_slow_disk(0.3e-9);
     cr_assert_eq(run_chunks(a, 1, 1.5e-9, 0.1e-9, 0.3e-9, 0.85), 0, "first chunk");
     cr_assert_eq(run_chunks(a, 23, 1.5e-9, 0.1e-9, 0.3e-9, 0.85), 23);
     adapt_free(a);
     /* With writes as slow as that disk, zstd saves the workers time
      * itself: compressed from the first chunk, backlog or not. */
-    cr_assert_eq(adapt_create(&a, 2, 0), CKPT_OK);
-    adapt_save_begin(a);
-    cr_assert_eq(run_chunks(a, 24, 1.5e-9, 0.1e-9, 20e-9, 0.85), 24);
-    adapt_record_disk(a, 8u << 20, 8.0 * (1 << 20) * 20e-9);
-    adapt_save_begin(a);
+    a = learnt_with_slow_disk(20e-9);
     cr_assert_eq(run_chunks(a, 1, 1.5e-9, 0.1e-9, 20e-9, 0.85), 1, "first chunk");
     adapt_free(a);
 }

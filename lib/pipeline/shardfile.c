@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "error.h"
 #include "util.h"
@@ -29,6 +30,7 @@ struct shard_writer {
      * soon as it is written.  `log` holds the writes not yet counted by a
      * write-back round (shard_writer_writeback), for the disk's rate. */
     int early;
+    uint64_t page;       /* the system's page size: write-back cuts at it */
     struct written_range {
         double t;        /* when its write-back could start (seconds) */
         uint64_t end;    /* end offset of the range (a merged entry: the
@@ -73,6 +75,8 @@ int shard_writer_open(shard_writer **out, const fsio *fs, const char *path,
         return ckpt_seterr(CKPT_ENOMEM, "out of memory opening shard %s", path);
     }
     w->fs = fs;
+    long page = sysconf(_SC_PAGESIZE);
+    w->page = page > 0 ? (uint64_t)page : 4096;
     memcpy(w->id, id, SHARD_ID_SIZE);
     pthread_mutex_init(&w->lock, NULL);
     /* Read-write: frames may be read back (shard_writer_append). */
@@ -165,19 +169,19 @@ int shard_writer_append_frames(shard_writer *w, const shard_frame *frames, size_
     return rc;
 }
 
-/* Write the reserved range [at, at + total) and, with `check`, read it back
- * and check every frame's stored hash. */
 /* Start the write-back of the whole pages of [from, to): a page shared
  * with a neighbouring frame not written yet would go to the disk twice
  * (its bytes come with a later round or the fsync). */
 static int start_writeback(shard_writer *w, uint64_t from, uint64_t to)
 {
-    const uint64_t page = 4096;
-    from = (from + page - 1) / page * page;
-    to = to / page * page;
+    from = (from + w->page - 1) / w->page * w->page;
+    to = to / w->page * w->page;
     return to > from ? fsio_writeback_start(w->fs, w->fd, from, to - from) : 0;
 }
 
+/* Write the reserved range [at, at + total), with `early` start its
+ * write-back, and with `check` read it back and check every frame's stored
+ * hash. */
 static int write_frames(shard_writer *w, const shard_frame *frames, size_t count,
                         const void *stored, void *check, uint64_t at, uint64_t total,
                         int early)
@@ -338,8 +342,11 @@ int shard_writer_writeback(shard_writer *w, uint64_t *bytes, double *secs)
     w->nlog = k;
     int early = w->early;
     pthread_mutex_unlock(&w->lock);
+    /* Below the last round's end every page was on the disk, but the one
+     * it shared with the next frame. */
+    uint64_t from = w->synced / w->page * w->page;
     double t0 = util_now();
-    int rc = upto > w->synced ? fsio_writeback(w->fs, w->fd, 0, upto) : 0;
+    int rc = upto > w->synced ? fsio_writeback(w->fs, w->fd, from, upto - from) : 0;
     if (rc)
         return rc;
     double e = util_now();

@@ -15,6 +15,10 @@
 #define WRITEBACK_MIN (8u << 20)
 /* Weight of a new sample in the compression ratio's running average. */
 #define ALPHA 0.3
+/* Decoding a chunk costs about this share of compressing it (zstd -1
+ * with the byte shuffle: 5.6 against 1.8 GB/s on two cores in benchmark
+ * run W, a third; a quarter errs toward compressing). */
+#define DECODE_SHARE 0.25
 /* A rate is the fastest of its last RATE_WINDOW samples: sharing the
  * machine only ever makes a sample slower (a preempted pwrite looks like a
  * slow disk for one chunk), and one such sample must not flip choices. */
@@ -146,7 +150,11 @@ void adapt_choose(adapt *a, size_t n, adapt_ticket *t)
         double tz = max2((a->work_s + zw) / W, (a->stored + zs) * disk);
         double tr = max2((a->work_s + rw) / W, (a->stored + rs) * disk);
         /* Where compressing costs the workers time (writes cheaper than
-         * zstd), it pays only while the disk has other bytes to write
+         * zstd), it must also save the disk at least the time a restore
+         * will spend decoding the chunk (DECODE_SHARE of zstd's): on two
+         * cores the kernel's own writing competes for the CPU the model
+         * counts as spare, and a disk that fast gains less than restores
+         * lose.  And it pays only while the disk has other bytes to write
          * meanwhile: at a save's start, or with a disk that keeps up with
          * the workers, the disk would wait for this chunk (and at the
          * save's end nothing hides the wait), so those chunks go raw.  The
@@ -155,7 +163,8 @@ void adapt_choose(adapt *a, size_t n, adapt_ticket *t)
         if (a->t_begin == 0)
             a->t_begin = now;
         double backlog = a->written * disk - (now - a->t_begin);
-        compress = tz <= tr && (zw <= rw || backlog >= n * z);
+        int worth = (1 - r) * disk >= DECODE_SHARE * known(z) && backlog >= n * z;
+        compress = tz <= tr && (zw <= rw || worth);
     }
     *t = (adapt_ticket){compress, n, compress ? zw : rw, compress ? zs : rs};
     a->work_s += t->work_s;

@@ -12,9 +12,10 @@
  * / workers, disk time), lowest, compressing on a tie: on slow storage
  * every chunk is compressed, on storage faster than the cores some go raw.
  * Where compressing costs the workers time, a chunk is compressed only
- * while the disk has a backlog to write meanwhile: the first chunks of a
- * save go raw (the disk starts at once), and a disk that keeps up with the
- * workers is never left waiting for zstd.  zstd's rate and ratio are
+ * when the disk time it saves is at least what decoding it will cost a
+ * restore, and only while the disk has a backlog to write meanwhile: the
+ * first chunks of a save go raw (the disk starts at once), and a disk that
+ * keeps up with the workers is never left waiting for zstd.  zstd's rate and ratio are
  * measured on a sample at the start of every save (adapt_probe_wanted).  A
  * chunk that would not shrink is stored raw either way (codec_encode).
  *

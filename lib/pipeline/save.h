@@ -86,12 +86,28 @@ void *save_persist_thread(void *arg);
 /* Free the copy events (all complete once the jobs have run). */
 void save_release_events(ckpt_save *s);
 
-/* save.c */
+/* Chunks of `bytes` cut at `chunk` bytes each. */
+static inline uint64_t save_chunk_count(uint64_t bytes, uint64_t chunk)
+{
+    return bytes == 0 ? 0 : (bytes + chunk - 1) / chunk;
+}
+
+/* The most bytes one device copy run covers (snapshot.c); begin counts a
+ * save's runs with it. */
+#define SAVE_RUN_MAX ((size_t)64 << 20)
+
+/* snapshot.c */
 /* Copy the chunks of `pass` into `arena` (cap bytes, reused in passes when
  * the state is larger) and queue their encode jobs. */
 int save_snapshot_chunks(ckpt_save *s, const ckpt_tensor *t, size_t count,
                          const ckpt_memory *mem, save_pass pass,
                          unsigned char *arena, size_t cap);
+
+/* save.c */
+/* Queue the prepared jobs among s->jobs[from, to) that are not queued yet
+ * (those with a source), in batches; CKPT_ENOMEM when the batch list cannot
+ * be allocated. */
+int save_submit_range(ckpt_save *s, size_t from, size_t to);
 /* Wait until every queued job has run, without consuming their status. */
 void save_wait_jobs_idle(pool_group *g);
 

@@ -123,8 +123,9 @@ fi
 # result.  Criterion's own runner leaks a little (scripts/lsan.supp; matching
 # it needs full stack unwinding on malloc).
 # An instrumented libckpt cannot be loaded into the (uninstrumented) Python
-# interpreter unless the sanitizer runtimes are preloaded: the python suite
-# gets them through LD_PRELOAD, without leak checking (CPython keeps memory
+# interpreter unless the sanitizer runtimes are preloaded: the python and
+# dist tests get them from their meson environment (tests/meson.build:
+# sanitized_env), without leak checking (CPython and Open MPI keep memory
 # until exit).
 # 0 when the report file holds leaks only, each of exactly two frames:
 # an allocator, then libcriterion.
@@ -160,17 +161,15 @@ asan_tests() {
     LSAN_OPTIONS=suppressions=$root/scripts/lsan.supp:print_suppressions=0 \
     UBSAN_OPTIONS=$ubsan \
         run_tests "$asan_build" --no-suite python --no-suite dist --no-suite slurm --timeout-multiplier 3 || rc=1
-    local preload
-    preload="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
     if has_suite "$asan_build" python; then
-        LD_PRELOAD=$preload ASAN_OPTIONS=$asan:detect_leaks=0 UBSAN_OPTIONS=$ubsan \
+        ASAN_OPTIONS=$asan:detect_leaks=0 UBSAN_OPTIONS=$ubsan \
             run_tests "$asan_build" --suite python --timeout-multiplier 3 || rc=1
     fi
     # Several ranks: mpirun (uninstrumented) and Python ranks load the
     # instrumented library, and Open MPI and CPython keep memory until exit,
     # so no leak checking there (libckpt's own leaks are the core suite's).
     if has_suite "$asan_build" dist; then
-        LD_PRELOAD=$preload ASAN_OPTIONS=$asan:detect_leaks=0 UBSAN_OPTIONS=$ubsan \
+        ASAN_OPTIONS=$asan:detect_leaks=0 UBSAN_OPTIONS=$ubsan \
             run_tests "$asan_build" --suite dist --timeout-multiplier 3 || rc=1
     fi
     # A file holding only a "Suppressions used" table is no report, nor one

@@ -28,11 +28,13 @@ import ctypes
 import datetime
 import sys
 import traceback
+import weakref
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from . import errors as _errors
 from . import ffi
-from . import tensors as _tensors
+from .errors import Error, InvalidArgumentError
+from .handles import interruptible
 
 __all__ = ["Coordinator", "TorchCoordinator", "load_resharded"]
 
@@ -330,3 +332,57 @@ def _load_step(store: Any, step: int, select: Any, framework: str
             kinds.append(framework if framework != "auto"
                          else _auto_kind(origin.get(i.name, "np"), code, True))
         return ck._read_infos(chosen, kinds)
+
+
+# ------------------------------------------ a Store's side of its coordinator
+
+def quiet_coordinator(coordinator: Any, me: Any) -> None:
+    """Wait for the saves in flight of the coordinator's other open stores
+    (a "last" and a "best" root of one job).  A save's persist thread runs
+    collectives until it commits; a collective of another store on the
+    same channel meanwhile would meet them in whatever order each rank's
+    threads reach it, one store's matched with the other's on another
+    rank: both would fail with PeerError and stay unusable.  Every rank
+    makes the same calls, so every rank waits alike."""
+    for other in list(getattr(coordinator, "_libckpt_stores", ())):
+        if other is not me and not other.closed:
+            try:
+                interruptible(other._wait_in_flight,
+                              lambda: not other._in_flight())
+            except Error:  # closed meanwhile: nothing in flight
+                pass
+
+
+def register_with_coordinator(coordinator: Any, store: Any) -> None:
+    stores = getattr(coordinator, "_libckpt_stores", None)
+    if stores is None:
+        try:
+            stores = coordinator._libckpt_stores = weakref.WeakSet()
+        except AttributeError:  # __slots__: one store per coordinator, as before
+            return
+    stores.add(store)
+
+
+def timeout_within(coordinator: Any, timeout: Optional[float]
+                    ) -> Optional[float]:
+    """The store's timeout given the coordinator's own bound on its
+    collectives (Coordinator.timeout, e.g. TorchCoordinator's gloo
+    group): the bound when none is given; one beyond it is refused, as
+    the coordinator would fail the collectives that pace a slow rank
+    first, with a message blaming the store's timeout."""
+    bound = getattr(coordinator, "timeout", None) if coordinator is not None \
+        else None
+    if not isinstance(bound, (int, float)) or isinstance(bound, bool) \
+            or not bound > 0:
+        return timeout
+    if timeout is None:
+        return float(bound)
+    if timeout > bound:
+        raise InvalidArgumentError(
+            "timeout=%g s is longer than the coordinator's own timeout "
+            "(%g s), which bounds each of its collectives: libckpt's would "
+            "fail at %g s whatever the store's timeout. Pass timeout=%g or "
+            "less, or make the coordinator with a longer timeout "
+            "(TorchCoordinator(timeout=%g))"
+            % (timeout, bound, bound, bound, timeout))
+    return timeout

@@ -51,6 +51,9 @@ holds it), the whole metadata JSON of the checkpoint::
                                             same for an OrderedDict
     KEY  = string | integer | {"int": ...} | {"str": ...}
 
+(values.py encodes and checks the plain values' nodes; this module the
+containers and tensors.)
+
 Every JSON object in the tree is a tagged node, so the caller's dicts can
 never be mistaken for one.  A dict of tensors (a state_dict, an optimizer's
 per-parameter state) takes one node instead of one per tensor, which keeps
@@ -61,7 +64,6 @@ refused with an error naming both paths, never overwritten.
 
 from __future__ import annotations
 
-import base64
 import bisect
 import collections
 import contextlib
@@ -70,7 +72,6 @@ import gc
 import inspect
 import json
 import math
-import struct
 import sys
 import types
 import weakref
@@ -79,21 +80,15 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 
-from .errors import CorruptError, Error, InvalidArgumentError, VersionError
+from .errors import CorruptError, InvalidArgumentError, VersionError
+from .values import (INT64, Path, decode_tagged, encode_key,
+                     encode_numpy, encode_plain, encode_torch, path_str)
 
 FORMAT = "libckpt-python-state"
 VERSION = 4    # the newest version this module reads
 _COMPACT = 2   # the version that added "tensors"/"otensors" nodes
 _TORCH = 3     # the version that added "torch" nodes (dtype, device)
 _NUMPY = 4     # the version that added "numpy" nodes (NumPy scalars)
-# The kinds of NumPy scalar kept as plain values: bool, integers, floats,
-# complex, datetime and timedelta (the rest, str, bytes and structured
-# values, as before).
-_NUMPY_KINDS = frozenset("biufcmM")
-_INT64 = (-2**63, 2**63 - 1)
-_CANONICAL_NAN = struct.pack("<d", float("nan"))
-
-Path = Tuple[Any, ...]
 
 
 def is_tensor(obj: Any) -> bool:
@@ -107,11 +102,6 @@ def is_tensor(obj: Any) -> bool:
     return any(hasattr(obj, a) for a in ("__array_interface__",
                                          "__cuda_array_interface__",
                                          "__dlpack__"))
-
-
-def path_str(path: Path) -> str:
-    """A key path as Python subscripts, for messages: state['a'][0]."""
-    return "state" + "".join("[%r]" % (k,) for k in path)
 
 
 def dotted(path: Path) -> str:
@@ -209,202 +199,6 @@ def no_gc() -> Iterator[None]:
             gc.enable()
 
 
-# ----------------------------------------------------------- plain values
-
-def _encode_str(s: str) -> Any:
-    try:
-        s.encode("utf-8")  # lone surrogates cannot be stored as JSON text
-    except UnicodeEncodeError:
-        pass
-    else:
-        if "\0" not in s:  # the manifest reader refuses U+0000
-            return s
-    raw = s.encode("utf-8", "surrogatepass")
-    return {"str": base64.b64encode(raw).decode("ascii")}
-
-
-def _encode_float(x: float) -> Any:
-    if math.isfinite(x):
-        return x  # the C writer keeps the shortest form that reads back
-    if math.isinf(x):
-        return {"float": "inf" if x > 0 else "-inf"}
-    bits = struct.pack("<d", x)
-    if bits == _CANONICAL_NAN:
-        return {"float": "nan"}
-    return {"float": "nan:%016x" % struct.unpack("<Q", bits)[0]}
-
-
-def _encode_plain(v: Any, path: Path) -> Any:
-    if v is None or isinstance(v, bool):
-        return v
-    if isinstance(v, int):
-        v = int(v)
-        return v if _INT64[0] <= v <= _INT64[1] else {"int": str(v)}
-    if isinstance(v, float):
-        return _encode_float(float(v))
-    if isinstance(v, str):
-        return _encode_str(str(v))
-    if isinstance(v, bytes):
-        return {"bytes": base64.b64encode(v).decode("ascii")}
-    if callable(getattr(v, "state_dict", None)) and not isinstance(v, type):
-        # a torch module, optimizer or scheduler itself
-        raise TypeError(
-            "%s: cannot save a %s itself; save its state_dict() (plain "
-            "values and tensors) and give it back with load_state_dict()"
-            % (path_str(path), type(v).__name__))
-    if callable(v) and not isinstance(v, type):
-        # A checkpoint holds no code (loading one never runs any), so say
-        # what to do instead (a torch LR scheduler's own methods in its
-        # state_dict are left out before this: _scheduler_method).
-        raise TypeError(
-            "%s: cannot save a %s (%r): a checkpoint stores no code, and "
-            "loading one runs none; leave it out of the state, e.g. "
-            "{k: v for k, v in sched.state_dict().items() if not "
-            "callable(v)} (the object it came from keeps its own, and "
-            "load_state_dict leaves it in place)"
-            % (path_str(path), type(v).__name__, getattr(
-                v, "__qualname__", getattr(v, "__name__", type(v).__name__))))
-    raise TypeError(
-        "%s: cannot save a %s; leaves must be tensors/arrays or plain "
-        "values (None, bool, int, float, str, bytes, NumPy scalars, "
-        "torch.dtype, torch.device, torch.Size) inside dicts, lists and "
-        "tuples"
-        % (path_str(path), type(v).__name__))
-
-
-def _key_node(k: Any, path: Path) -> Any:
-    """_encode_key(k, path), a plain ASCII str key (nearly every key) or
-    an int key of int64 (an optimizer's parameter index) at once."""
-    kind = type(k)
-    if kind is str:
-        if k.isascii() and "\0" not in k:
-            return k
-    elif kind is int and _INT64[0] <= k <= _INT64[1]:
-        return k
-    return _encode_key(k, path)
-
-
-def _encode_key(k: Any, path: Path) -> Any:
-    if isinstance(k, bool) or not isinstance(k, (str, int)):
-        raise TypeError("%s: key %r is a %s; keys must be str or int"
-                        % (path_str(path), k, type(k).__name__))
-    return _encode_plain(k, path)
-
-
-def _decode_tagged(node: dict) -> Any:
-    """The value of a tagged plain node; CorruptError when its member is
-    not what the writer makes (a forged manifest: '{"int": "abc"}')."""
-    try:
-        return _decode_tagged_value(node)
-    except Error:
-        raise
-    except (ValueError, TypeError, AttributeError) as e:  # binascii.Error too
-        raise CorruptError("malformed %s node in the state structure: %s"
-                           % ("/".join(map(repr, sorted(node))), e)) from None
-
-
-def _decode_tagged_value(node: dict) -> Any:
-    if "int" in node:
-        return int(node["int"])
-    if "float" in node:
-        text = node["float"]
-        if text.startswith("nan:"):
-            return struct.unpack("<d", struct.pack("<Q", int(text[4:], 16)))[0]
-        return float(text)
-    if "str" in node:
-        return base64.b64decode(node["str"], validate=True).decode(
-            "utf-8", "surrogatepass")
-    if "bytes" in node:
-        return base64.b64decode(node["bytes"], validate=True)
-    if "torch" in node:
-        return _decode_torch(node)
-    if "numpy" in node:
-        return _decode_numpy(node)
-    raise CorruptError("unknown node %r in the state structure"
-                       % sorted(node))
-
-
-def _encode_torch(v: Any, torch: Any) -> Optional[dict]:
-    """The node of a torch.dtype or torch.device (plain values torch.save
-    keeps: a mixed-precision setting, where a state was trained), or
-    None for anything else."""
-    if isinstance(v, torch.dtype):
-        return {"torch": "dtype", "value": str(v).rpartition(".")[2]}
-    if isinstance(v, torch.device):
-        return {"torch": "device", "value": str(v)}
-    size = getattr(torch, "Size", None)
-    if size is not None and isinstance(v, size):
-        return {"torch": "size", "value": [int(d) for d in v]}
-    return None
-
-
-def _decode_torch(node: dict) -> Any:
-    """A "torch" node's value: the torch.dtype, torch.device or
-    torch.Size, checked (a name is looked up, never evaluated).  Where
-    torch cannot be imported: a dtype's or device's text, "torch.float32"
-    or "cuda:0", as str() of it gives, and a size's tuple."""
-    kind, value = node.get("torch"), node.get("value")
-    if kind == "size":
-        if not isinstance(value, list) or not all(
-                type(d) is int and 0 <= d < 2**63 for d in value):
-            raise CorruptError("malformed torch size node %r in the state "
-                               "structure" % (node,))
-    elif kind not in ("dtype", "device") or not isinstance(value, str):
-        raise CorruptError("malformed torch node %r in the state structure"
-                           % (node,))
-    try:
-        import torch
-    except ImportError:
-        if kind == "size":
-            return tuple(value)
-        return "torch." + value if kind == "dtype" else value
-    if kind == "size":
-        return torch.Size(value)
-    if kind == "dtype":
-        found = getattr(torch, value, None) if value.isidentifier() else None
-        if not isinstance(found, torch.dtype):
-            raise CorruptError("the state structure names a torch dtype %r "
-                               "that torch %s lacks" % (value, torch.__version__))
-        return found
-    try:
-        return torch.device(value)
-    except (RuntimeError, ValueError) as err:
-        raise CorruptError("the state structure holds a torch device %r "
-                           "that torch cannot parse: %s" % (value, err)) from None
-
-
-def _encode_numpy(v: Any) -> Optional[dict]:
-    """The node of a NumPy scalar of a kind in _NUMPY_KINDS (a metric kept
-    as np.float64, a counter as np.int64: a value, not a tensor, so that
-    it loads back as the same scalar and a restore gives it back), or
-    None for anything else."""
-    dtype = v.dtype
-    if dtype.kind not in _NUMPY_KINDS:
-        return None
-    return {"numpy": dtype.str,
-            "value": base64.b64encode(v.tobytes()).decode("ascii")}
-
-
-def _decode_numpy(node: dict) -> Any:
-    """A "numpy" node's scalar, checked: the dtype text is parsed by NumPy
-    (which evaluates nothing) and must be of a kind _encode_numpy writes,
-    the bytes exactly one value of it."""
-    text, value = node.get("numpy"), node.get("value")
-    try:
-        if not isinstance(text, str) or not isinstance(value, str):
-            raise TypeError("not text")
-        dtype = np.dtype(text)
-        raw = base64.b64decode(value, validate=True)
-    except (TypeError, ValueError) as err:
-        raise CorruptError("malformed numpy node %r in the state structure: "
-                           "%s" % (node, err)) from None
-    if dtype.kind not in _NUMPY_KINDS or dtype.fields is not None or \
-            dtype.subdtype is not None or len(raw) != dtype.itemsize:
-        raise CorruptError("malformed numpy node %r in the state structure: "
-                           "not one %s value of its bytes" % (node, text))
-    return np.frombuffer(raw, dtype)[0]
-
-
 # ---------------------------------------------------------------- encode
 
 class Flat:
@@ -498,19 +292,19 @@ def _encode(obj: Any, path: Path, flat: Flat, name: str) -> Any:
     dotted) is `name`."""
     kind = type(obj)
     if kind in _PLAIN_SCALARS:
-        value = _encode_plain(obj, path)
+        value = encode_plain(obj, path)
         flat.plain[path] = obj
         return value
     if isinstance(obj, (str, bytes)) and isinstance(obj, np.generic):
         # np.str_, np.bytes_: array-like, but plain text (a label): a str
         # or bytes, as other subclasses of them
-        value = _encode_plain(obj, path)
+        value = encode_plain(obj, path)
         flat.plain[path] = obj
         return value
     if kind not in _PLAIN_CONTAINERS and is_tensor(obj):
         pt = flat._torch is not None and isinstance(obj, flat._torch)
         if not pt and isinstance(obj, np.generic):
-            value = _encode_numpy(obj)
+            value = encode_numpy(obj)
             if value is not None:  # a NumPy scalar: a plain value
                 if flat.version < _NUMPY:
                     flat.version = _NUMPY
@@ -528,11 +322,11 @@ def _encode(obj: Any, path: Path, flat: Flat, name: str) -> Any:
             kind is flat._size or not isinstance(obj, (Mapping, list, tuple))):
         value = None
         if flat._torch is not None:
-            value = _encode_torch(obj, sys.modules["torch"])
+            value = encode_torch(obj, sys.modules["torch"])
             if value is not None and flat.version < _TORCH:
                 flat.version = _TORCH
         if value is None:
-            value = _encode_plain(obj, path)
+            value = encode_plain(obj, path)
         flat.plain[path] = obj
         return value
     if id(obj) in flat._active:  # would recurse forever
@@ -659,10 +453,10 @@ def _encode_items(obj: Any, path: Path, flat: Flat, prefix: str) -> list:
         kind = type(k)
         if kind is str and k.isascii() and "\0" not in k:
             key = k
-        elif kind is int and _INT64[0] <= k <= _INT64[1]:
+        elif kind is int and INT64[0] <= k <= INT64[1]:
             key = k
         else:
-            key = _encode_key(k, path)
+            key = encode_key(k, path)
         if type(v) in _METHODS and _scheduler_method(v):
             continue
         sub = path + (k,)
@@ -693,7 +487,7 @@ def _scheduler_method(v: Any) -> bool:
     annealing method and CyclicLR's a WeakMethod to its scale function,
     code that later versions leave out of state_dict(); the dict loads
     back without them, and load_state_dict() keeps the scheduler's own.
-    Any other callable is refused by name (_encode_plain)."""
+    Any other callable is refused by name (encode_plain)."""
     if type(v) is weakref.WeakMethod:
         v = v()
         if type(v) is not types.MethodType:
@@ -708,7 +502,7 @@ def _encode_ints(seq: Any, path: Path, flat: Flat) -> Optional[list]:
     registered as plain values with no call per item; None for any other
     sequence (the general route)."""
     if not seq or set(map(type, seq)) != {int} or \
-            not _INT64[0] <= min(seq) <= max(seq) <= _INT64[1]:
+            not INT64[0] <= min(seq) <= max(seq) <= INT64[1]:
         return None
     items = list(seq)
     flat.plain.update(zip([path + (i,) for i in range(len(items))], items))
@@ -741,7 +535,7 @@ def _encode_row(row: dict, keys: List[str], path: Path, flat: Flat,
     for v in values:
         kind = type(v)
         if kind is int:
-            if not _INT64[0] <= v <= _INT64[1]:
+            if not INT64[0] <= v <= INT64[1]:
                 return None
         elif kind is float:
             if not math.isfinite(v):
@@ -839,7 +633,7 @@ def _pairs(tree: dict, path: Path) -> Iterator[Tuple[Any, Any]]:
                                "the state structure" % (path_str(path), pair))
         k, v = pair
         if isinstance(k, dict):
-            k = _decode_tagged(k)
+            k = decode_tagged(k)
         if type(k) not in (str, int):
             raise CorruptError("%s: malformed key %.80r in the state "
                                "structure" % (path_str(path), k))
@@ -939,7 +733,7 @@ def _unflatten(tree: Any, leaf: Leaf, path: Path,
         if "_metadata" in tree:
             out._metadata = _unflatten(tree["_metadata"], leaf, path, many)
         return out
-    return _decode_tagged(tree)
+    return decode_tagged(tree)
 
 
 def tensor_paths(tree: Any) -> Dict[str, Path]:
@@ -1011,7 +805,7 @@ def _plain_leaves(tree: Any, path: Path, out: Dict[Path, Any],
         for k, v in _pairs(tree, path):
             _plain_leaves(v, path + (k,), out, parents)
         return
-    out[path] = _decode_tagged(tree)
+    out[path] = decode_tagged(tree)
     parents.add(path[:-1])
 
 

@@ -11,18 +11,17 @@ import operator
 import os
 import pathlib
 import platform
-import stat
 import sys
 import warnings
 import weakref
 from typing import (Any, Callable, Dict, Iterator, List, Optional, Tuple,
                     Union)
 
-from . import ffi, nested, reports
+from . import dist, ffi, nested, reports, roots
 from . import tensors as _tensors
 from .checkpoint import Checkpoint, check_framework
-from .errors import (BusyError, Error, ForeignRootWarning, InvalidArgumentError,
-                     NoCheckpointError, NotFoundError)
+from .errors import (BusyError, Error, InvalidArgumentError, NoCheckpointError,
+                     NotFoundError)
 from .handles import SaveHandle, _Handle, interruptible
 from .results import LoadResult, RestoreResult, restore_result
 
@@ -108,131 +107,6 @@ def _check_names(flat: Any) -> None:
                 % (nested.path_str(flat.path_of(i)), size, name[:40]))
 
 
-def _user_label(uid: int) -> str:
-    try:
-        import pwd
-        return "uid %d (%s)" % (uid, pwd.getpwuid(uid).pw_name)
-    except (ImportError, KeyError):
-        return "uid %d" % uid
-
-
-def _foreign_link(path: str) -> Optional[Tuple[str, str, int]]:
-    """(link, target, owner) of the first symbolic link on the way to
-    `path` that belongs to neither the caller nor root, resolved one
-    component at a time as the kernel does; None when there is none."""
-    cur = "/" if path.startswith("/") else os.getcwd()
-    rest = [c for c in path.split("/") if c]
-    hops = 0
-    while rest and hops < 40:
-        name = rest.pop(0)
-        if name == ".":
-            continue
-        if name == "..":
-            cur = os.path.dirname(cur) or "/"
-            continue
-        nxt = os.path.join(cur, name)
-        try:
-            st = os.lstat(nxt)
-        except OSError:
-            return None
-        if not stat.S_ISLNK(st.st_mode):
-            cur = nxt
-            continue
-        try:
-            to = os.readlink(nxt)
-        except OSError:
-            return None
-        if st.st_uid not in (os.geteuid(), 0):
-            return nxt, to, st.st_uid
-        rest = [c for c in to.split("/") if c] + rest
-        if to.startswith("/"):
-            cur = "/"
-        hops += 1
-    return None
-
-
-def _note_foreign_root(path: Any) -> None:
-    """Warn (ForeignRootWarning) when a root opened for reading belongs to
-    another user: allowed (a colleague's run), but on a shared server a root
-    at a job's expected path may have been made by someone else before the
-    job ran, and its checkpoints are theirs; or when one's own root is
-    reached through another user's symbolic link (which a writer refuses),
-    which may lead to another run than the path names (ckpt's reading
-    commands say the same on stderr)."""
-    name = os.fsdecode(os.fspath(path))
-    try:
-        uid = os.stat(path).st_uid
-    except OSError:
-        return
-    if uid not in (os.geteuid(), 0):
-        warnings.warn("%s belongs to %s, not to you: its checkpoints are that "
-                      "user's (checksums prove integrity, not origin)"
-                      % (name, _user_label(uid)), ForeignRootWarning,
-                      stacklevel=3)
-        return
-    found = _foreign_link(name)
-    if found:
-        link, to, owner = found
-        warnings.warn("%s goes through the symbolic link %s (-> %s), which "
-                      "belongs to %s: it leads to %s, which may be another "
-                      "run than this path names (a writer refuses such a link)"
-                      % (name, link, to, _user_label(owner),
-                         os.path.realpath(name)), ForeignRootWarning,
-                      stacklevel=3)
-
-
-def _quiet_coordinator(coordinator: Any, me: Any) -> None:
-    """Wait for the saves in flight of the coordinator's other open stores
-    (a "last" and a "best" root of one job).  A save's persist thread runs
-    collectives until it commits; a collective of another store on the
-    same channel meanwhile would meet them in whatever order each rank's
-    threads reach it, one store's matched with the other's on another
-    rank: both would fail with PeerError and stay unusable.  Every rank
-    makes the same calls, so every rank waits alike."""
-    for other in list(getattr(coordinator, "_libckpt_stores", ())):
-        if other is not me and not other.closed:
-            try:
-                interruptible(other._wait_in_flight,
-                              lambda: not other._in_flight())
-            except Error:  # closed meanwhile: nothing in flight
-                pass
-
-
-def _register_with_coordinator(coordinator: Any, store: Any) -> None:
-    stores = getattr(coordinator, "_libckpt_stores", None)
-    if stores is None:
-        try:
-            stores = coordinator._libckpt_stores = weakref.WeakSet()
-        except AttributeError:  # __slots__: one store per coordinator, as before
-            return
-    stores.add(store)
-
-
-def _timeout_within(coordinator: Any, timeout: Optional[float]
-                    ) -> Optional[float]:
-    """The store's timeout given the coordinator's own bound on its
-    collectives (Coordinator.timeout, e.g. TorchCoordinator's gloo
-    group): the bound when none is given; one beyond it is refused, as
-    the coordinator would fail the collectives that pace a slow rank
-    first, with a message blaming the store's timeout."""
-    bound = getattr(coordinator, "timeout", None) if coordinator is not None \
-        else None
-    if not isinstance(bound, (int, float)) or isinstance(bound, bool) \
-            or not bound > 0:
-        return timeout
-    if timeout is None:
-        return float(bound)
-    if timeout > bound:
-        raise InvalidArgumentError(
-            "timeout=%g s is longer than the coordinator's own timeout "
-            "(%g s), which bounds each of its collectives: libckpt's would "
-            "fail at %g s whatever the store's timeout. Pass timeout=%g or "
-            "less, or make the coordinator with a longer timeout "
-            "(TorchCoordinator(timeout=%g))"
-            % (timeout, bound, bound, bound, timeout))
-    return timeout
-
-
 class Store:
     """A checkpoint root directory opened for writing (or, with
     ``readonly=True``, for reading).  A writer creates the root when it is
@@ -291,7 +165,7 @@ class Store:
         C.ckpt_store_options_init(_byref(opts), ffi.CKPT_STORE_OPTIONS_VERSION)
         self._coordinator = coordinator  # its callbacks must outlive the store
         if coordinator is not None:  # opening is collective too
-            _quiet_coordinator(coordinator, None)
+            dist.quiet_coordinator(coordinator, None)
         if coordinator is not None:
             opts.rank = operator.index(coordinator.rank if rank is None else rank)
             opts.world_size = operator.index(coordinator.world_size
@@ -301,7 +175,7 @@ class Store:
             opts.world_size = operator.index(world_size)
             opts.rank = operator.index(rank or 0)
         self._ranks = (opts.rank, max(opts.world_size, 1))  # restore_result
-        timeout = _timeout_within(coordinator, timeout)
+        timeout = dist.timeout_within(coordinator, timeout)
         if timeout is not None:
             opts.timeout_ms = max(1, int(timeout * 1000))
         # for the collectives the binding runs itself (dist.load_resharded)
@@ -362,12 +236,12 @@ class Store:
         self._unreported = None  # first failure of a save nobody waited on
         self.readonly = bool(readonly)
         if self.readonly:
-            _note_foreign_root(path)
+            roots.note_foreign_root(path)
         # Store.path gives back the kind of path it was given.
         self._path_type = (bytes if isinstance(path, bytes) else
                            str if isinstance(path, str) else pathlib.Path)
         if coordinator is not None:
-            _register_with_coordinator(coordinator, self)
+            dist.register_with_coordinator(coordinator, self)
 
     # -- lifetime
 
@@ -401,9 +275,9 @@ class Store:
     def _quiet_others(self) -> None:
         """Before a collective call: the saves in flight of the other
         stores sharing this store's coordinator are done (see
-        _quiet_coordinator)."""
+        dist.quiet_coordinator)."""
         if self._coordinator is not None and self._ranks[1] > 1:
-            _quiet_coordinator(self._coordinator, self)
+            dist.quiet_coordinator(self._coordinator, self)
 
     def _wait_in_flight(self) -> None:
         with self._h.use() as s:  # on the thread that makes the call

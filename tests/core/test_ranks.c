@@ -5,6 +5,7 @@
  * sanitizers too.  Also: option checks, a coordinator that fails, and one
  * that never returns (the timeout is libckpt's, not the runtime's). */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
@@ -1104,4 +1105,117 @@ Test(ranks, the_same_name_on_two_ranks_is_named_with_both)
                                           "rank 1: tensor names must be unique across the "
                                           "ranks"), "rank %d: %s", r, jobs[r].message);
     }
+}
+
+/* Two threads of one rank saving at once (a training thread and a
+ * "save now" thread, say): the second's begin comes while the first is
+ * still inside its own (its snapshot wraps a 4 KiB buffer, and its first
+ * write waits half a second).  The second save must follow the first on
+ * this rank as on the others (rank 1 saves steps 1 and 2 one after the
+ * other), both commit, and no library thread (a pacing's beater
+ * included) outlives the stores.  The race fixed in 03867c7 lay in a
+ * narrower window, between a begin's pacing start and its taking the
+ * store's lock, which no hook reaches: this test does not reproduce it. */
+static struct {
+    pthread_mutex_t m;
+    pthread_cond_t c;
+    int armed, inside;
+} hold = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0};
+
+static int hold_first_write(void *ctx, fsio_op op, const char *path)
+{
+    (void)ctx;
+    (void)path;
+    if (op != FSIO_PWRITE || !__atomic_exchange_n(&hold.armed, 0, __ATOMIC_ACQ_REL))
+        return 0;
+    pthread_mutex_lock(&hold.m);
+    hold.inside = 1;
+    pthread_cond_broadcast(&hold.c);
+    pthread_mutex_unlock(&hold.m);
+    /* The window in which the other thread's begin runs (or, now, waits). */
+    struct timespec ts = {0, 500 * 1000 * 1000};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR)
+        ;
+    return 0;
+}
+
+typedef struct second_saver {
+    ckpt_store *st;
+    int status;
+    char message[512];
+} second_saver;
+
+static void *save_step2_once_inside(void *arg)
+{
+    second_saver *b = arg;
+    pthread_mutex_lock(&hold.m);
+    while (!hold.inside)
+        pthread_cond_wait(&hold.c, &hold.m);
+    pthread_mutex_unlock(&hold.m);
+    tc_state s;
+    big_state(&s, 0, 2);
+    b->status = tc_save(b->st, 2, &s, NULL);
+    if (b->status)
+        snprintf(b->message, sizeof b->message, "%s", ckpt_error_last());
+    tc_state_free(&s);
+    return NULL;
+}
+
+static int save_from_two_threads_on_rank0(job *j, ckpt_store *st)
+{
+    if (j->u.rank != 0)
+        return save_range(j, st, 1, 2, big_state);
+    second_saver b = {st, -1, ""};
+    pthread_t th;
+    __atomic_store_n(&hold.armed, 1, __ATOMIC_RELEASE);
+    pthread_create(&th, NULL, save_step2_once_inside, &b);
+    int rc = save_range(j, st, 1, 1, big_state);
+    pthread_join(th, NULL);
+    cr_assert_eq(b.status, CKPT_OK, "rank 0's second thread: %s", b.message);
+    return rc;
+}
+
+static int count_threads(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    cr_assert_not_null(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+Test(ranks, a_second_threads_save_waits_for_the_first_ones_begin)
+{
+    fsio fs = {.fault = hold_first_write};
+    job jobs[WORLD] = {0};
+    for (int r = 0; r < WORLD; r++) {
+        jobs[r].timeout_ms = 2000;
+        jobs[r].small_arena = 1;
+    }
+    jobs[0].fs = &fs;
+    int threads_before = count_threads();
+    run_ranks(jobs, save_from_two_threads_on_rank0);
+    cr_assert_eq(hold.inside, 1, "rank 0's first save never wrote inside its begin");
+    for (int r = 0; r < WORLD; r++)
+        cr_assert_eq(jobs[r].status, CKPT_OK, "rank %d: %s", r, jobs[r].message);
+    /* Every store freed: none of their threads (a pacing's beater too) is left. */
+    cr_assert_eq(count_threads(), threads_before, "a library thread outlived its store");
+    ckpt_store *ro = tc_open_ro(tc_root);
+    int64_t step = -1;
+    cr_assert_eq(ckpt_store_latest(ro, CKPT_VERIFY_FULL, &step), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_assert_eq(step, 2);
+    tc_state got, want;
+    big_state(&want, 0, 2);
+    tc_state_init(&got);
+    tc_state_like(&got, &want, 0xee);
+    cr_assert_eq(ckpt_restore(ro, 2, got.t, got.count, NULL, NULL), CKPT_OK, "%s",
+                 ckpt_error_last());
+    tc_assert_state_eq(&got, &want, "rank 0's step 2");
+    tc_state_free(&got);
+    tc_state_free(&want);
+    ckpt_store_free(ro);
 }

@@ -50,6 +50,9 @@ CKPT_API int ckpt_save_begin(ckpt_save **out, ckpt_store *st, int64_t step,
      * the ranks pace each other from here to the commit. */
     dist_begin_lock(st);
     dist_save_pace_start(st);
+    /* The window 03867c7 closed: another thread's begin arriving here
+     * would start a second pacing over this one (tests hold it open). */
+    fsio_point(&st->lay.fs, "save_begin: paced");
     dist_save_prepare(st, step);
     int rc = save_begin_checked(out, st, step, tensors, count, opts);
     if (rc)

@@ -162,6 +162,12 @@ int fsio_writeback(const fsio *fs, int fd, uint64_t off, uint64_t len)
 #endif
 }
 
+void fsio_point(const fsio *fs, const char *where)
+{
+    if (fs && fs->point)
+        fs->point(fs->ctx, where);
+}
+
 int fsio_writeback_start(const fsio *fs, int fd, uint64_t off, uint64_t len)
 {
     if (len == 0)

@@ -48,13 +48,23 @@ typedef size_t (*fsio_write_fn)(void *ctx, int fd, uint64_t off, const void **da
  * and this only watches them. */
 typedef void (*fsio_hint_fn)(void *ctx, int fd, uint64_t off, uint64_t len, int wait);
 
+/* Told when a thread passes a named point of the library (fsio_point)
+ * where a race window opens that no file-system call falls in, so that a
+ * test can hold the window open there.  Never faulted or traced. */
+typedef void (*fsio_point_fn)(void *ctx, const char *where);
+
 typedef struct fsio {
     fsio_fault_fn fault; /* all NULL in production */
     fsio_trace_fn trace;
     fsio_write_fn write;
     void *ctx;           /* passed to each of them */
     fsio_hint_fn hint;
+    fsio_point_fn point;
 } fsio;
+
+/* Tell fs->point, if any, that this thread is at `where` (a string
+ * constant naming the point, e.g. "save_begin: paced"). */
+void fsio_point(const fsio *fs, const char *where);
 
 int fsio_open(const fsio *fs, const char *path, int flags, int mode);
 /* Open an existing regular file for reading, never blocking and never

@@ -1115,7 +1115,7 @@ Test(ranks, the_same_name_on_two_ranks_is_named_with_both)
  * other), both commit, and no library thread (a pacing's beater
  * included) outlives the stores.  The race fixed in 03867c7 lay in a
  * narrower window, between a begin's pacing start and its taking the
- * store's lock, which no hook reaches: this test does not reproduce it. */
+ * store's lock: the next test holds that one open. */
 static struct {
     pthread_mutex_t m;
     pthread_cond_t c;
@@ -1217,5 +1217,109 @@ Test(ranks, a_second_threads_save_waits_for_the_first_ones_begin)
     tc_assert_state_eq(&got, &want, "rank 0's step 2");
     tc_state_free(&got);
     tc_state_free(&want);
+    ckpt_store_free(ro);
+}
+
+/* The race 03867c7 fixed, held open: rank 0's first thread stops right
+ * after its save's pacing has started (the "save_begin: paced" point),
+ * before its save is in flight, while a second thread of the same rank
+ * begins step 2.  That second begin must wait there for the first (the
+ * store's begin lock) and not reach the point itself: reaching it would
+ * mean a second pacing started over the first, whose beats then go on
+ * for ever (after the store is freed too).  The first thread waits for
+ * the second to arrive for a bounded time, the window the bug needs, not
+ * one the test needs to pass; then both saves must commit in order. */
+static struct {
+    pthread_mutex_t m;
+    pthread_cond_t c;
+    int armed, first_held, second_reached;
+} paced = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0};
+
+static void hold_first_paced_begin(void *ctx, const char *where)
+{
+    (void)ctx;
+    if (strcmp(where, "save_begin: paced") != 0)
+        return;
+    pthread_mutex_lock(&paced.m);
+    if (!paced.armed) { /* a later begin: the second thread's, or rank 0's own next */
+        if (paced.first_held == 1) { /* said now: what follows may hang */
+            paced.second_reached++;
+            fprintf(stderr, "test_ranks: a second thread's begin started its pacing while "
+                            "the first one's save was not yet in flight\n");
+        }
+        pthread_cond_broadcast(&paced.c);
+        pthread_mutex_unlock(&paced.m);
+        return;
+    }
+    paced.armed = 0;
+    paced.first_held = 1;
+    pthread_cond_broadcast(&paced.c);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_nsec += 300 * 1000 * 1000;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    while (!paced.second_reached &&
+           pthread_cond_timedwait(&paced.c, &paced.m, &until) != ETIMEDOUT)
+        ;
+    paced.first_held = 2; /* let go: the window is closed */
+    pthread_mutex_unlock(&paced.m);
+}
+
+static void *save_step2_once_paced(void *arg)
+{
+    second_saver *b = arg;
+    pthread_mutex_lock(&paced.m);
+    while (!paced.first_held)
+        pthread_cond_wait(&paced.c, &paced.m);
+    pthread_mutex_unlock(&paced.m);
+    tc_state s;
+    big_state(&s, 0, 2);
+    b->status = tc_save(b->st, 2, &s, NULL);
+    if (b->status)
+        snprintf(b->message, sizeof b->message, "%s", ckpt_error_last());
+    tc_state_free(&s);
+    return NULL;
+}
+
+static int save_from_two_threads_while_paced(job *j, ckpt_store *st)
+{
+    if (j->u.rank != 0)
+        return save_range(j, st, 1, 2, big_state);
+    second_saver b = {st, -1, ""};
+    pthread_t th;
+    pthread_create(&th, NULL, save_step2_once_paced, &b);
+    int rc = save_range(j, st, 1, 1, big_state);
+    pthread_join(th, NULL);
+    cr_assert_eq(b.status, CKPT_OK, "rank 0's second thread: %s", b.message);
+    return rc;
+}
+
+/* Without the begin lock the ranks' collectives fall out of step and
+ * hang: the timeout turns that into a failure (the test takes 0.5 s). */
+Test(ranks, a_second_threads_begin_never_starts_a_pacing_over_the_first_ones, .timeout = 30)
+{
+    fsio fs = {.point = hold_first_paced_begin};
+    job jobs[WORLD] = {0};
+    for (int r = 0; r < WORLD; r++)
+        jobs[r].timeout_ms = 2000;
+    jobs[0].fs = &fs;
+    paced.armed = 1;
+    int threads_before = count_threads();
+    run_ranks(jobs, save_from_two_threads_while_paced);
+    cr_assert_eq(paced.first_held, 2, "rank 0's first save never passed its pacing start");
+    cr_assert_eq(paced.second_reached, 0,
+                 "a second thread's begin started its pacing while the first one's save "
+                 "was not yet in flight");
+    for (int r = 0; r < WORLD; r++)
+        cr_assert_eq(jobs[r].status, CKPT_OK, "rank %d: %s", r, jobs[r].message);
+    cr_assert_eq(count_threads(), threads_before, "a library thread outlived its store");
+    ckpt_store *ro = tc_open_ro(tc_root);
+    int64_t step = -1;
+    cr_assert_eq(ckpt_store_latest(ro, CKPT_VERIFY_FULL, &step), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_assert_eq(step, 2);
     ckpt_store_free(ro);
 }

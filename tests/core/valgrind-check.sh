@@ -11,7 +11,7 @@
 #   meson test -C BUILD --suite core --setup corevalgrind
 set -u
 # --vgdb=no: no gdbserver pipes in /tmp, which a test's child that drops
-# privileges (test_trust.c becomes another user) could not unlink at exit.
+# privileges (test_trust_groups.c becomes another user) could not unlink at exit.
 logdir=$(mktemp -d "${TMPDIR:-/tmp}/ckpt-vg-XXXXXX") || exit 99
 supp=$(dirname "$0")/valgrind.supp
 valgrind -q --vgdb=no --trace-children=yes --child-silent-after-fork=no \

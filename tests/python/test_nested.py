@@ -101,6 +101,20 @@ def test_a_counter_comes_back_a_counter(store):
     assert type(nested.unflatten(node, None)) is dict
 
 
+
+def test_restore_into_a_counter_replaces_its_counts(store):
+    """restore() into a state holding a Counter gives the checkpoint's
+    counts, not the sum of the two (Counter.update adds): a count that
+    changed, one that did not, and one the caller added since."""
+    store.save(1, {"w": np.ones(2),
+                   "seen": collections.Counter({"cat": 10, "dog": 4})}).wait()
+    mine = {"w": np.zeros(2),
+            "seen": collections.Counter({"cat": 15, "dog": 4, "eel": 1})}
+    got = store.restore(mine).state["seen"]
+    assert type(got) is collections.Counter
+    assert dict(got) == {"cat": 10, "dog": 4, "eel": 1}
+    assert mine["seen"] == collections.Counter({"cat": 15, "dog": 4, "eel": 1})
+
 def test_tensors_are_stored_under_dotted_state_dict_names(store):
     state = {"model": {"fc1.weight": np.ones((2, 2)), "fc1.bias": np.ones(2)},
              "optim": {"state": {0: {"exp_avg": np.zeros(2)}}},

@@ -496,3 +496,24 @@ def test_multisteplr_resumes_with_its_counter_of_milestones(store):
         sched.step(7)
         sched2.step(7)
     assert sched2.get_last_lr() == sched.get_last_lr() == [0.125]
+
+
+def test_multisteplr_restored_in_place_takes_the_saved_milestones(store):
+    """restore() into a fresh scheduler built with other milestone counts
+    gives the saved Counter ({2: 2}), not the two summed, and so the
+    saved learning rates."""
+    def make(miles):
+        opt = torch.optim.SGD(torch.nn.Linear(2, 2).parameters(), lr=1.0)
+        return opt, torch.optim.lr_scheduler.MultiStepLR(opt, miles, 0.1)
+    opt, sched = make([2, 2])
+    store.save(1, {"sched": sched.state_dict()}).wait()
+    opt2, sched2 = make([2])
+    got = store.restore({"sched": sched2.state_dict()}).state["sched"]
+    assert dict(got["milestones"]) == {2: 2}
+    sched2.load_state_dict(got)
+    for _ in range(2):
+        opt.step()
+        sched.step()
+        opt2.step()
+        sched2.step()
+    assert sched2.get_last_lr() == sched.get_last_lr()

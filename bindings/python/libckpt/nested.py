@@ -836,7 +836,8 @@ def _replace(obj: Any, values: Dict[Path, Any], above: set,
                for k, v in obj.items()}
         if isinstance(obj, dict):
             out = obj.copy()  # keeps the type (OrderedDict) and order
-            out.update(new)
+            for k, v in new.items():  # not update(): a Counter's adds
+                out[k] = v
             if hasattr(obj, "_metadata"):
                 out._metadata = obj._metadata
             return out

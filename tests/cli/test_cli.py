@@ -3,11 +3,13 @@ the schemas in docs/CLI.md), on valid, corrupt, incomplete, empty, missing
 and read-only roots."""
 
 import fcntl
+import json
 import os
 import pty
 import re
 import select
 import subprocess
+import time
 
 import jsonschema
 import pytest
@@ -708,6 +710,35 @@ def test_a_newline_in_a_name_forges_no_line(tmp):
     # the command's own lines stay lines (usage is several in one write)
     r = ckpt()
     check("\n       ckpt COMMAND --help\n" in r.err and "\\n" not in r.err, "usage", r)
+
+
+
+def test_a_newline_in_a_temporary_or_an_event_forges_no_line(tmp):
+    """The root's owner (or a group member) names its temporary
+    directories and writes its event log; whoever runs gc, doctor or log
+    there (an admin's cleanup) printed a newline in those raw: a line of
+    the writer's choosing in the admin's log.  Each shows it as \\n."""
+    import sys
+    root = os.path.join(tmp, "root")
+    fake = "removed step-000000000042 (admin: all steps verified OK)"
+    code = ("import sys, numpy as np, libckpt\n"
+            "with libckpt.Store(sys.argv[1]) as s:\n"
+            "    s.save(1, {'w': np.ones(64)}).wait()\n")
+    r = run(sys.executable, "-c", code, root, env=python_env())
+    check(r.rc == 0, "save from Python", r)
+    os.mkdir(os.path.join(root, ".tmp-step-000000000009-1-x\n" + fake))
+    with open(os.path.join(root, "ckpt-events.jsonl"), "a") as f:
+        f.write(json.dumps({"v": 1, "time": time.time(), "event": "restore_failed\n" + fake,
+                            "status": "io\n" + fake, "error": "e\n" + fake,
+                            "level": "full\n" + fake, "pid": 1,
+                            "host": "h\n" + fake}) + "\n")
+
+    def forged(text):
+        return [line for line in text.splitlines() if line.startswith(fake[:9])]
+    for args in (("gc", "--keep-last", "1", "--dry-run", root), ("doctor", root),
+                 ("log", root), ("gc", "--keep-last", "1", root)):
+        r = ckpt(*args)
+        check("\\n" + fake in r.out and not forged(r.out + r.err), " ".join(args[:-1]), r)
 
 
 def test_a_directory_above_a_root_names_the_root(tmp):

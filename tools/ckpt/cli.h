@@ -125,6 +125,11 @@ void cli_put_oneline(FILE *f, const char *text);
  * and written with cli_put_oneline: for notes that quote paths, link
  * targets or names. */
 void cli_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* One line on stdout, formatted as printf's `fmt` (no newline at its end)
+ * and written with cli_put_oneline: for lines that quote what others
+ * named or wrote (temporary directories, event log entries, versions in a
+ * manifest), which an admin's cleanup prints into its own log. */
+void cli_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Print `text` to stdout left-aligned in a column `width` characters wide
  * (cli_put_oneline), counted as the terminal shows them once filtered: a
  * newline takes 2 (`\n`), another control character 4 (`\x01`), a C1

@@ -199,26 +199,26 @@ static void print_details(const char *check, json_t *temps, json_t *unverifiable
     char b1[32], b2[32];
     if (strcmp(check, "temp") == 0) {
         json_array_foreach(temps, i, f) {
-            printf("    temp %s: %s, %s old\n", json_string_value(json_object_get(f, "name")),
+            cli_line("    temp %s: %s, %s old", json_string_value(json_object_get(f, "name")),
                    cli_fmt_bytes((uint64_t)json_integer_value(json_object_get(f, "bytes")), b1),
                    cli_fmt_duration((double)json_integer_value(json_object_get(f, "age_seconds")),
                                     b2));
         }
     } else if (strcmp(check, "verify") == 0) {
         json_array_foreach(unverifiable, i, f) {
-            printf("    step %" PRId64 ": %s\n",
+            cli_line("    step %" PRId64 ": %s",
                    (int64_t)json_integer_value(json_object_get(f, "step")),
                    json_string_value(json_object_get(f, "status")));
             size_t j;
             json_t *p;
             json_array_foreach(json_object_get(f, "problems"), j, p)
-                printf("      %s\n", json_string_value(json_object_get(p, "message")));
+                cli_line("      %s", json_string_value(json_object_get(p, "message")));
         }
     } else if (strcmp(check, "drift") == 0) {
         json_array_foreach(drift, i, f) {
             char *o = json_dumps(json_object_get(f, "old"), JSON_ENCODE_ANY | JSON_COMPACT);
             char *n = json_dumps(json_object_get(f, "new"), JSON_ENCODE_ANY | JSON_COMPACT);
-            printf("    drift %" PRId64 " -> %" PRId64 ": %s: %s -> %s\n",
+            cli_line("    drift %" PRId64 " -> %" PRId64 ": %s: %s -> %s",
                    (int64_t)json_integer_value(json_object_get(f, "from_step")),
                    (int64_t)json_integer_value(json_object_get(f, "to_step")),
                    json_string_value(json_object_get(f, "field")), o ? o : "?", n ? n : "?");
@@ -231,7 +231,7 @@ static void print_details(const char *check, json_t *temps, json_t *unverifiable
                 continue;
             char *o = json_dumps(json_object_get(f, "checkpoint"), JSON_ENCODE_ANY | JSON_COMPACT);
             char *n = json_dumps(json_object_get(f, "now"), JSON_ENCODE_ANY | JSON_COMPACT);
-            printf("    framework: %s: step %" PRId64 " has %s, this machine %s\n",
+            cli_line("    framework: %s: step %" PRId64 " has %s, this machine %s",
                    json_string_value(json_object_get(f, "name")), prev_step, o ? o : "?",
                    json_is_true(json_object_get(f, "installed")) ? (n ? n : "?")
                                                                   : "(not installed here)");
@@ -242,7 +242,7 @@ static void print_details(const char *check, json_t *temps, json_t *unverifiable
         json_array_foreach(machine, i, f) {
             char *o = json_dumps(json_object_get(f, "checkpoint"), JSON_ENCODE_ANY | JSON_COMPACT);
             char *n = json_dumps(json_object_get(f, "now"), JSON_ENCODE_ANY | JSON_COMPACT);
-            printf("    machine: %s: step %" PRId64 " has %s, this machine %s\n",
+            cli_line("    machine: %s: step %" PRId64 " has %s, this machine %s",
                    json_string_value(json_object_get(f, "field")),
                    (int64_t)json_integer_value(json_object_get(f, "step")), o ? o : "?",
                    n ? n : "?");
@@ -450,13 +450,13 @@ int cmd_doctor(cli_ctx *ctx, int argc, char **argv)
     } else {
         size_t i;
         json_t *f;
-        printf("ckpt doctor %s (%zu step%s, %zu valid)\n", root, count, count == 1 ? "" : "s",
+        cli_line("ckpt doctor %s (%zu step%s, %zu valid)", root, count, count == 1 ? "" : "s",
                nvalid);
         json_array_foreach(findings, i, f) {
             char tag[16];
             snprintf(tag, sizeof tag, "[%s]", json_string_value(json_object_get(f, "severity")));
             const char *check = json_string_value(json_object_get(f, "check"));
-            printf("  %-10s %-7s %s\n", tag, check,
+            cli_line("  %-10s %-7s %s", tag, check,
                    json_string_value(json_object_get(f, "message")));
             print_details(check, temps, unverifiable, drift, frameworks, machine, prev_step);
         }

@@ -176,7 +176,7 @@ int cmd_gc(cli_ctx *ctx, int argc, char **argv)
                                  removed));
     } else {
         for (size_t i = 0; i < plan.n; i++)
-            printf("%s %s\n", dry ? "would remove" : "removed", plan.v[i].name);
+            cli_line("%s %s", dry ? "would remove" : "removed", plan.v[i].name);
         if (!plan.n)
             printf("nothing to remove\n");
     }

@@ -78,35 +78,45 @@ static json_t *get(json_t *ev, const char *key)
     return json_object_get(ev, key);
 }
 
-/* The details of one event on one line. */
+/* The details of one event on one line, its detail lines below: each
+ * written with cli_put_oneline (the log's writer chose the text). */
 static void print_event(json_t *ev)
 {
     char t[32], a[32], b[32], c[32], d[32];
     const char *name = json_string_value(get(ev, "event"));
-    printf("%s  %-15s", cli_fmt_time(json_number_value(get(ev, "time")), t), name);
+    char *line = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&line, &len);
+    if (!m)
+        return;
+    fprintf(m, "%s  %-15s", cli_fmt_time(json_number_value(get(ev, "time")), t), name);
     if (json_is_integer(get(ev, "step")))
-        printf("  step %" JSON_INTEGER_FORMAT, json_integer_value(get(ev, "step")));
+        fprintf(m, "  step %" JSON_INTEGER_FORMAT, json_integer_value(get(ev, "step")));
     if (!strcmp(name, "save_committed"))
-        printf("  %s -> %s, stall %s, persist %s",
+        fprintf(m, "  %s -> %s, stall %s, persist %s",
                cli_fmt_bytes((uint64_t)json_integer_value(get(ev, "raw_bytes")), a),
                cli_fmt_bytes((uint64_t)json_integer_value(get(ev, "stored_bytes")), b),
                cli_fmt_duration(json_number_value(get(ev, "stall_s")), c),
                cli_fmt_duration(json_number_value(get(ev, "persist_s")), d));
     if (json_is_string(get(ev, "level")))
-        printf("  (%s)", json_string_value(get(ev, "level")));
+        fprintf(m, "  (%s)", json_string_value(get(ev, "level")));
     if (json_is_string(get(ev, "error")))
-        printf("  %s: %s", json_string_value(get(ev, "status")),
+        fprintf(m, "  %s: %s", json_string_value(get(ev, "status")),
                json_string_value(get(ev, "error")));
     json_t *removed = get(ev, "removed");
     if (json_is_array(removed))
-        printf("  removed %zu", json_array_size(removed));
-    printf("  [pid %" JSON_INTEGER_FORMAT " on %s]\n", json_integer_value(get(ev, "pid")),
+        fprintf(m, "  removed %zu", json_array_size(removed));
+    fprintf(m, "  [pid %" JSON_INTEGER_FORMAT " on %s]", json_integer_value(get(ev, "pid")),
            json_string_value(get(ev, "host")) ? json_string_value(get(ev, "host")) : "?");
+    fclose(m);
+    cli_put_oneline(stdout, line);
+    fputc('\n', stdout);
+    free(line);
     json_t *list = json_is_array(get(ev, "skipped")) ? get(ev, "skipped") : get(ev, "problems");
     size_t i;
     json_t *p;
     json_array_foreach(list, i, p)
-        printf("    step %" JSON_INTEGER_FORMAT " %s: %s\n", json_integer_value(get(p, "step")),
+        cli_line("    step %" JSON_INTEGER_FORMAT " %s: %s", json_integer_value(get(p, "step")),
                json_string_value(get(p, "status")), json_string_value(get(p, "message")));
 }
 
@@ -314,7 +324,7 @@ int cmd_health(cli_ctx *ctx, int argc, char **argv)
                "of %s\n", step, cli_fmt_duration(age, a), fits, fits == 1 ? "" : "s",
                cli_fmt_bytes(size, b));
     } else {
-        printf("unhealthy: %s\n", reason);
+        cli_line("unhealthy: %s", reason);
     }
     ret = healthy ? CLI_EXIT_OK : CLI_EXIT_INVALID;
 done:

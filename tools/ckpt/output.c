@@ -343,6 +343,20 @@ void cli_note(const char *fmt, ...)
     fputc('\n', stderr);
 }
 
+void cli_line(const char *fmt, ...)
+{
+    char *line = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vasprintf(&line, fmt, ap);
+    va_end(ap);
+    if (n >= 0) {
+        cli_put_oneline(stdout, line);
+        free(line);
+    }
+    fputc('\n', stdout);
+}
+
 void cli_put_oneline(FILE *f, const char *text)
 {
     for (const char *nl; (nl = strchr(text, '\n')); text = nl + 1) {

@@ -274,20 +274,24 @@ void layout_file_made(const layout *l, int fd)
     }
 }
 
-void layout_adopt_file(const layout *l, int fd, int shared)
+int layout_adopt_file(const layout *l, int fd, int shared, int made)
 {
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0)
-        return;
+        return 0;
     unsigned self = (unsigned)geteuid();
     int handed = 0;
-    if (self == 0 && st.st_uid == 0 && l->tr.root_uid != 0 &&
-        fchown(fd, (uid_t)l->tr.root_uid, (gid_t)-1) == 0)
-        handed = 1; /* theirs from now on, with the mode a member's would have */
+    if (self == 0 && st.st_uid == 0 && l->tr.root_uid != 0) {
+        if (!made)
+            return -1;
+        if (fchown(fd, (uid_t)l->tr.root_uid, (gid_t)-1) == 0)
+            handed = 1; /* theirs from now on, with the mode a member's would have */
+    }
     if (shared && (st.st_uid == self || handed) && (st.st_mode & 0777) != 0660)
         (void)fchmod(fd, 0660);
     if (shared && st.st_uid == self)
         give_share_group(l, fd, 0);
+    return 0;
 }
 
 void layout_forget_lock(layout *l)
@@ -466,16 +470,24 @@ int layout_lock(layout *l)
      * with a trusted group (dir_mode 0770) every member's writer must open
      * it: 0660, whatever the umask (as make_dir). */
     int shared = (l->dir_mode & 0020) != 0;
-    int fd = fsio_open(&l->fs, at, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK,
+    /* Made here, or there before (whose owner layout_adopt_file checks). */
+    int fd = fsio_open(&l->fs, at, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK,
                        shared ? 0660 : 0600);
+    int made = fd >= 0;
+    if (fd == -EEXIST)
+        fd = fsio_open(&l->fs, at, O_RDWR | O_NOFOLLOW | O_NONBLOCK, 0);
     free(at);
     int rc = fd < 0 ? ckpt_seterr_errno(-fd, "cannot open the lock file %s", path) : 0;
     if (!rc && (rc = lock_file_ok(l, fd, path))) {
         fsio_close(&l->fs, fd);
-    } else if (!rc) {
+    } else if (!rc && layout_adopt_file(l, fd, shared, made) != 0) {
         /* Once it is known to be a file of this root alone (a hard link's
          * target would have taken the mode or the owner). */
-        layout_adopt_file(l, fd, shared);
+        fsio_close(&l->fs, fd);
+        rc = ckpt_seterr(CKPT_EACCES, "the lock file %s belongs to root, not to the root's "
+                         "owner (uid %u), and was not made by this writer: a file moved "
+                         "in from elsewhere, which writing the lock note as root would "
+                         "overwrite: remove it", path, l->tr.root_uid);
     }
     if (!rc && (rc = fsio_lock(&l->fs, fd))) {
         fsio_close(&l->fs, fd);
@@ -878,12 +890,45 @@ static void recover_replaced(layout *l, const char *name)
         if (fsio_kind(&l->fs, to, 0, &kind) == -ENOENT) {
             if (fsio_rename(&l->fs, from, to) == 0 && l->fsync)
                 sync_root(l);
-        } else {
+        } else if (!layout_holds_superusers_dir(l, from)) {
             fsio_remove_tree(&l->fs, from);
         }
     }
     free(from);
     free(to);
+}
+
+/* Directories deeper than this below an entry are not walked: a tree that
+ * deep counts as holding one of root's (layout_holds_superusers_dir). */
+#define SUPERUSER_WALK_DEPTH 32
+
+static int holds_superusers_dir(const fsio *fs, const char *path, int depth)
+{
+    fsio_info in;
+    if (fsio_info_of(fs, path, -1, &in) != 0 || in.kind != FSIO_KIND_DIR)
+        return 0; /* gone, a file or a link: removing it empties nothing */
+    if (in.uid == 0 || depth >= SUPERUSER_WALK_DEPTH)
+        return 1;
+    char **names;
+    size_t n;
+    if (fsio_list(fs, path, &names, &n) != 0)
+        return 1; /* cannot tell: keep it */
+    int held = 0;
+    for (size_t i = 0; i < n; i++) {
+        char *sub = held ? NULL : util_join(path, names[i]);
+        if (!held)
+            held = !sub || holds_superusers_dir(fs, sub, depth + 1);
+        free(sub);
+    }
+    fsio_list_free(names, n);
+    return held;
+}
+
+int layout_holds_superusers_dir(const layout *l, const char *path)
+{
+    if (geteuid() != 0 || l->tr.root_uid == 0)
+        return 0;
+    return holds_superusers_dir(&l->fs, path, 0);
 }
 
 int layout_clean_stale(layout *l, int dry_run, ckpt_report *report)
@@ -906,6 +951,10 @@ int layout_clean_stale(layout *l, int dry_run, ckpt_report *report)
             !has_prefix(names[i], LAYOUT_TRASH_PREFIX))
             continue;
         char *p = layout_pinned_path(l, names[i]);
+        if (p && layout_holds_superusers_dir(l, p)) {
+            free(p); /* not the owner's to remove, so not ours: left in place */
+            continue;
+        }
         int e = p ? (dry_run ? 0 : fsio_remove_tree(&l->fs, p)) : -ENOMEM;
         free(p);
         if (e) {

@@ -104,10 +104,13 @@ void layout_file_made(const layout *l, int fd);
  * by the group (`shared`: 0660, whatever the umask) if it is the caller's
  * own; another user's is left as it is (root running an admin's gc must
  * not hand a user's lock or log to their group).  One the superuser owns
- * in another user's root (made by such a gc just now, or before) is given
- * to the root's owner, who could otherwise not open it again.  Best
- * effort. */
-void layout_adopt_file(const layout *l, int fd, int shared);
+ * in another user's root is given to the root's owner (who could
+ * otherwise not open it again) when this process just made it (`made`:
+ * opened with O_EXCL); one that was there before returns -1, for the
+ * caller to refuse: the owner moved a file of root's in from elsewhere,
+ * which writing as root would change and chown would hand them.  Else 0
+ * (the rest best effort). */
+int layout_adopt_file(const layout *l, int fd, int shared, int made);
 
 /* The canonical name of `step` (>= 0) into buf. */
 void layout_step_name(int64_t step, char buf[LAYOUT_NAME_SIZE]);
@@ -170,6 +173,15 @@ char **layout_take_removals(layout *l, size_t *n);
 int layout_retain(layout *l, const int64_t *steps, size_t n, size_t keep_last,
                   int64_t protect1, int64_t protect2, int dry_run, ckpt_report *report);
 
+/* 1 when the caller is the superuser, the root belongs to another user,
+ * and the tree at `path` (an entry of the root) holds a directory owned
+ * by root (uid 0), or is too deep or unreadable to tell: the root's owner
+ * could neither have made nor emptied such a directory, so it was moved
+ * in from elsewhere (a directory of the admin's under one of the
+ * owner's), and an admin's gc deleting it would delete, as root, what
+ * the owner may not.  Stale temporaries, leftovers of a replaced step and
+ * retired steps holding one are left in place.  Else 0. */
+int layout_holds_superusers_dir(const layout *l, const char *path);
 /* Remove the temporary and trash directories of writers that died and put
  * back a moved-aside step whose replacement never arrived (the caller holds
  * the lock, so their writers are dead).  With `dry_run` only list them

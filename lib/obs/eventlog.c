@@ -69,8 +69,12 @@ static int open_log(eventlog *el, const char *path, uint64_t *size)
     /* In a root shared with a trusted group every member's writer appends:
      * group-writable, whatever the umask (as the lock file). */
     int shared = (el->lay->dir_mode & 0020) != 0;
-    int fd = fsio_open(fs, path, O_RDWR | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK |
-                                     O_CLOEXEC, shared ? 0660 : el->lay->file_mode);
+    int flags = O_RDWR | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
+    /* Made here, or there before (whose owner layout_adopt_file checks). */
+    int fd = fsio_open(fs, path, flags | O_CREAT | O_EXCL, shared ? 0660 : el->lay->file_mode);
+    int made = fd >= 0;
+    if (fd == -EEXIST)
+        fd = fsio_open(fs, path, flags, 0);
     if (fd < 0)
         return fd == -ELOOP ? -FSIO_ENOTREG : fd;
     fsio_info in;
@@ -91,7 +95,10 @@ static int open_log(eventlog *el, const char *path, uint64_t *size)
     }
     /* Only once it is known to be a plain file of this root alone (a FIFO
      * or a hard link's target would have taken the mode or the owner). */
-    layout_adopt_file(el->lay, fd, shared);
+    if (layout_adopt_file(el->lay, fd, shared, made) != 0) {
+        fsio_close(fs, fd); /* root's file, moved in: not ours to append to */
+        return -EACCES;
+    }
     return fd;
 }
 

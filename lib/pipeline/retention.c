@@ -92,7 +92,8 @@ static int classify(ckpt_store *st, int64_t step, int64_t just)
 static int foreign(ckpt_store *st, int64_t step)
 {
     char *dir = layout_step_path(&st->lay, step);
-    int bad = !dir || layout_check_trusted(&st->lay, dir) == CKPT_EACCES;
+    int bad = !dir || layout_check_trusted(&st->lay, dir) == CKPT_EACCES ||
+              layout_holds_superusers_dir(&st->lay, dir);
     char **names;
     size_t n;
     if (!bad && fsio_list(&st->lay.fs, dir, &names, &n) == 0) {

@@ -95,6 +95,104 @@ Test(trust, an_admins_gc_leaves_a_users_lock_private_and_the_log_theirs)
                  (unsigned)sb.st_uid);
 }
 
+/* The superuser's writer (an admin's gc trusting the group) in a user's
+ * root where the user moved in a file of root's (one that sat in a
+ * directory of theirs) as the lock file or the event log: writing the lock
+ * note or an event would change root's file, and handing it to the root's
+ * owner (as a lock file root just made is) would give it to them.  The
+ * lock file is refused, naming it; the event log is left out; both keep
+ * their bytes, owner and mode. */
+Test(trust, an_admins_gc_neither_writes_nor_hands_over_a_file_of_roots_moved_in)
+{
+    need_root();
+    char lock[4096], log[4096], buf[64] = "";
+    snprintf(lock, sizeof lock, "%s/.lock", tc_root);
+    snprintf(log, sizeof log, "%s/ckpt-events.jsonl", tc_root);
+    tc_write_file(lock, "ROOT'S FILE\n", 12);
+    cr_assert_eq(chmod(lock, 0600), 0);
+    cr_assert_eq(chown(tc_root, OTHER_UID, OTHER_UID), 0);
+    ckpt_store *st;
+    int rc = open_flags(tc_root, CKPT_OPEN_TRUST_GROUP, &st);
+    cr_assert_eq(rc, CKPT_EACCES, "%s: %s", ckpt_status_name(rc), ckpt_error_last());
+    cr_expect(strstr(ckpt_error_last(), lock) && strstr(ckpt_error_last(), "belongs to root"),
+              "%s", ckpt_error_last());
+    struct stat sb;
+    cr_assert_eq(stat(lock, &sb), 0);
+    cr_expect(sb.st_uid == 0 && (sb.st_mode & 0777) == 0600 && sb.st_size == 12,
+              "the lock file: uid %u, mode %04o, %lld bytes", (unsigned)sb.st_uid,
+              (unsigned)(sb.st_mode & 0777), (long long)sb.st_size);
+    int fd = open(lock, O_RDONLY);
+    cr_assert_geq(fd, 0);
+    cr_expect_eq(read(fd, buf, sizeof buf - 1), 12);
+    close(fd);
+    cr_expect_str_eq(buf, "ROOT'S FILE\n");
+
+    cr_assert_eq(rename(lock, log), 0); /* now as the event log */
+    rc = open_flags(tc_root, CKPT_OPEN_TRUST_GROUP, &st);
+    cr_assert_eq(rc, CKPT_OK, "%s", ckpt_error_last());
+    cr_assert_eq(ckpt_store_gc(st, 1, 0, NULL), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_store_free(st);
+    cr_assert_eq(stat(log, &sb), 0);
+    cr_expect(sb.st_uid == 0 && (sb.st_mode & 0777) == 0600 && sb.st_size == 12,
+              "the event log: uid %u, mode %04o, %lld bytes", (unsigned)sb.st_uid,
+              (unsigned)(sb.st_mode & 0777), (long long)sb.st_size);
+    cr_assert_eq(stat(lock, &sb), 0, "the writer made no lock file of its own");
+    cr_expect_eq(sb.st_uid, OTHER_UID, "the lock file it made belongs to uid %u",
+                 (unsigned)sb.st_uid);
+}
+
+static void mkdir_owned(const char *path, uid_t uid)
+{
+    cr_assert_eq(mkdir(path, 0755), 0, "%s: %s", path, strerror(errno));
+    cr_assert_eq(chown(path, uid, uid), 0);
+}
+
+/* The user moves a directory of theirs that holds one of root's (which
+ * they may not empty) into their root as a stale temporary, or into a
+ * step that retention retires: the superuser's gc would delete root's
+ * directory for them.  Both are left in place; a stale temporary of the
+ * user's alone, and a step without one, go as before. */
+Test(trust, an_admins_gc_leaves_a_tree_holding_a_directory_of_roots)
+{
+    need_root();
+    char root[2048], p[4096];
+    snprintf(root, sizeof root, "%.2000s/r", tc_root);
+    ckpt_store *st = tc_open(root);
+    tc_state s;
+    tc_state_init(&s);
+    tc_state_standard(&s, 7);
+    for (int64_t step = 1; step <= 3; step++)
+        tc_save_ok(st, step, &s);
+    ckpt_store_free(st);
+    tc_state_free(&s);
+    chown_tree(root, OTHER_UID, OTHER_UID);
+    snprintf(p, sizeof p, "%s/.tmp-step-000000000009-1-1", root); /* holds root's */
+    mkdir_owned(p, OTHER_UID);
+    snprintf(p, sizeof p, "%s/.tmp-step-000000000009-1-1/admin-data", root);
+    mkdir_owned(p, 0);
+    snprintf(p, sizeof p, "%s/.tmp-step-000000000009-1-1/admin-data/quota.db", root);
+    tc_write_file(p, "quota\n", 6);
+    snprintf(p, sizeof p, "%s/.tmp-step-000000000008-1-1", root); /* the user's alone */
+    mkdir_owned(p, OTHER_UID);
+    snprintf(p, sizeof p, "%s/step-000000000001/admin-data", root);
+    mkdir_owned(p, 0);
+    cr_assert_eq(open_flags(root, CKPT_OPEN_TRUST_GROUP, &st), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_assert_eq(ckpt_store_gc(st, 1, 0, NULL), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_store_free(st);
+    struct stat sb;
+    snprintf(p, sizeof p, "%s/.tmp-step-000000000009-1-1/admin-data/quota.db", root);
+    cr_expect_eq(stat(p, &sb), 0, "root's file in a stale temporary was deleted");
+    snprintf(p, sizeof p, "%s/step-000000000001/admin-data", root);
+    cr_expect_eq(stat(p, &sb), 0, "root's directory in a retired step was deleted");
+    snprintf(p, sizeof p, "%s/.tmp-step-000000000008-1-1", root);
+    cr_expect_neq(stat(p, &sb), 0, "the user's own stale temporary was left");
+    snprintf(p, sizeof p, "%s/step-000000000002", root);
+    cr_expect_neq(stat(p, &sb), 0, "step 2 (nothing of root's in it) was not retired");
+    snprintf(p, sizeof p, "%s/step-000000000003", root);
+    cr_expect_eq(stat(p, &sb), 0, "the newest step is gone");
+}
+
 /* A symbolic link planted by another user in a shared sticky directory
  * (as in /tmp) where a job's root would be: a writer refuses to follow it,
  * naming the link and its owner, and writes nothing where it points, even

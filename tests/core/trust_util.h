@@ -37,7 +37,7 @@ static inline void need_root(void)
 /* chown -R */
 static inline void chown_tree(const char *path, uid_t uid, gid_t gid)
 {
-    char cmd[1024];
+    char cmd[4200 + 64];
     snprintf(cmd, sizeof cmd, "chown -R %u:%u '%s'", (unsigned)uid, (unsigned)gid, path);
     cr_assert_eq(system(cmd), 0, "%s", cmd);
 }

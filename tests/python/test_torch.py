@@ -113,6 +113,23 @@ def test_slices_with_gaps_and_expanded_views_are_saved_and_restored(store):
         store.restore({"wide": torch.zeros(3, 1).expand(3, 4)})
 
 
+
+def test_an_inference_tensor_not_row_major_is_named_before_anything_is_written(store):
+    """A transposed tensor made under torch.inference_mode() can be
+    written only inside it (the row-major copy's copy_ fails outside): a
+    restore outside says so, naming it, before writing any tensor; inside
+    inference_mode the same restore fills both."""
+    saved = {"a": torch.arange(6.0).reshape(2, 3), "b": torch.arange(6.0).reshape(3, 2)}
+    store.save(1, saved).wait()
+    with torch.inference_mode():
+        a, b = torch.zeros(2, 3), torch.zeros(2, 3).t()
+    with pytest.raises(libckpt.InvalidArgumentError, match="'b' is an inference tensor"):
+        store.restore({"a": a, "b": b})
+    assert a.eq(0).all() and b.eq(0).all(), "written before the refusal"
+    with torch.inference_mode():
+        store.restore({"a": a, "b": b})
+    assert torch.equal(a, saved["a"]) and torch.equal(b, saved["b"])
+
 def test_dense_tensors_in_another_order_go_through_a_row_major_copy(store):
     """A transpose and a channels_last convolution (its weights and their
     optimizer state are channels_last too) are stored row-major, as their

@@ -247,6 +247,15 @@ class Relayout:
 def _relayout(name, t, torch, writable):
     """_from_torch of a tensor not laid out row-major, through a row-major
     copy that the description owns (see Relayout)."""
+    if writable and getattr(t, "is_inference", None) and t.is_inference() and \
+            not torch.is_inference_mode_enabled():
+        # Said before anything is written: copy_back's copy_ would fail
+        # after the other tensors of the restore were written.
+        raise InvalidArgumentError(
+            "tensor %r is an inference tensor (made under "
+            "torch.inference_mode()) not laid out row-major: torch lets it "
+            "be written only inside inference_mode; restore inside "
+            "`with torch.inference_mode():`, or into a clone" % name)
     # A restore's buffer starts as a copy too: a tensor that a restore with
     # strict=False finds missing from the step is copied back unchanged.
     buffer = t.contiguous()

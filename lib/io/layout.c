@@ -76,7 +76,12 @@ static void give_share_group(const layout *l, int fd, int dir)
 static int make_dir(layout *l, const char *path)
 {
     int rc = fsio_mkdir(&l->fs, path, l->dir_mode);
-    if (rc != 0 || !(l->dir_mode & 0020))
+    /* The superuser's writer in another user's root (an admin's job) hands
+     * the directories it makes to the root's owner: its steps are then
+     * retired as anyone's (a directory of root's is left in place:
+     * layout_holds_superusers_dir), and the owner can remove them. */
+    int hand = rc == 0 && geteuid() == 0 && l->tr.root_uid != 0;
+    if (rc != 0 || (!(l->dir_mode & 0020) && !hand))
         return rc;
     /* Through a descriptor of the directory itself, never a path that a
      * member of the group could have swapped for a link since the mkdir
@@ -84,9 +89,12 @@ static int make_dir(layout *l, const char *path)
     int fd = fsio_open(&l->fs, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
     struct stat st; /* keep the setgid bit a project directory passes down */
     if (fd >= 0 && fstat(fd, &st) == 0 && made_just_now(fd, &st, l->dir_mode)) {
-        if ((st.st_mode & 0777) != (mode_t)l->dir_mode)
+        if ((l->dir_mode & 0020) && (st.st_mode & 0777) != (mode_t)l->dir_mode)
             fchmod(fd, (st.st_mode & 07000) | (mode_t)l->dir_mode); /* best effort */
-        give_share_group(l, fd, 1);
+        if (l->dir_mode & 0020)
+            give_share_group(l, fd, 1);
+        if (hand)
+            (void)fchown(fd, (uid_t)l->tr.root_uid, (gid_t)-1); /* best effort */
     }
     if (fd >= 0)
         fsio_close(&l->fs, fd);

@@ -193,6 +193,42 @@ Test(trust, an_admins_gc_leaves_a_tree_holding_a_directory_of_roots)
     cr_expect_eq(stat(p, &sb), 0, "the newest step is gone");
 }
 
+/* The superuser saving into a user's root (an admin's job, trusting the
+ * group): the directories it makes are handed to the root's owner, so its
+ * retired steps go as anyone's do (a step directory of root's would be
+ * left in place, layout_holds_superusers_dir) and the owner can remove
+ * them. */
+Test(trust, the_superusers_saves_in_a_users_root_are_retired_and_theirs)
+{
+    need_root();
+    char root[2048], p[4096];
+    snprintf(root, sizeof root, "%.2000s/r", tc_root);
+    cr_assert_eq(mkdir(root, 0750), 0);
+    cr_assert_eq(chown(root, OTHER_UID, OTHER_UID), 0);
+    ckpt_store_options o;
+    tc_opts(&o);
+    o.flags = CKPT_OPEN_TRUST_GROUP;
+    o.keep_last = 1;
+    ckpt_store *st;
+    cr_assert_eq(ckpt_store_open(&st, root, &o), CKPT_OK, "%s", ckpt_error_last());
+    tc_state s;
+    tc_state_init(&s);
+    tc_state_standard(&s, 3);
+    for (int64_t step = 1; step <= 3; step++)
+        tc_save_ok(st, step, &s);
+    ckpt_store_free(st);
+    tc_state_free(&s);
+    struct stat sb;
+    for (int64_t step = 1; step <= 2; step++) {
+        snprintf(p, sizeof p, "%s/step-%012lld", root, (long long)step);
+        cr_expect_neq(stat(p, &sb), 0, "step %lld was not retired", (long long)step);
+    }
+    snprintf(p, sizeof p, "%s/step-000000000003", root);
+    cr_assert_eq(stat(p, &sb), 0);
+    cr_expect_eq(sb.st_uid, OTHER_UID, "the step directory belongs to uid %u",
+                 (unsigned)sb.st_uid);
+}
+
 /* A symbolic link planted by another user in a shared sticky directory
  * (as in /tmp) where a job's root would be: a writer refuses to follow it,
  * naming the link and its owner, and writes nothing where it points, even

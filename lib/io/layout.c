@@ -73,6 +73,14 @@ static void give_share_group(const layout *l, int fd, int dir)
         (void)fchmod(fd, (st.st_mode & 07777) | S_ISGID);
 }
 
+/* To the root's owner and group, with `mode` (layout.h: hand_uid). */
+static void hand_over(const layout *l, int fd, int mode)
+{
+    struct stat st; /* a directory keeps the setgid bit a project directory passes down */
+    if (fstat(fd, &st) == 0 && fchown(fd, (uid_t)l->hand_uid, (gid_t)l->hand_gid) == 0)
+        (void)fchmod(fd, (mode_t)mode | (S_ISDIR(st.st_mode) ? st.st_mode & S_ISGID : 0));
+}
+
 static int make_dir(layout *l, const char *path)
 {
     int rc = fsio_mkdir(&l->fs, path, l->dir_mode);
@@ -80,7 +88,7 @@ static int make_dir(layout *l, const char *path)
      * the directories it makes to the root's owner: its steps are then
      * retired as anyone's (a directory of root's is left in place:
      * layout_holds_superusers_dir), and the owner can remove them. */
-    int hand = rc == 0 && geteuid() == 0 && l->tr.root_uid != 0;
+    int hand = rc == 0 && l->hand_uid >= 0;
     if (rc != 0 || (!(l->dir_mode & 0020) && !hand))
         return rc;
     /* Through a descriptor of the directory itself, never a path that a
@@ -94,7 +102,7 @@ static int make_dir(layout *l, const char *path)
         if (l->dir_mode & 0020)
             give_share_group(l, fd, 1);
         if (hand)
-            (void)fchown(fd, (uid_t)l->tr.root_uid, (gid_t)-1); /* best effort */
+            hand_over(l, fd, l->dir_mode);
     }
     if (fd >= 0)
         fsio_close(&l->fs, fd);
@@ -174,6 +182,7 @@ int layout_open(layout *l, const char *path, int writing, int trust_group)
      * trusted group; the command line in each manifest is no one else's. */
     l->dir_mode = trust_group ? 0770 : 0750;
     l->share_gid = -1; /* known once the root is */
+    l->hand_uid = l->hand_gid = -1;
     l->file_mode = 0640;
     /* Resolved here, one component at a time, so that a writer refuses a
      * link another user planted on the way before creating anything. */
@@ -238,6 +247,16 @@ int layout_open(layout *l, const char *path, int writing, int trust_group)
         if (created && (in.mode & 0077) && chmod(l->root, 0700) == 0)
             in.mode &= ~(unsigned)0077;
     }
+    if (writing && geteuid() == 0 && in.uid != 0) {
+        /* What the owner's writer would make (above): group-writable only
+         * in a root its group may write (a project's), group-readable only
+         * with the owner's private group or such a project group. */
+        l->hand_uid = (int)in.uid;
+        l->hand_gid = (int)in.gid;
+        int shared = (in.mode & 0020) != 0, own_group = trust_private_group(in.uid, in.gid);
+        l->dir_mode = shared ? l->dir_mode : own_group ? 0750 : 0700;
+        l->file_mode = shared || own_group ? 0640 : 0600;
+    }
     trust_init(&l->tr, &in, trust_group, writing);
     l->share_gid = writing && trust_group && trust_caller_in_group(in.gid) ? (int)in.gid : -1;
     if ((rc = trust_check_root(&l->tr, l->root, &in, writing)))
@@ -276,7 +295,9 @@ char **layout_take_removals(layout *l, size_t *n)
 
 void layout_file_made(const layout *l, int fd)
 {
-    if (fd >= 0 && (l->dir_mode & 0020)) {
+    if (fd >= 0 && l->hand_uid >= 0)
+        hand_over(l, fd, l->file_mode);
+    else if (fd >= 0 && (l->dir_mode & 0020)) {
         (void)fchmod(fd, (mode_t)l->file_mode);
         give_share_group(l, fd, 0);
     }
@@ -292,7 +313,7 @@ int layout_adopt_file(const layout *l, int fd, int shared, int made)
     if (self == 0 && st.st_uid == 0 && l->tr.root_uid != 0) {
         if (!made)
             return -1;
-        if (fchown(fd, (uid_t)l->tr.root_uid, (gid_t)-1) == 0)
+        if (fchown(fd, (uid_t)l->tr.root_uid, (gid_t)l->hand_gid) == 0)
             handed = 1; /* theirs from now on, with the mode a member's would have */
     }
     if (shared && (st.st_uid == self || handed) && (st.st_mode & 0777) != 0660)

@@ -39,6 +39,11 @@ typedef struct layout {
                          so that its primary group (shared with whoever)
                          never owns its steps; else -1 */
     int file_mode;    /* for the files of a step */
+    /* The superuser's writer in another user's root (an admin's job or
+     * gc): what it makes is handed to the root's owner and group, with the
+     * modes the owner's own writer would give them, so that the owner can
+     * read and remove it; -1 otherwise. */
+    int hand_uid, hand_gid;
     /* Several ranks: the tag every rank puts in the name of the save's
      * temporary directory instead of its pid, so all write into one
      * (lib/dist sets it before each save); "" for one process. */
@@ -96,8 +101,10 @@ void layout_forget_lock(layout *l);
 /* A file just created in the root, open as `fd`: in a root shared with a
  * trusted group it is given l->file_mode whatever the umask (a member with
  * umask 077 would otherwise leave files the group cannot read, and no
- * other member could restore the step); elsewhere the umask stands.  Best
- * effort: a file left narrower fails closed, with a clear error on read. */
+ * other member could restore the step); elsewhere the umask stands.  The
+ * superuser's writer in another user's root hands it to the root's owner
+ * and group (hand_uid).  Best effort: a file left narrower fails closed,
+ * with a clear error on read. */
 void layout_file_made(const layout *l, int fd);
 /* The root's lock file or event log, open as `fd` and known to be a plain
  * file of the root alone: in a root that trusts its group, made writable

@@ -197,7 +197,8 @@ Test(trust, an_admins_gc_leaves_a_tree_holding_a_directory_of_roots)
  * group): the directories it makes are handed to the root's owner, so its
  * retired steps go as anyone's do (a step directory of root's would be
  * left in place, layout_holds_superusers_dir) and the owner can remove
- * them. */
+ * them; its files too, with the root's group, so that the owner (with no
+ * group to trust: a reader's default) restores them. */
 Test(trust, the_superusers_saves_in_a_users_root_are_retired_and_theirs)
 {
     need_root();
@@ -227,6 +228,49 @@ Test(trust, the_superusers_saves_in_a_users_root_are_retired_and_theirs)
     cr_assert_eq(stat(p, &sb), 0);
     cr_expect_eq(sb.st_uid, OTHER_UID, "the step directory belongs to uid %u",
                  (unsigned)sb.st_uid);
+    /* and so does every file in it, with the root's group: the owner
+     * restores the step (they could not read a file of root's, 0640) */
+    DIR *d = opendir(p);
+    cr_assert(d);
+    for (struct dirent *e; (e = readdir(d));) {
+        char f[4200];
+        snprintf(f, sizeof f, "%s/%s", p, e->d_name);
+        cr_assert_eq(lstat(f, &sb), 0);
+        cr_expect(sb.st_uid == OTHER_UID && sb.st_gid == OTHER_UID,
+                  "%s belongs to uid %u gid %u", f, (unsigned)sb.st_uid, (unsigned)sb.st_gid);
+    }
+    closedir(d);
+    cr_assert_eq(chmod(tc_root, 0711), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (setgid(OTHER_UID) || setuid(OTHER_UID))
+            _exit(10);
+        tc_state want;
+        tc_state_init(&want);
+        tc_state_standard(&want, 3);
+        ckpt_store *ro = NULL;
+        if (open_flags(root, CKPT_OPEN_READONLY, &ro) != CKPT_OK)
+            _exit(11);
+        tc_state got;
+        tc_state_like(&got, &want, 0xA5);
+        ckpt_report *rep = NULL;
+        int rc = ckpt_restore(ro, CKPT_LATEST, got.t, got.count, NULL, &rep);
+        int same = rc == CKPT_OK && ckpt_report_step(rep) == 3;
+        for (size_t i = 0; same && i < got.count; i++)
+            same = !memcmp(got.t[i].data, want.t[i].data, (size_t)want.t[i].bytes);
+        if (!same)
+            fprintf(stderr, "the owner's restore: %s: %s\n", ckpt_status_name(rc),
+                    ckpt_error_last());
+        ckpt_report_free(rep);
+        ckpt_store_free(ro);
+        tc_state_free(&got);
+        tc_state_free(&want);
+        _exit(same ? 0 : 12);
+    }
+    int status = 0;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+              "the root's owner could not restore root's step (child: %d)", status);
 }
 
 /* A symbolic link planted by another user in a shared sticky directory

@@ -1035,6 +1035,25 @@ CKPT_API int ckpt_restore_open(ckpt_store *store, int64_t step, const ckpt_tenso
 CKPT_API int ckpt_restore_refuse(ckpt_store *store, int status, const char *message,
                                  ckpt_report **report);
 
+/**
+ * Record a restore the caller made by reading a checkpoint through
+ * ckpt_checkpoint_open and ckpt_checkpoint_read (a binding that loads a
+ * whole state tensor by tensor: Python's Store.load) in the root's event
+ * log and metrics, as ckpt_restore records its own: "restored" with `step`
+ * when `status` is CKPT_OK, else "restore_failed" with `status` and
+ * `message` (NULL or "": ckpt_strerror's); `skipped[0..nskipped)` (NULL
+ * when 0) are the newer steps passed over, one problem each, as a restore
+ * report lists them (the strings are copied).  Nothing is read or checked
+ * on disk: the caller vouches for what it says.  A read-only store, or a
+ * rank other than 0, records nothing and returns CKPT_OK.  The thread's
+ * last error is left as it was.  Returns CKPT_OK; CKPT_EINVAL for a NULL
+ * store, a step < 0 with CKPT_OK, a `status` > 0, or a NULL `skipped`
+ * with `nskipped` > 0; CKPT_ENOMEM.  Thread-safe.
+ */
+CKPT_API int ckpt_store_record_restore(ckpt_store *store, int64_t step, int status,
+                                       const char *message, const ckpt_problem *skipped,
+                                       size_t nskipped);
+
 /* ----------------------------------------------------------------- verify */
 
 /**

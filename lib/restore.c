@@ -135,3 +135,34 @@ CKPT_API int ckpt_restore_refuse(ckpt_store *s, int status, const char *message,
     return restore_api("ckpt_restore_refuse", s, CKPT_LATEST, NULL, 0, NULL, report, NULL,
                        status);
 }
+
+CKPT_API int ckpt_store_record_restore(ckpt_store *s, int64_t step, int status,
+                                       const char *message, const ckpt_problem *skipped,
+                                       size_t nskipped)
+{
+    if (!s || (status == CKPT_OK && step < 0) || status > 0 || (nskipped && !skipped))
+        return ckpt_seterr(CKPT_EINVAL, "ckpt_store_record_restore: NULL store, a restored "
+                           "step < 0, a status that is not one, or skipped problems "
+                           "without their array");
+    if (context_usable(s, "ckpt_store_record_restore"))
+        return CKPT_EINVAL;
+    ckpt_report *r = report_new();
+    if (!r)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    r->step = status ? -1 : step;
+    for (size_t i = 0; i < nskipped; i++) {
+        const ckpt_problem *p = &skipped[i];
+        report_add(r, p->step, p->status, p->message ? p->message : "",
+                   p->file ? p->file : "", p->tensor ? p->tensor : "", p->offset);
+    }
+    ckpt_error_state caller; /* the event names the caller's error, not theirs kept */
+    ckpt_error_capture(&caller, CKPT_OK);
+    if (status)
+        ckpt_seterr(status, "%s", message && *message ? message : ckpt_strerror(status));
+    pthread_mutex_lock(&s->api_lock);
+    eventlog_restore(s->events, status, r);
+    pthread_mutex_unlock(&s->api_lock);
+    ckpt_report_free(r);
+    ckpt_error_restore(&caller);
+    return CKPT_OK;
+}

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "context.h"
+#include "error.h"
 #include "eventlog.h"
 #include "helpers.h"
 #include "layout.h"
@@ -130,6 +131,55 @@ Test(events, every_call_is_recorded)
     tc_state_free(&got);
     tc_state_free(&s1);
     tc_state_free(&s2);
+}
+
+/* A binding that loads a step tensor by tensor (Python's Store.load)
+ * records its restore as ckpt_restore does: the step, the newer steps it
+ * passed over and why, or its failure; the caller's last error stays. */
+Test(events, a_restore_made_through_reads_is_recorded)
+{
+    tc_state s1;
+    tc_state_standard(&s1, 1);
+    ckpt_store *st = tc_open(tc_root);
+    tc_save_ok(st, 1, &s1);
+    ckpt_problem p = {.step = 2, .status = CKPT_ECORRUPT, .message = "bad chunk",
+                      .file = "rank-00000.shard", .tensor = "w", .offset = 0};
+    ckpt_seterr(CKPT_EIO, "the caller's own error");
+    cr_assert_eq(ckpt_store_record_restore(st, 1, CKPT_OK, NULL, &p, 1), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_assert_str_eq(ckpt_error_last(), "the caller's own error");
+    cr_assert_eq(ckpt_store_record_restore(st, -1, CKPT_ENOCKPT, "none verified", NULL, 0),
+                 CKPT_OK);
+    /* refused: what it could not record says why */
+    cr_assert_eq(ckpt_store_record_restore(st, -1, CKPT_OK, NULL, NULL, 0), CKPT_EINVAL);
+    cr_assert_eq(ckpt_store_record_restore(st, 1, CKPT_OK, NULL, NULL, 1), CKPT_EINVAL);
+    cr_assert_eq(ckpt_store_record_restore(NULL, 1, CKPT_OK, NULL, NULL, 0), CKPT_EINVAL);
+
+    json_t *a = events_of(st, 0);
+    cr_assert_eq(json_array_size(a), 4, "%zu events", json_array_size(a));
+    cr_assert_str_eq(name_of(a, 2), "restored");
+    cr_assert_eq(int_of(a, 2, "step"), 1);
+    json_t *skipped = json_object_get(json_array_get(a, 2), "skipped");
+    cr_assert_eq(json_array_size(skipped), 1);
+    json_t *p0 = json_array_get(skipped, 0);
+    cr_assert_eq(json_integer_value(json_object_get(p0, "step")), 2);
+    cr_assert_str_eq(json_string_value(json_object_get(p0, "status")), "corrupt");
+    cr_assert_str_eq(json_string_value(json_object_get(p0, "message")), "bad chunk");
+    cr_assert_str_eq(json_string_value(json_object_get(p0, "file")), "rank-00000.shard");
+    cr_assert_str_eq(name_of(a, 3), "restore_failed");
+    cr_assert_str_eq(json_string_value(json_object_get(json_array_get(a, 3), "error")),
+                     "none verified");
+    json_decref(a);
+    ckpt_store_free(st);
+    /* a read-only store records nothing */
+    char *log = log_path();
+    int64_t size = tc_file_size(log);
+    ckpt_store *ro = tc_open_ro(tc_root);
+    cr_assert_eq(ckpt_store_record_restore(ro, 1, CKPT_OK, NULL, NULL, 0), CKPT_OK);
+    ckpt_store_free(ro);
+    cr_assert_eq(tc_file_size(log), size, "a read-only store wrote the log");
+    free(log);
+    tc_state_free(&s1);
 }
 
 Test(events, stale_temporaries_removed_on_open_are_recorded)

@@ -30,6 +30,45 @@ def test_events_and_metrics(root):
     assert ("ckpt_latest_step" + label) in lines
 
 
+def test_a_resume_with_load_is_logged_and_counted(root):
+    """The README's resume (Store.load) is a restore in the event log and
+    the metrics, with the damaged step it passed over, as restore() is;
+    a load that finds nothing is a failed restore."""
+    import pytest
+    import libckpt
+    state = {"w": np.arange(1000, dtype=np.float32)}
+    with open_store(root) as s:
+        s.save(1, state).wait()
+        s.save(2, state).wait()
+        shard = os.path.join(root, "step-000000000002", "rank-00000.shard")
+        with open(shard, "r+b") as f:
+            f.seek(100)
+            b = f.read(1)
+            f.seek(100)
+            f.write(bytes([b[0] ^ 0xFF]))
+        with pytest.warns(libckpt.SkippedCheckpointWarning):
+            step, _ = s.load()
+        assert step == 1
+        s.load(1)
+        restored = [e for e in s.events() if e["event"].startswith("restore")]
+        assert [e["event"] for e in restored] == ["restored", "restored"], restored
+        assert restored[0]["step"] == 1
+        assert [p["step"] for p in restored[0]["skipped"]] == [2]
+        assert restored[0]["skipped"][0]["status"] == "corrupt"
+        assert restored[1]["skipped"] == []
+        text = s.metrics()
+    by_name = {l.split("{")[0]: float(l.rsplit(" ", 1)[1])
+               for l in text.splitlines() if not l.startswith("#")}
+    assert by_name["ckpt_restores_total"] == 2
+    assert by_name["ckpt_restore_fallbacks_total"] == 1
+    empty = os.path.join(os.path.dirname(root), "empty")
+    with open_store(empty) as s:
+        with pytest.raises(libckpt.NoCheckpointError):
+            s.load()
+        failed = [e for e in s.events() if e["event"] == "restore_failed"]
+        assert len(failed) == 1 and failed[0]["status"] == "no_checkpoint", failed
+
+
 def test_read_only_store_reads_but_does_not_write(root):
     state = {"w": np.zeros(10, dtype=np.float32)}
     with open_store(root) as s:

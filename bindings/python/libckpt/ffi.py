@@ -413,6 +413,9 @@ HAVE_REFUSE = _fn("ckpt_save_refuse", _int, [store_p, _i64, _int, _str],
                   optional=True)
 _fn("ckpt_restore_refuse", _int, [store_p, _int, _str, _P(report_p)],
     optional=True)
+# Store.load's restore, recorded in the event log as ckpt_restore's is
+_fn("ckpt_store_record_restore", _int,
+    [store_p, _i64, _int, _str, _P(ckpt_problem), _size], optional=True)
 
 # preemption (process-wide; Python programs usually prefer the signal module)
 _fn("ckpt_preempt_watch", _int, [_P(_int), _size], optional=True)

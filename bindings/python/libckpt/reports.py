@@ -249,3 +249,32 @@ def _iso_time(t: float) -> str:
     if not (t > 0) or not math.isfinite(t):
         return "-"
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(t)))
+
+
+def record_restore(store: Any, step: int, err: Optional[Error],
+                   skipped: List[Problem]) -> None:
+    """Say in the root's event log (and so its metrics) that Store.load
+    restored ``step`` passing over ``skipped``, or failed with ``err``, as
+    ckpt_restore says of its own restores.  Best effort: a log that cannot
+    take it (or a library without the call) never fails the load."""
+    keep = []  # the encoded strings, alive until the call returns
+
+    def text(v: Any) -> Optional[bytes]:
+        b = None if v is None else os.fsencode(str(v))
+        keep.append(b)
+        return b
+    arr = (ffi.ckpt_problem * max(len(skipped), 1))()
+    for i, p in enumerate(skipped):
+        arr[i] = ffi.ckpt_problem(
+            -1 if p.get("step") is None else p["step"], p.get("code") or 0,
+            text(p.get("message") or ""), text(p.get("file") or ""),
+            text(p.get("tensor") or ""),
+            -1 if p.get("offset") is None else p["offset"])
+    status = 0 if err is None else err.status
+    try:
+        with store._h.use() as s:
+            C.ckpt_store_record_restore(
+                s, step if err is None else -1, status,
+                None if err is None else text(err.message), arr, len(skipped))
+    except Error:
+        pass

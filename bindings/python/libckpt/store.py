@@ -568,11 +568,20 @@ class Store:
         NumPy arrays, "pt" torch tensors (bfloat16 stays bfloat16).
         ``device`` ("cuda:0", a torch.device) moves torch tensors there."""
         check_framework(framework, device)
-        if step is not None:
-            with self._open(_step_number(step, "Store.load"),
-                            ffi.CKPT_VERIFY_QUICK, framework, device) as ck:
-                return LoadResult(ck.step, ck.state(), [])
-        return self._load_newest(framework, device)
+        number = None if step is None else _step_number(step, "Store.load")
+        try:
+            if number is not None:
+                with self._open(number, ffi.CKPT_VERIFY_QUICK, framework,
+                                device) as ck:
+                    result = LoadResult(ck.step, ck.state(), [])
+            else:
+                result = self._load_newest(framework, device)
+        except Error as err:
+            if err.status is not None:  # the library's, not the caller's
+                reports.record_restore(self, -1, err, list(err.skipped))
+            raise
+        reports.record_restore(self, result.step, None, result.skipped)
+        return result
 
     def _load_newest(self, framework: str, device: Any) -> LoadResult:
         """load() of the newest step that fully verifies, reading its data

@@ -130,6 +130,14 @@ def test_metrics_pass_promtool_and_match_the_root(tmp):
     expect_rc(ckpt("metrics", root, "--output", out), 0)
     check(set(samples(open(out).read())) == set(m), "--output")
     check([f for f in os.listdir(tmp) if ".tmp-" in f] == [], "temporary file left")
+    # --json, before the command or among its options as for every command:
+    # the metrics stay Prometheus text, an error is a JSON document
+    for argv in (("--json", "metrics", root), ("metrics", root, "--json")):
+        res = expect_rc(ckpt(*argv), 0)
+        check(set(samples(res.out)) == set(m), "ckpt %s" % " ".join(argv), res)
+    for argv in (("--json", "metrics", tmp + "/none"), ("metrics", tmp + "/none", "--json")):
+        res = ckpt(*argv)
+        check(res.rc != 0 and "error" in json.loads(res.out), "ckpt %s" % " ".join(argv), res)
 
 
 @needs_promtool

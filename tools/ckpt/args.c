@@ -64,7 +64,7 @@ int cli_parse(cli_ctx *ctx, const cli_cmd *cmd, const cli_opt *opts, int argc,
      * usage errors included, even those about arguments before it.  The
      * value of an option that takes one is skipped: `--out --json` names a
      * file. */
-    for (int i = 1; cmd->json && i < argc && strcmp(argv[i], "--") != 0; i++) {
+    for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--json") == 0) {
             ctx->json = 1;
@@ -101,7 +101,7 @@ int cli_parse(cli_ctx *ctx, const cli_cmd *cmd, const cli_opt *opts, int argc,
             const char *name = a + 2;
             const char *eq = strchr(name, '=');
             size_t len = eq ? (size_t)(eq - name) : strlen(name);
-            if (cmd->json && len == 4 && strncmp(name, "json", 4) == 0 && !eq) {
+            if (len == 4 && strncmp(name, "json", 4) == 0 && !eq) {
                 ctx->json = 1;
                 continue;
             }
@@ -190,6 +190,10 @@ void cli_print_help(FILE *f, const cli_cmd *cmd, const cli_opt *opts)
         fprintf(f, "  %-22s %s\n", "--json",
                 "print one JSON document on stdout (errors too); its schema is in "
                 "CLI.md (ckpt --help says where)");
+    else /* a format of its own (metrics: Prometheus text) */
+        fprintf(f, "  %-22s %s\n", "--json",
+                "print an error as one JSON document on stdout; the output itself "
+                "keeps its format");
     fprintf(f, "  %-22s %s\n\n", "--help", "show this help");
     cli_print_exit_codes(f);
 }

@@ -49,7 +49,8 @@ typedef struct cli_cmd {
     const char *name;
     const char *summary;     /* one line, for `ckpt --help`                   */
     const char *description; /* paragraphs for `ckpt CMD --help`, or NULL     */
-    int json;                /* accepts --json                                */
+    int json;                /* --json prints its result as JSON (else only
+                                errors: metrics keeps the Prometheus format) */
     int (*run)(cli_ctx *ctx, int argc, char **argv);
 } cli_cmd;
 
@@ -57,7 +58,7 @@ typedef struct cli_cmd {
  * Parse argv (argv[0] is the subcommand) against `opts`.  Returns 0 to go
  * on, CLI_EXIT_OK after printing --help (the caller returns it), or
  * CLI_EXIT_USAGE after reporting the problem.  --json and --help are
- * accepted for every command (--json only where cmd->json).
+ * accepted for every command.
  */
 int cli_parse(cli_ctx *ctx, const cli_cmd *cmd, const cli_opt *opts, int argc,
               char **argv, int *ret);

@@ -30,7 +30,8 @@ static void usage(FILE *f)
         fprintf(f, "  %-8s  %s\n", commands[i]->name, commands[i]->summary);
     fprintf(f, "\nGlobal options:\n"
                "  --json      print one JSON document on stdout (every command);\n"
-               "              errors too, as {\"error\": ...}\n"
+               "              errors too, as {\"error\": ...}; metrics keeps its\n"
+               "              Prometheus text, its errors are JSON\n"
                "  --help      show this help, or a command's with `ckpt COMMAND --help`\n"
                "  --version   show the versions of ckpt and of the loaded libckpt\n\n");
     cli_print_exit_codes(f);

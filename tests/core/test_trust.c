@@ -233,7 +233,7 @@ Test(trust, the_superusers_saves_in_a_users_root_are_retired_and_theirs)
     DIR *d = opendir(p);
     cr_assert(d);
     for (struct dirent *e; (e = readdir(d));) {
-        char f[4200];
+        char f[4400];
         snprintf(f, sizeof f, "%s/%s", p, e->d_name);
         cr_assert_eq(lstat(f, &sb), 0);
         cr_expect(sb.st_uid == OTHER_UID && sb.st_gid == OTHER_UID,

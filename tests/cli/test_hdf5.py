@@ -777,3 +777,93 @@ def test_export_of_tensors_larger_than_a_slab(tmp):
                   "%s: flat differs" % codec)
             check(f["small"][()].tolist() == list(range(7)), "%s: small" % codec)
         os.unlink(out)
+
+
+# A file of another program's making, with h5py (run without the h5zstd
+# plugin, so the filter records nothing of its own): zstd chunks whose
+# frames decode to fewer or more bytes than a chunk holds.
+_ZSTD_FRAMES = r'''
+import ctypes, sys
+import h5py, numpy as np
+z = ctypes.CDLL("libzstd.so.1")
+z.ZSTD_compress.restype = ctypes.c_size_t
+z.ZSTD_compress.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
+                            ctypes.c_size_t, ctypes.c_int]
+def zc(data):
+    out = ctypes.create_string_buffer(len(data) + 1024)
+    return out.raw[:z.ZSTD_compress(out, len(out), data, len(data), 3)]
+with h5py.File(sys.argv[1], "w") as f:
+    f.attrs["step"] = 1
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_chunk((1000,))
+    dcpl.set_filter(32015, h5py.h5z.FLAG_OPTIONAL, (3,))
+    d = h5py.h5d.create(f.id, b"x", h5py.h5t.STD_I32LE, h5py.h5s.create_simple((1000,)),
+                        dcpl=dcpl)
+    d.write_direct_chunk((0,), zc(sys.argv[2].encode() * int(sys.argv[3])), filter_mask=0)
+'''
+
+
+def test_import_refuses_what_it_would_misread(tmp):
+    """Files that HDF5 would read into wrong values, or past a buffer, are
+    refused with a reason, and nothing is saved: a 'step' attribute that
+    is an array (it was read over a stack variable) or above the largest
+    step (HDF5 clamped it); a 16-bit float of another layout than IEEE half
+    or bfloat16 (its bits were copied as if it were one); a compound of two
+    floats not named r and i (read as complex); a zstd chunk whose frame
+    decodes to less than the chunk (HDF5 handed out heap bytes past it) or
+    more.  A compound of i and r, in that order, is complex all the same."""
+    need_hdf5()
+    need_h5py()
+    dest = os.path.join(tmp, "dest")
+
+    def refused(path, rc, *words):
+        r = expect_rc(ckpt("import", path, dest), rc)
+        for w in words:
+            check(w in r.err, "%s: the message lacks %r" % (path, w), r)
+        check(not os.path.exists(dest) or not [e for e in os.listdir(dest)
+                                                if e.startswith("step-")],
+              "%s: a step was saved" % path)
+
+    steparr = os.path.join(tmp, "steparr.h5")
+    with h5py.File(steparr, "w") as f:
+        f.attrs["step"] = np.arange(1, 5001)
+        f["x"] = np.arange(4, dtype=np.int32)
+    refused(steparr, 2, "'step' attribute holding one integer", "--step")
+    huge = os.path.join(tmp, "huge.h5")
+    with h5py.File(huge, "w") as f:
+        f.attrs["step"] = np.uint64(2**64 - 1)
+        f["x"] = np.arange(4, dtype=np.int32)
+    refused(huge, 2, "'step' attribute")
+
+    odd = os.path.join(tmp, "odd.h5")
+    with h5py.File(odd, "w") as f:
+        f.attrs["step"] = 1
+        t = h5py.h5t.IEEE_F32LE.copy()
+        t.set_fields(15, 10, 5, 0, 10)
+        t.set_size(2)
+        t.set_ebias(7)
+        d = h5py.h5d.create(f.id, b"odd_half", t, h5py.h5s.create_simple((4,)))
+        d.write(h5py.h5s.ALL, h5py.h5s.ALL, np.array([1, 2, 0.5, -3], dtype=np.float32))
+    refused(odd, 3, "odd_half", "neither IEEE half nor bfloat16", "bias 7")
+
+    xy = os.path.join(tmp, "xy.h5")
+    with h5py.File(xy, "w") as f:
+        f.attrs["step"] = 1
+        f["p"] = np.array([(1.0, 2.0)], dtype=[("x", "<f4"), ("y", "<f4")])
+    refused(xy, 3, "'p'", "not named")
+    ir = os.path.join(tmp, "ir.h5")
+    with h5py.File(ir, "w") as f:
+        f.attrs["step"] = 1
+        f["c"] = np.array([(1.0, 2.0), (3.0, 4.0)], dtype=[("i", "<f4"), ("r", "<f4")])
+    expect_rc(ckpt("import", ir, dest), 0)
+    _, got = restored_bytes(dest, 1, "c", tmp)
+    check(got == np.array([2 + 1j, 4 + 3j], np.complex64).tobytes(), "i and r: %r" % got)
+    shutil.rmtree(dest)
+
+    no_plugin = {k: v for k, v in os.environ.items() if k != "HDF5_PLUGIN_PATH"}
+    for name, byte, count in (("short", "A", 8), ("long", "B", 400000)):
+        path = os.path.join(tmp, name + ".h5")
+        r = subprocess.run([sys.executable, "-c", _ZSTD_FRAMES, path, byte, str(count)],
+                           capture_output=True, text=True, env=no_plugin)
+        check(r.returncode == 0, "making %s: %s" % (path, r.stderr))
+        refused(path, 3, "dataset 'x'", "must decode to the chunk's 4000 bytes")

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
@@ -13,6 +14,7 @@
 
 #include "cli.h"
 #include "h5util.h"
+#include "h5zstd.h"
 
 /* zstd's best case is about 32,000 to 1 (a frame of zeros); anything
  * claiming more is a forged or sparse file. */
@@ -134,11 +136,22 @@ static ckpt_dtype map_type(hid_t ft, hid_t *memtype, hsize_t *extra_dim, char *w
             size_t spos, epos, esize, mpos, msize;
             if (H5Tget_fields(ft, &spos, &epos, &esize, &mpos, &msize) < 0)
                 break;
-            ckpt_dtype dt = esize == 5 && msize == 10  ? CKPT_F16
-                            : esize == 8 && msize == 7 ? CKPT_BF16
-                                                       : CKPT_DTYPE_INVALID;
-            if (dt == CKPT_DTYPE_INVALID)
-                break;
+            /* The bits are copied as they are: only IEEE half and bfloat16
+             * themselves (sign, exponent and mantissa where they are, their
+             * biases) hold the values the file means. */
+            size_t bias = H5Tget_ebias(ft);
+            int std = spos == 15 && mpos == 0 && epos == msize && H5Tget_offset(ft) == 0 &&
+                      H5Tget_precision(ft) == 16 && H5Tget_norm(ft) == H5T_NORM_IMPLIED;
+            ckpt_dtype dt = std && esize == 5 && msize == 10 && bias == 15 ? CKPT_F16
+                            : std && esize == 8 && msize == 7 && bias == 127 ? CKPT_BF16
+                                                                           : CKPT_DTYPE_INVALID;
+            if (dt == CKPT_DTYPE_INVALID) {
+                snprintf(why, whylen, "a 16-bit float that is neither IEEE half nor bfloat16 "
+                         "(sign bit %zu, exponent bits %zu..%zu with bias %zu, mantissa bits "
+                         "%zu..%zu): its values would be misread", spos, epos,
+                         epos + esize - 1, bias, mpos, mpos + msize - 1);
+                return CKPT_DTYPE_INVALID;
+            }
             /* Read the bit pattern as it is, in native byte order. */
             *memtype = H5Tcopy(ft);
             if (*memtype >= 0)
@@ -190,20 +203,29 @@ static ckpt_dtype map_type(hid_t ft, hid_t *memtype, hsize_t *extra_dim, char *w
             H5Tclose(m1);
         if (!ok)
             break;
-        /* Compound conversion matches members by name: keep the file's. */
+        /* Complex only as h5py (and ckpt export) writes it: members "r"
+         * and "i", in either order (compound conversion matches them by
+         * name, so the real part lands first).  Two floats of other names
+         * ({x, y}, {mean, std}) are not a complex number. */
         char *n0 = H5Tget_member_name(ft, 0), *n1 = H5Tget_member_name(ft, 1);
-        hid_t part = s0 == 4 ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE;
-        hid_t mt = H5Tcreate(H5T_COMPOUND, 2 * s0);
-        if (mt >= 0 && n0 && n1 && H5Tinsert(mt, n0, 0, part) >= 0 &&
-            H5Tinsert(mt, n1, s0, part) >= 0) {
-            *memtype = mt;
-        } else if (mt >= 0) {
-            H5Tclose(mt);
-        }
+        int named = n0 && n1 && ((!strcmp(n0, "r") && !strcmp(n1, "i")) ||
+                                 (!strcmp(n0, "i") && !strcmp(n1, "r")));
         if (n0)
             H5free_memory(n0);
         if (n1)
             H5free_memory(n1);
+        if (!named) {
+            snprintf(why, whylen, "a compound of two floats whose members are not named "
+                     "\"r\" and \"i\" (h5py's complex numbers): not read as complex");
+            return CKPT_DTYPE_INVALID;
+        }
+        hid_t part = s0 == 4 ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE;
+        hid_t mt = H5Tcreate(H5T_COMPOUND, 2 * s0);
+        if (mt >= 0 && H5Tinsert(mt, "r", 0, part) >= 0 && H5Tinsert(mt, "i", s0, part) >= 0) {
+            *memtype = mt;
+        } else if (mt >= 0) {
+            H5Tclose(mt);
+        }
         if (*memtype < 0)
             break;
         return s0 == 4 ? CKPT_C64 : CKPT_C128;
@@ -221,6 +243,31 @@ static ckpt_dtype map_type(hid_t ft, hid_t *memtype, hsize_t *extra_dim, char *w
  * whoever runs the import: root importing another user's file would copy
  * /etc/shadow into a checkpoint that user reads, and a FIFO named there
  * would block.  Only the input file is read: 1 with `err` set. */
+/* The bytes of a chunk of `dset` when zstd is among its filters (what
+ * every zstd frame of it must decode to: ckpt_h5zstd_expect), else 0. */
+static size_t zstd_chunk_bytes(hid_t dset)
+{
+    hid_t dcpl = H5Dget_create_plist(dset), ft = H5Dget_type(dset);
+    size_t bytes = 0;
+    hsize_t dims[H5S_MAX_RANK];
+    int nd = dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED
+                 ? H5Pget_chunk(dcpl, H5S_MAX_RANK, dims) : -1;
+    unsigned flags;
+    size_t n = 0;
+    if (nd > 0 && ft >= 0 &&
+        H5Pget_filter_by_id2(dcpl, CKPT_H5Z_FILTER_ZSTD, &flags, &n, NULL, 0, NULL, NULL) >= 0) {
+        bytes = H5Tget_size(ft);
+        for (int d = 0; d < nd; d++)
+            bytes = dims[d] && bytes > SIZE_MAX / dims[d] ? 0 : bytes * (size_t)dims[d];
+    }
+    if (ft >= 0)
+        H5Tclose(ft);
+    if (dcpl >= 0)
+        H5Pclose(dcpl);
+    H5Eclear2(H5E_DEFAULT);
+    return bytes;
+}
+
 static int stored_elsewhere(hid_t dset, const char *name, char *err, size_t errlen)
 {
     hid_t dcpl = H5Dget_create_plist(dset);
@@ -572,17 +619,30 @@ static int import_run(cli_ctx *ctx, const char *in, const char *dir, int64_t ste
     }
     if (!have_step) {
         hid_t a = H5Aexists(l.file, "step") > 0 ? H5Aopen(l.file, "step", H5P_DEFAULT) : -1;
-        hid_t at = a >= 0 ? H5Aget_type(a) : -1;
-        if (at >= 0 && H5Tget_class(at) == H5T_INTEGER &&
-            H5Aread(a, H5T_NATIVE_INT64, &step) >= 0 && step >= 0)
-            have_step = 1;
+        hid_t at = a >= 0 ? H5Aget_type(a) : -1, as = a >= 0 ? H5Aget_space(a) : -1;
+        /* One integer (an array would be read over `step`), read as what it
+         * is: HDF5 would clamp an unsigned one above INT64_MAX. */
+        int one = as >= 0 && H5Sget_simple_extent_npoints(as) == 1;
+        int integer = at >= 0 && H5Tget_class(at) == H5T_INTEGER && H5Tget_size(at) <= 8;
+        if (one && integer && H5Tget_sign(at) == H5T_SGN_NONE) {
+            uint64_t u = 0;
+            if (H5Aread(a, H5T_NATIVE_UINT64, &u) >= 0 && u <= (uint64_t)CKPT_STEP_MAX)
+                step = (int64_t)u, have_step = 1;
+        } else if (one && integer) {
+            int64_t v = -1;
+            if (H5Aread(a, H5T_NATIVE_INT64, &v) >= 0 && v >= 0)
+                step = v, have_step = 1;
+        }
+        if (as >= 0)
+            H5Sclose(as);
         if (at >= 0)
             H5Tclose(at);
         if (a >= 0)
             H5Aclose(a);
         H5Eclear2(H5E_DEFAULT);
         if (!have_step) {
-            ret = cli_usage(ctx, "%s has no integer 'step' attribute: give --step N", in);
+            ret = cli_usage(ctx, "%s has no 'step' attribute holding one integer in "
+                            "0..%lld: give --step N", in, (long long)CKPT_STEP_MAX);
             goto done;
         }
     }
@@ -645,8 +705,17 @@ static int import_run(cli_ctx *ctx, const char *in, const char *dir, int64_t ste
         }
         if (t->bytes) {
             hid_t d = H5Dopen2(l.file, t->name, H5P_DEFAULT);
-            if (d < 0 || H5Dread(d, t->memtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, t->data) < 0) {
+            size_t zchunk = d >= 0 ? zstd_chunk_bytes(d) : 0;
+            ckpt_h5zstd_expect(zchunk);
+            herr_t r = d >= 0 ? H5Dread(d, t->memtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, t->data)
+                              : -1;
+            ckpt_h5zstd_expect(0);
+            if (r < 0) {
                 h5_reason(why, sizeof why);
+                if (zchunk) /* the frame's size is the likely cause: said */
+                    snprintf(why + strlen(why), sizeof why - strlen(why), "; a zstd chunk "
+                             "must decode to the chunk's %zu bytes, and a damaged or crafted "
+                             "one is refused", zchunk);
                 if (d >= 0)
                     H5Dclose(d);
                 cli_progress_end(&prog);

@@ -1,7 +1,9 @@
 /* ckpt export: a checkpoint step as an HDF5 file. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -262,6 +264,21 @@ static int h5_path_taken(hid_t file, const char *name, char *why, size_t len)
 }
 
 typedef enum { CODEC_NONE, CODEC_DEFLATE, CODEC_ZSTD } h5_codec;
+
+/* rename(2) that never replaces `to`: renameat2(RENAME_NOREPLACE), or on
+ * a file system without it, link(2) and unlink(2).  -1 with errno EEXIST
+ * when `to` exists. */
+static int rename_noreplace(const char *from, const char *to)
+{
+    if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0)
+        return 0;
+    if (errno != EINVAL && errno != ENOSYS)
+        return -1;
+    if (link(from, to) != 0)
+        return -1;
+    unlink(from);
+    return 0;
+}
 
 /* A tensor is exported in slabs of about this many bytes (export_tensor). */
 #define EXPORT_SLAB ((uint64_t)64 << 20)
@@ -583,9 +600,15 @@ int cmd_export(cli_ctx *ctx, int argc, char **argv)
         goto h5fail;
     }
     file = -1;
-    if (rename(tmp, out) != 0) {
-        ret = cli_fail(ctx, CLI_EXIT_ERROR, 0, "cannot rename %s to %s: %s", tmp, out,
-                       strerror(errno));
+    /* Without --force, an OUT made while the export ran (by another
+     * program) is kept, as one there at the start is. */
+    if (force ? rename(tmp, out) != 0 : rename_noreplace(tmp, out) != 0) {
+        if (!force && errno == EEXIST)
+            ret = cli_fail(ctx, CLI_EXIT_ERROR, 0, "%s was created while exporting to it "
+                           "(use --force to replace it); it is kept", out);
+        else
+            ret = cli_fail(ctx, CLI_EXIT_ERROR, 0, "cannot rename %s to %s: %s", tmp, out,
+                           strerror(errno));
         goto done;
     }
     struct stat sb;

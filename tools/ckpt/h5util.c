@@ -41,6 +41,12 @@ const char *h5_reason(char *buf, size_t len)
 
 void h5_setup(void)
 {
+    /* No library teardown at exit: a file whose close failed (a full disk
+     * while flushing compressed chunks) stays open inside HDF5, and its
+     * teardown then crashed flushing it again (SIGSEGV in H5F__close_cb
+     * after the error was reported).  Every file is closed explicitly
+     * before; the exit frees the rest. */
+    H5dont_atexit();
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     /* In this process zstd chunks read without a plugin search, and
      * through this filter, whatever plugin HDF5_PLUGIN_PATH holds: it

@@ -501,7 +501,7 @@ typedef struct ckpt_store_options {
     uint64_t pinned_limit;      /* cap on pinned host memory for device
                                    snapshots and restores; 0: 1 GiB           */
     /* Version 2: several ranks (see "ranks" above). */
-    int rank;                   /* this process, 0..world_size-1              */
+    int rank;                   /* this process, 0..world_size-1 (0 with one) */
     int world_size;             /* processes saving one checkpoint, at most
                                    65536; 0 or 1: this one only (then the
                                    two fields below are ignored)              */
@@ -1047,7 +1047,8 @@ CKPT_API int ckpt_restore_refuse(ckpt_store *store, int status, const char *mess
  * on disk: the caller vouches for what it says.  A read-only store, or a
  * rank other than 0, records nothing and returns CKPT_OK.  The thread's
  * last error is left as it was.  Returns CKPT_OK; CKPT_EINVAL for a NULL
- * store, a step < 0 with CKPT_OK, a `status` > 0, or a NULL `skipped`
+ * store, a step < 0 with CKPT_OK, a `status` that ckpt_status_name does not
+ * know, or a NULL `skipped`
  * with `nskipped` > 0; CKPT_ENOMEM.  Thread-safe.
  */
 CKPT_API int ckpt_store_record_restore(ckpt_store *store, int64_t step, int status,

@@ -140,10 +140,11 @@ CKPT_API int ckpt_store_record_restore(ckpt_store *s, int64_t step, int status,
                                        const char *message, const ckpt_problem *skipped,
                                        size_t nskipped)
 {
-    if (!s || (status == CKPT_OK && step < 0) || status > 0 || (nskipped && !skipped))
+    if (!s || (status == CKPT_OK && step < 0) || !ckpt_status_name(status) ||
+        (nskipped && !skipped))
         return ckpt_seterr(CKPT_EINVAL, "ckpt_store_record_restore: NULL store, a restored "
-                           "step < 0, a status that is not one, or skipped problems "
-                           "without their array");
+                           "step < 0, a status that is not one of ckpt_status (%d), or "
+                           "skipped problems without their array", status);
     if (context_usable(s, "ckpt_store_record_restore"))
         return CKPT_EINVAL;
     ckpt_report *r = report_new();
@@ -156,7 +157,7 @@ CKPT_API int ckpt_store_record_restore(ckpt_store *s, int64_t step, int status,
                    p->file ? p->file : "", p->tensor ? p->tensor : "", p->offset);
     }
     ckpt_error_state caller; /* the event names the caller's error, not theirs kept */
-    ckpt_error_capture(&caller, CKPT_OK);
+    ckpt_error_capture(&caller, ckpt_error_last_status());
     if (status)
         ckpt_seterr(status, "%s", message && *message ? message : ckpt_strerror(status));
     pthread_mutex_lock(&s->api_lock);

@@ -20,7 +20,12 @@ int dist_resolve_options(ckpt_store_options *o)
         return ckpt_seterr(CKPT_EINVAL, "world_size %d is out of range (1..65536)",
                            o->world_size);
     if (o->world_size == 1) {
-        o->rank = 0;
+        /* A job that gave its rank and forgot world_size would have every
+         * rank write as rank 0 (and meet EBUSY later): said now. */
+        if (o->rank != 0)
+            return ckpt_seterr(CKPT_EINVAL, "rank %d with world_size %d: one process is "
+                               "rank 0 (set world_size, and a coordinator, for several "
+                               "ranks)", o->rank, o->world_size);
         return CKPT_OK;
     }
     if (o->rank < 0 || o->rank >= o->world_size)

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -171,11 +172,31 @@ static json_t *event(const char *name)
 }
 
 /* {"status": name, "error": message} of a failure. */
+/* `s` as a JSON string: as it is when it is UTF-8, else with every byte
+ * at or above 0x80 written as the text \xNN.  A message naming a path
+ * that is not UTF-8 (json_string refuses it: NULL) would otherwise leave
+ * the event without its error, or a skipped step out of a restore. */
+static json_t *text(const char *s)
+{
+    json_t *j = json_string(s ? s : "");
+    if (j || !s)
+        return j;
+    size_t n = strlen(s);
+    char *buf = malloc(4 * n + 1), *o = buf;
+    if (!buf)
+        return NULL;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        o += *p < 0x80 ? sprintf(o, "%c", *p) : sprintf(o, "\\x%02x", *p);
+    j = json_string(buf);
+    free(buf);
+    return j;
+}
+
 static void add_error(json_t *ev, int rc)
 {
     const char *name = ckpt_status_name(rc);
     json_object_set_new(ev, "status", json_string(name ? name : "unknown"));
-    json_object_set_new(ev, "error", json_string(ckpt_error_last()));
+    json_object_set_new(ev, "error", text(ckpt_error_last()));
 }
 
 /* [{"step", "status", "message", "file"}] of a report's problems. */
@@ -185,10 +206,9 @@ static json_t *problems(const ckpt_report *r)
     for (size_t i = 0; a && i < ckpt_report_count(r); i++) {
         const ckpt_problem *p = ckpt_report_get(r, i);
         const char *name = ckpt_status_name(p->status);
-        json_array_append_new(a, json_pack("{sI ss ss ss}", "step", (json_int_t)p->step,
+        json_array_append_new(a, json_pack("{sI ss so? so?}", "step", (json_int_t)p->step,
                                            "status", name ? name : "unknown", "message",
-                                           p->message ? p->message : "", "file",
-                                           p->file ? p->file : ""));
+                                           text(p->message), "file", text(p->file)));
     }
     return a;
 }
@@ -289,7 +309,7 @@ void eventlog_gc(eventlog *el, int keep_last, int dry_run, int rc, const ckpt_re
     json_object_set_new(ev, "keep_last", json_integer(keep_last));
     json_t *removed = json_array();
     for (size_t i = 0; removed && i < ckpt_report_count(r); i++)
-        json_array_append_new(removed, json_string(ckpt_report_get(r, i)->file));
+        json_array_append_new(removed, text(ckpt_report_get(r, i)->file));
     json_object_set_new(ev, "removed", removed);
     if (rc)
         add_error(ev, rc);
@@ -303,7 +323,7 @@ void eventlog_cleaned(eventlog *el, const ckpt_report *r)
     json_t *ev = event("stale_removed");
     json_t *removed = json_array();
     for (size_t i = 0; removed && i < ckpt_report_count(r); i++)
-        json_array_append_new(removed, json_string(ckpt_report_get(r, i)->file));
+        json_array_append_new(removed, text(ckpt_report_get(r, i)->file));
     json_object_set_new(ev, "removed", removed);
     eventlog_append(el, ev);
 }

@@ -148,15 +148,21 @@ Test(events, a_restore_made_through_reads_is_recorded)
     cr_assert_eq(ckpt_store_record_restore(st, 1, CKPT_OK, NULL, &p, 1), CKPT_OK, "%s",
                  ckpt_error_last());
     cr_assert_str_eq(ckpt_error_last(), "the caller's own error");
+    cr_assert_eq(ckpt_error_last_status(), CKPT_EIO);
     cr_assert_eq(ckpt_store_record_restore(st, -1, CKPT_ENOCKPT, "none verified", NULL, 0),
                  CKPT_OK);
+    /* text that is not UTF-8 (a path) stays, escaped */
+    ckpt_problem q = {.step = 5, .status = CKPT_EIO, .message = "bad \xff path",
+                      .file = "f\xfe", .tensor = "", .offset = -1};
+    cr_assert_eq(ckpt_store_record_restore(st, -1, CKPT_EIO, "root r_\xff", &q, 1), CKPT_OK);
     /* refused: what it could not record says why */
     cr_assert_eq(ckpt_store_record_restore(st, -1, CKPT_OK, NULL, NULL, 0), CKPT_EINVAL);
     cr_assert_eq(ckpt_store_record_restore(st, 1, CKPT_OK, NULL, NULL, 1), CKPT_EINVAL);
     cr_assert_eq(ckpt_store_record_restore(NULL, 1, CKPT_OK, NULL, NULL, 0), CKPT_EINVAL);
+    cr_assert_eq(ckpt_store_record_restore(st, 1, -999, NULL, NULL, 0), CKPT_EINVAL);
 
     json_t *a = events_of(st, 0);
-    cr_assert_eq(json_array_size(a), 4, "%zu events", json_array_size(a));
+    cr_assert_eq(json_array_size(a), 5, "%zu events", json_array_size(a));
     cr_assert_str_eq(name_of(a, 2), "restored");
     cr_assert_eq(int_of(a, 2, "step"), 1);
     json_t *skipped = json_object_get(json_array_get(a, 2), "skipped");
@@ -169,6 +175,11 @@ Test(events, a_restore_made_through_reads_is_recorded)
     cr_assert_str_eq(name_of(a, 3), "restore_failed");
     cr_assert_str_eq(json_string_value(json_object_get(json_array_get(a, 3), "error")),
                      "none verified");
+    json_t *e4 = json_array_get(a, 4);
+    cr_assert_str_eq(json_string_value(json_object_get(e4, "error")), "root r_\\xff");
+    json_t *q0 = json_array_get(json_object_get(e4, "skipped"), 0);
+    cr_assert_str_eq(json_string_value(json_object_get(q0, "message")), "bad \\xff path");
+    cr_assert_str_eq(json_string_value(json_object_get(q0, "file")), "f\\xfe");
     json_decref(a);
     ckpt_store_free(st);
     /* a read-only store records nothing */

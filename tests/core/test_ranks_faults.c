@@ -97,6 +97,15 @@ Test(ranks, options_are_checked)
     o.world_size = -1;
     cr_assert_eq(ckpt_store_open(&st, tc_root, &o), CKPT_EINVAL);
     cr_assert_null(st);
+    /* a rank given, world_size forgotten: every rank would write as 0 */
+    for (int ws = 0; ws <= 1; ws++) {
+        o.world_size = ws;
+        o.rank = 3;
+        cr_assert_eq(ckpt_store_open(&st, tc_root, &o), CKPT_EINVAL, "world_size %d", ws);
+        cr_assert(strstr(ckpt_error_last(), "world_size"), "%s", ckpt_error_last());
+        cr_assert_null(st);
+    }
+    o.rank = 0;
     /* A version-1 struct: the fields from `rank` on are not read. */
     ckpt_store_options v1;
     cr_assert_eq(ckpt_store_options_init(&v1, 1), CKPT_OK);

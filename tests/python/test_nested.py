@@ -479,6 +479,31 @@ def test_a_forged_plain_node_is_corrupt_not_a_python_error(store, monkeypatch,
         store.restore({"w": np.zeros(1)}, strict=False)
 
 
+def test_a_tensor_the_structure_names_twice_is_read_once(store, monkeypatch):
+    """A structure naming one tensor in many places (forged: a few bytes of
+    manifest each) gets that one tensor in every place, read once, not one
+    copy per reference (60 references to 100 MB took 6 GB); also for
+    framework="pt" and compact nodes."""
+    import torch
+    real_wrap = nested.wrap
+    tree = {"dict": [["a", {"list": [{"tensor": "w"}] * 50}],
+                     ["m", {"dict": [["w", {"tensor": "w"}], ["v", {"tensor": "v"}]]}],
+                     ["n", {"dict": [["v", {"tensor": "v"}], ["w", {"tensor": "w"}]]}]]}
+    monkeypatch.setattr(nested, "wrap", lambda t, metadata, version=1:
+                        real_wrap(tree, metadata, 4))
+    store.save(1, {"w": np.arange(4.0), "v": np.ones(3)}).wait()
+    monkeypatch.undo()
+    for framework in ("auto", "np", "pt"):
+        state = store.load(framework=framework).state
+        w = state["a"][0]
+        assert all(x is w for x in state["a"]), framework
+        assert state["m"]["w"] is w and state["n"]["w"] is w, framework
+        assert state["m"]["v"] is state["n"]["v"], framework
+        assert np.array_equal(np.asarray(w), np.arange(4.0)), framework
+        if framework == "pt":
+            assert isinstance(w, torch.Tensor)
+
+
 def test_numpy_text_scalars_are_plain_text(store):
     # np.str_ and np.bytes_ (a label taken from an array) have the array
     # protocols, but are text: stored as str and bytes, not as tensors

@@ -392,8 +392,8 @@ class Checkpoint:
         """The whole saved state, its tensors allocated as the tree is
         rebuilt and then read by one ckpt_checkpoint_restore (all chunks
         decoded in parallel, one call instead of one per tensor).  A tree
-        naming a tensor twice, or a library without that call, reads them
-        one by one as get_tensor does."""
+        naming a tensor twice gets one tensor in both places; a library
+        without that call reads them one by one as get_tensor does."""
         if not ffi.HAVE_CHECKPOINT_RESTORE:
             with self._h.use() as ck:
                 return self._rebuild(self._reader(ck))
@@ -414,8 +414,14 @@ class Checkpoint:
         names: List[str] = []
         outs: List[Any] = []
         kinds: List[bool] = []  # torch tensor (True) or NumPy array
+        # A tensor the tree names twice is one tensor, read once, in both
+        # places (as torch.load keeps tied weights tied); a crafted tree
+        # naming one tensor a thousand times costs one tensor, not 1000.
+        seen: Dict[str, Any] = {}
 
         def leaf(name: str, origin: str, _path: Any) -> Any:
+            if name in seen:
+                return seen[name]
             i = at.get(name)
             if i is None:
                 self.info(name)  # raises NotFoundError
@@ -430,6 +436,7 @@ class Checkpoint:
             names.append(name)
             outs.append(out)
             kinds.append(pt)
+            seen[name] = out
             return out
 
         def many(prefix: str, keys: List[str], origin: str) -> Any:
@@ -439,6 +446,8 @@ class Checkpoint:
             what is wrong) for a name the step lacks, or a dtype _Makers
             leaves to _allocate."""
             here = [prefix + k for k in keys] if prefix else list(keys)
+            if seen and not seen.keys().isdisjoint(here):
+                return None  # leaf gives those read already again
             try:
                 rows = list(map(at.__getitem__, here))
             except KeyError:
@@ -464,14 +473,11 @@ class Checkpoint:
                 kinds.extend(map(pts.__getitem__, codes_here))
             names.extend(here)
             outs.extend(made)
+            seen.update(zip(here, made))
             return made
         state = self._rebuild(leaf, many)
-        distinct = len(set(names))
-        if distinct < len(self._names):
-            self._check_whole_tree(distinct)
-        if distinct != len(names):
-            with self._h.use() as ck:  # ckpt_checkpoint_restore refuses
-                return self._rebuild(self._reader(ck))
+        if len(names) < len(self._names):  # names: each once (seen)
+            self._check_whole_tree(len(names))
         rows = list(map(at.__getitem__, names))
         if outs and all(kinds):  # torch tensors only
             ptrs = list(map(_data_ptr_of(outs), outs))
@@ -489,11 +495,11 @@ class Checkpoint:
         self._read_every = len(names) == len(self._names)  # names are unique
         if self.device is None or not any(kinds):
             return state
-        # Moved to the device once read: the same tree again, its leaves
-        # in the same order.
-        moved = iter([o.to(self.device) if pt else o
-                      for o, pt in zip(outs, kinds)])
-        return self._rebuild(lambda name, origin, p: next(moved))
+        # Moved to the device once read: the same tree again, each tensor
+        # moved once.
+        moved = {n: o.to(self.device) if pt else o
+                 for n, o, pt in zip(names, outs, kinds)}
+        return self._rebuild(lambda name, origin, p: moved[name])
 
     def _read_infos(self, infos: List[TensorInfo], kinds: List[str]
                     ) -> Dict[str, Any]:

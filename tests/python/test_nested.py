@@ -484,7 +484,10 @@ def test_a_tensor_the_structure_names_twice_is_read_once(store, monkeypatch):
     manifest each) gets that one tensor in every place, read once, not one
     copy per reference (60 references to 100 MB took 6 GB); also for
     framework="pt" and compact nodes."""
-    import torch
+    try:
+        import torch
+    except ImportError:  # the suite run against the newest NumPy, without torch
+        torch = None
     real_wrap = nested.wrap
     tree = {"dict": [["a", {"list": [{"tensor": "w"}] * 50}],
                      ["m", {"dict": [["w", {"tensor": "w"}], ["v", {"tensor": "v"}]]}],
@@ -493,7 +496,7 @@ def test_a_tensor_the_structure_names_twice_is_read_once(store, monkeypatch):
                         real_wrap(tree, metadata, 4))
     store.save(1, {"w": np.arange(4.0), "v": np.ones(3)}).wait()
     monkeypatch.undo()
-    for framework in ("auto", "np", "pt"):
+    for framework in ("auto", "np") + (("pt",) if torch else ()):
         state = store.load(framework=framework).state
         w = state["a"][0]
         assert all(x is w for x in state["a"]), framework

@@ -889,6 +889,14 @@ def test_import_refuses_what_it_would_misread(tmp):
     check(got == np.array([2 + 1j, 4 + 3j], np.complex64).tobytes(), "i and r: %r" % got)
     shutil.rmtree(dest)
 
+    # a filter this HDF5 lacks (LZF is h5py's own): named, not HDF5's
+    # failed plugin search
+    lzf = os.path.join(tmp, "lzf.h5")
+    with h5py.File(lzf, "w") as f:
+        f.attrs["step"] = 1
+        f.create_dataset("z", data=np.arange(100, dtype=np.int32), compression="lzf")
+    refused(lzf, 3, "dataset 'z' needs HDF5 filter 32000", "HDF5_PLUGIN_PATH")
+
     no_plugin = {k: v for k, v in os.environ.items() if k != "HDF5_PLUGIN_PATH"}
     for name, byte, count in (("short", "A", 8), ("long", "B", 400000)):
         path = os.path.join(tmp, name + ".h5")

@@ -268,6 +268,32 @@ static size_t zstd_chunk_bytes(hid_t dset)
     return bytes;
 }
 
+/* A filter of `dset` this HDF5 cannot run (a compression whose plugin is
+ * not installed): named now, rather than HDF5's "can't open directory" of
+ * its plugin search when the data is read.  1 with `err` set, or 0. */
+static int filter_missing(hid_t dset, const char *name, char *err, size_t errlen)
+{
+    hid_t dcpl = H5Dget_create_plist(dset);
+    int n = dcpl >= 0 ? H5Pget_nfilters(dcpl) : 0, missing = 0;
+    for (int i = 0; i < n && !missing; i++) {
+        unsigned flags;
+        size_t nv = 0;
+        char fname[64] = "";
+        H5Z_filter_t id = H5Pget_filter2(dcpl, (unsigned)i, &flags, &nv, NULL, sizeof fname,
+                                         fname, NULL);
+        if (id >= 0 && H5Zfilter_avail(id) <= 0) {
+            snprintf(err, errlen, "dataset '%s' needs HDF5 filter %d%s%s%s, which this "
+                     "HDF5 does not have (install its plugin and set HDF5_PLUGIN_PATH)",
+                     name, (int)id, *fname ? " (" : "", fname, *fname ? ")" : "");
+            missing = 1;
+        }
+    }
+    if (dcpl >= 0)
+        H5Pclose(dcpl);
+    H5Eclear2(H5E_DEFAULT);
+    return missing;
+}
+
 static int stored_elsewhere(hid_t dset, const char *name, char *err, size_t errlen)
 {
     hid_t dcpl = H5Dget_create_plist(dset);
@@ -302,7 +328,7 @@ static int stored_elsewhere(hid_t dset, const char *name, char *err, size_t errl
         snprintf(err, errlen, "dataset '%s': cannot read its storage layout", name);
         return 1;
     }
-    return 0;
+    return filter_missing(dset, name, err, errlen);
 }
 
 static int imp_add(imp_list *l, const char *name, hid_t dset)

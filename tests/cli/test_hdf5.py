@@ -889,6 +889,21 @@ def test_import_refuses_what_it_would_misread(tmp):
     check(got == np.array([2 + 1j, 4 + 3j], np.complex64).tobytes(), "i and r: %r" % got)
     shutil.rmtree(dest)
 
+    # metadata text that is not UTF-8 (Latin-1): kept, escaped, and said
+    latin = os.path.join(tmp, "latin.h5")
+    with h5py.File(latin, "w") as f:
+        f.attrs["step"] = 1
+        f["x"] = np.arange(2, dtype=np.int32)
+        tid = h5py.h5t.C_S1.copy()
+        tid.set_size(8)
+        a = h5py.h5a.create(f.id, b"metadata", tid, h5py.h5s.create(h5py.h5s.SCALAR))
+        a.write(np.array(b"caf\xe9 ok", dtype="S8"))
+    r = expect_rc(ckpt("import", latin, dest), 0)
+    check("not UTF-8" in r.err, "no word of the metadata's bytes", r)
+    _, doc = ckpt_json("inspect", "inspect", dest, rc=0)
+    check(doc["metadata"] == "caf\\xe9 ok", "metadata %r" % doc.get("metadata"))
+    shutil.rmtree(dest)
+
     # a filter this HDF5 lacks (LZF is h5py's own): named, not HDF5's
     # failed plugin search
     lzf = os.path.join(tmp, "lzf.h5")

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
@@ -687,6 +688,17 @@ static int import_run(cli_ctx *ctx, const char *in, const char *dir, int64_t ste
         json_t *v = json_loads(meta, JSON_DECODE_ANY, NULL);
         if (!v) { /* not JSON: keep the text as a JSON string */
             json_t *str = json_string(meta);
+            if (!str) { /* not UTF-8 either (Latin-1, say): kept, escaped */
+                size_t len = strlen(meta);
+                char *esc = malloc(4 * len + 1), *o = esc;
+                for (const unsigned char *p = (unsigned char *)meta; esc && *p; p++)
+                    o += *p < 0x80 ? sprintf(o, "%c", *p) : sprintf(o, "\\x%02x", *p);
+                str = esc ? json_string(esc) : NULL;
+                free(esc);
+                if (str)
+                    fprintf(stderr, "ckpt import: %s: its 'metadata' attribute is not UTF-8 "
+                            "text: kept with bytes above 0x7f written as \\xNN\n", in);
+            }
             char *text = str ? json_dumps(str, JSON_ENCODE_ANY) : NULL;
             json_decref(str);
             free(meta);

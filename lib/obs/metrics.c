@@ -12,6 +12,8 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "error.h"
 #include "util.h"
 
@@ -55,17 +57,24 @@ static void metric(out *o, const char *name, const char *type, const char *help,
         o->label, v);
 }
 
-/* A label value: backslash, double quote and newline escaped. */
+/* A label value: backslash, double quote and newline escaped.  The text
+ * format is UTF-8: a root path that is not has each byte above 0x7f
+ * written as the text \xNN (an escaped backslash), as the event log does. */
 static char *escape_label(const char *s)
 {
     size_t n = strlen(s);
-    char *e = malloc(2 * n + 1), *p = e;
+    json_t *probe = json_string(s); /* NULL unless valid UTF-8 */
+    int utf8 = probe != NULL;
+    json_decref(probe);
+    char *e = malloc(5 * n + 1), *p = e;
     if (!e)
         return NULL;
     for (; *s; s++) {
         if (*s == '\\' || *s == '"' || *s == '\n') {
             *p++ = '\\';
             *p++ = *s == '\n' ? 'n' : *s;
+        } else if (!utf8 && (unsigned char)*s >= 0x80) {
+            p += sprintf(p, "\\\\x%02x", (unsigned char)*s);
         } else {
             *p++ = *s;
         }

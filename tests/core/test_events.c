@@ -193,6 +193,21 @@ Test(events, a_restore_made_through_reads_is_recorded)
     tc_state_free(&s1);
 }
 
+/* A root whose path is not UTF-8: the metrics' root label stays valid
+ * text (Prometheus' format is UTF-8), its bytes above 0x7f as \\xNN. */
+Test(events, a_root_path_that_is_not_utf8_makes_a_valid_label)
+{
+    char *root = tc_join(tc_root, "r_\xff");
+    ckpt_store *st = tc_open(root);
+    char *text = NULL;
+    cr_assert_eq(ckpt_store_metrics(st, &text), CKPT_OK, "%s", ckpt_error_last());
+    cr_assert(strstr(text, "r_\\\\xff\"}"), "%s", text);
+    cr_assert_null(strchr(text, '\xff'), "a raw byte in the metrics");
+    ckpt_free(text);
+    ckpt_store_free(st);
+    free(root);
+}
+
 Test(events, stale_temporaries_removed_on_open_are_recorded)
 {
     tc_state s;

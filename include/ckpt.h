@@ -981,7 +981,10 @@ CKPT_API int ckpt_restore_options_init(ckpt_restore_options *opts,
  * skipped as damaged.  One buffer may be given under several names
  * (the same `data` and `bytes`: tied weights): the name given last is
  * written into it and the others are still read and verified; buffers
- * that overlap otherwise are CKPT_EINVAL.  A newer step found damaged
+ * that overlap otherwise are CKPT_EINVAL, among the tensors the step
+ * holds (a tensor it lacks is not written: with allow_missing its buffer
+ * may overlap another's; without, the restore is CKPT_ENOTFOUND, or
+ * CKPT_EMISMATCH, before overlap is looked at).  A newer step found damaged
  * while it was being read may already have written into the buffers it
  * holds: when the step restored instead lacks one of those tensors
  * (allow_missing), the restore fails with CKPT_ECORRUPT naming it rather

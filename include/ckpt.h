@@ -54,9 +54,11 @@
  *
  * A child made by fork() (a data-loading worker) inherits the bytes of
  * its parent's stores, saves and checkpoints but not their threads, nor
- * the locks their threads held: there every call on them returns
- * CKPT_EINVAL at once, with a message saying so (ckpt_save_done returns
- * 1: nothing is in flight in the child), and their `_free` functions let
+ * the locks their threads held: there every call on them that returns a
+ * status returns CKPT_EINVAL at once, with a message saying so (the
+ * accessors that return a value, such as ckpt_checkpoint_step or
+ * ckpt_checkpoint_metadata, read the inherited bytes; ckpt_save_done
+ * returns 1: nothing is in flight in the child), and their `_free` functions let
  * go of nothing (ckpt_store_free closes the child's copy of the write
  * lock).  The child opens a store of its own; the parent's go on working.
  *

@@ -61,6 +61,8 @@ CKPT_API int ckpt_checkpoint_tensor_rank(const ckpt_checkpoint *ck, size_t i, in
 {
     if (!ck || !rank)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_tensor_rank: NULL argument");
+    if (context_usable(ck->store, "ckpt_checkpoint_tensor_rank"))
+        return CKPT_EINVAL;
     if (i >= ck->m.ntensors)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_tensor_rank: index %zu out of range "
                            "(%zu tensors)", i, (size_t)ck->m.ntensors);
@@ -73,6 +75,8 @@ CKPT_API int ckpt_checkpoint_tensor(const ckpt_checkpoint *ck, size_t i, ckpt_te
 {
     if (!ck || !info)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_tensor: NULL argument");
+    if (context_usable(ck->store, "ckpt_checkpoint_tensor"))
+        return CKPT_EINVAL;
     if (i >= ck->m.ntensors)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_tensor: index %zu out of range "
                            "(%zu tensors)", i, (size_t)ck->m.ntensors);
@@ -93,11 +97,13 @@ CKPT_API int ckpt_checkpoint_tensors(const ckpt_checkpoint *ck, size_t first, si
 {
     if (!ck || (!infos && count))
         return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_tensors: NULL argument");
+    if (context_usable(ck->store, "ckpt_checkpoint_tensors"))
+        return CKPT_EINVAL;
     if (first > ck->m.ntensors || count > ck->m.ntensors - first)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_tensors: tensors %zu..+%zu are out "
                            "of range (%zu tensors)", first, count, (size_t)ck->m.ntensors);
     for (size_t i = 0; i < count; i++)
-        ckpt_checkpoint_tensor(ck, first + i, &infos[i]);
+        ckpt_checkpoint_tensor(ck, first + i, &infos[i]); /* checked above: cannot fail */
     return CKPT_OK;
 }
 
@@ -128,6 +134,8 @@ CKPT_API int ckpt_checkpoint_rank_metadata(const ckpt_checkpoint *cck, int rank,
         *json = NULL;
     if (!cck || !json)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_rank_metadata: NULL argument");
+    if (context_usable(cck->store, "ckpt_checkpoint_rank_metadata"))
+        return CKPT_EINVAL;
     uint32_t world = cck->m.world_size > 1 ? cck->m.world_size : 1;
     if (rank < 0 || (uint32_t)rank >= world)
         return ckpt_seterr(CKPT_ENOTFOUND, "%s was saved by %u rank%s: it has no rank %d",
@@ -187,6 +195,8 @@ CKPT_API int ckpt_checkpoint_stats(const ckpt_checkpoint *ck, ckpt_save_stats *s
 {
     if (!ck || !stats)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_stats: NULL argument");
+    if (context_usable(ck->store, "ckpt_checkpoint_stats"))
+        return CKPT_EINVAL;
     *stats = ck->m.stats;
     return CKPT_OK;
 }

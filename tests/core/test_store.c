@@ -168,8 +168,8 @@ Test(store, a_forked_child_is_refused_the_parents_handles_at_once)
         alarm(60); /* a call that hangs ends the child: the parent sees too few answers */
         int64_t step = -1;
         ckpt_save *sv2 = NULL;
-        int rc[7];
-        char msg[7][160];
+        int rc[9];
+        char msg[9][160];
         rc[0] = ckpt_checkpoint_read(ck, s.t[0].name, buf, bytes);
         snprintf(msg[0], sizeof msg[0], "%s", ckpt_error_last());
         rc[1] = ckpt_save_wait(sv);
@@ -184,6 +184,12 @@ Test(store, a_forked_child_is_refused_the_parents_handles_at_once)
         snprintf(msg[5], sizeof msg[5], "%s", ckpt_error_last());
         rc[6] = ckpt_verify(a, 1, CKPT_VERIFY_FULL, NULL);
         snprintf(msg[6], sizeof msg[6], "%s", ckpt_error_last());
+        ckpt_tensor_info info;
+        rc[7] = ckpt_checkpoint_tensor(ck, 0, &info);
+        snprintf(msg[7], sizeof msg[7], "%s", ckpt_error_last());
+        ckpt_save_stats stats;
+        rc[8] = ckpt_checkpoint_stats(ck, &stats);
+        snprintf(msg[8], sizeof msg[8], "%s", ckpt_error_last());
         ckpt_checkpoint_free(ck);
         ckpt_save_free(sv);
         ckpt_store_free(a);
@@ -196,8 +202,8 @@ Test(store, a_forked_child_is_refused_the_parents_handles_at_once)
         _exit(1);
     }
     close(res[1]);
-    int rc[7];
-    char msg[7][160];
+    int rc[9];
+    char msg[9][160];
     ssize_t got = read(res[0], rc, sizeof rc);
     ssize_t got2 = got == (ssize_t)sizeof rc ? read(res[0], msg, sizeof msg) : 0;
     close(res[0]);
@@ -205,7 +211,7 @@ Test(store, a_forked_child_is_refused_the_parents_handles_at_once)
     cr_assert_eq(waitpid(pid, &status, 0), pid);
     cr_assert(got == (ssize_t)sizeof rc && got2 == (ssize_t)sizeof msg,
               "the child did not answer (a call hung or crashed it: status 0x%x)", status);
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < 9; i++) {
         msg[i][sizeof msg[i] - 1] = 0;
         cr_expect_eq(rc[i], CKPT_EINVAL, "call %d in the child: %d (%s)", i, rc[i],
                      ckpt_strerror(rc[i]));

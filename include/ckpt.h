@@ -903,7 +903,8 @@ CKPT_API int ckpt_save_sync(ckpt_store *store, int64_t step, const ckpt_tensor *
  * (instead of pairing its next save with their collectives, which fails
  * every later save); with one process it does nothing else.  Returns
  * `status`, with `message` (or ckpt_strerror's text when NULL) as the
- * error; CKPT_EINVAL for a NULL store or a `status` that is not an error.
+ * error; CKPT_EINVAL for a NULL store or a `status` that is not an error
+ * of ckpt_status (ckpt_status_name knows it).
  */
 CKPT_API int ckpt_save_refuse(ckpt_store *store, int64_t step, int status,
                               const char *message);
@@ -1035,7 +1036,7 @@ CKPT_API int ckpt_restore_open(ckpt_store *store, int64_t step, const ckpt_tenso
  * it does nothing else.  `*report` (may be NULL) is handed out as by
  * ckpt_restore.  Returns `status` with `message` as the error (or the
  * agreement's failure, CKPT_EPEER); CKPT_EINVAL for a NULL store or a
- * `status` that is not an error.
+ * `status` that is not an error of ckpt_status.
  */
 CKPT_API int ckpt_restore_refuse(ckpt_store *store, int status, const char *message,
                                  ckpt_report **report);

@@ -128,7 +128,7 @@ CKPT_API int ckpt_restore_refuse(ckpt_store *s, int status, const char *message,
 {
     if (report)
         *report = NULL;
-    if (!s || status >= 0)
+    if (!s || status >= 0 || !ckpt_status_name(status))
         return ckpt_seterr(CKPT_EINVAL, "ckpt_restore_refuse: NULL store, or status %d is "
                            "not an error", status);
     ckpt_seterr(status, "%s", message ? message : ckpt_strerror(status));

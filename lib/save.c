@@ -63,7 +63,7 @@ CKPT_API int ckpt_save_begin(ckpt_save **out, ckpt_store *st, int64_t step,
 
 CKPT_API int ckpt_save_refuse(ckpt_store *st, int64_t step, int status, const char *message)
 {
-    if (!st || status >= 0)
+    if (!st || status >= 0 || !ckpt_status_name(status))
         return ckpt_seterr(CKPT_EINVAL, "ckpt_save_refuse: NULL store, or status %d is not "
                            "an error", status);
     if (context_usable(st, "ckpt_save_refuse"))

@@ -112,6 +112,11 @@ Test(ranks, options_are_checked)
     v1.fsync = 0;
     v1.world_size = 5; /* beyond a v1 struct: ignored */
     cr_assert_eq(ckpt_store_open(&st, tc_root, &v1), CKPT_OK, "%s", ckpt_error_last());
+    /* a refusal's status is one of ckpt_status, an error */
+    cr_assert_eq(ckpt_save_refuse(st, 1, -999, "x"), CKPT_EINVAL);
+    cr_assert_eq(ckpt_restore_refuse(st, -999, "x", NULL), CKPT_EINVAL);
+    cr_assert_eq(ckpt_save_refuse(st, 1, CKPT_OK, "x"), CKPT_EINVAL);
+    cr_assert_eq(ckpt_save_refuse(st, 1, CKPT_EIO, "x"), CKPT_EIO);
     ckpt_store_free(st);
 }
 

@@ -398,9 +398,15 @@ long jsonscan_depth_at(const char *text, size_t len)
 
 size_t jsonscan_tally(const char *text, size_t len, size_t *containers)
 {
-    size_t commas = 0, opened = 0;
+    size_t commas = 0, opened = 0, empty = 0;
+    char last = 0; /* the previous character outside strings and whitespace */
     for (size_t i = 0; i < len; i++) {
         char ch = text[i];
+        if (ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r')
+            continue;
+        if ((ch == ']' && last == '[') || (ch == '}' && last == '{'))
+            empty++; /* "[]" holds no value, though one was counted for it */
+        last = ch;
         if (ch == '"') { /* skip the string: its bytes are no values */
             for (;;) { /* to the next quote not escaped (memchr: names are most of it) */
                 const char *q = memchr(text + i + 1, '"', len - i - 1);
@@ -422,5 +428,5 @@ size_t jsonscan_tally(const char *text, size_t len, size_t *containers)
         }
     }
     *containers = opened;
-    return commas + opened + 1;
+    return commas + opened + 1 - empty;
 }

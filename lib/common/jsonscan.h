@@ -46,8 +46,9 @@ long jsonscan_depth_at(const char *text, size_t len);
 
 /* Count what a parser would build from `text` (len bytes, any JSON or a
  * piece of one between values): *containers the arrays and objects, and
- * the return value the values, an upper bound (every ',' outside strings
- * plus every container plus one).  What a tree costs grows with these, not
+ * the return value the values (every ',' outside strings, plus every
+ * container, plus one, less one for each empty container): exact for one
+ * JSON value, an upper bound for a piece.  What a tree costs grows with these, not
  * with the bytes: jansson spends about 280 bytes on each empty array of
  * "[[],[],...]", 90 times the text.  A linear scan, no allocation. */
 size_t jsonscan_tally(const char *text, size_t len, size_t *containers);

@@ -418,7 +418,7 @@ static int meta_parse_run(void *arg, int worker)
     meta_parse *p = arg;
     size_t containers, values = jsonscan_tally(p->text, strlen(p->text), &containers);
     if (values > MANIFEST_META_MAX_VALUES || containers > MANIFEST_META_MAX_CONTAINERS) {
-        p->values = values - 1; /* (jsonscan_tally's count is one more) */
+        p->values = values;
         p->containers = containers;
         return CKPT_OK;
     }

@@ -864,6 +864,13 @@ def test_import_refuses_what_it_would_misread(tmp):
         f["x"] = np.arange(4, dtype=np.int32)
     refused(huge, 2, "'step' attribute")
 
+    # an opaque element adds a dimension (its bytes): 16 of HDF5's make 17
+    deep = os.path.join(tmp, "deep_opaque.h5")
+    with h5py.File(deep, "w") as f:
+        f.attrs["step"] = 1
+        f.create_dataset("blob", data=np.frombuffer(b"ab", dtype="V2").reshape((1,) * 16))
+    refused(deep, 3, "blob", "17 dimensions with the opaque element's bytes, more than 16")
+
     odd = os.path.join(tmp, "odd.h5")
     with h5py.File(odd, "w") as f:
         f.attrs["step"] = 1

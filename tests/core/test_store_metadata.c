@@ -313,6 +313,9 @@ Test(store, metadata_count_limit)
             cr_assert_null(sv, "begin refused it");
             cr_assert(strstr(ckpt_error_last(), "more than a checkpoint's metadata holds"),
                       "%s", ckpt_error_last());
+            char want[96]; /* the counts, exactly: n arrays, each one value */
+            snprintf(want, sizeof want, "holds %zu JSON values (%zu of them", n, n);
+            cr_assert(strstr(ckpt_error_last(), want), "%s: %s", want, ckpt_error_last());
         }
         ckpt_store_free(st);
         tc_state_free(&s);

@@ -377,7 +377,8 @@ static int imp_add(imp_list *l, const char *name, hid_t dset)
         goto fail;
     }
     if (nd + (extra ? 1 : 0) > CKPT_MAX_DIMS) {
-        snprintf(l->err, sizeof l->err, "dataset '%s': %d dimensions, more than %d", name, nd,
+        snprintf(l->err, sizeof l->err, "dataset '%s': %d dimensions%s, more than %d", name,
+                 nd + (extra ? 1 : 0), extra ? " with the opaque element's bytes" : "",
                  CKPT_MAX_DIMS);
         goto fail;
     }

@@ -503,10 +503,14 @@ typedef struct ckpt_store_options {
     uint64_t pinned_limit;      /* cap on pinned host memory for device
                                    snapshots and restores; 0: 1 GiB           */
     /* Version 2: several ranks (see "ranks" above). */
-    int rank;                   /* this process, 0..world_size-1 (0 with one) */
+    int rank;                   /* this process, 0..world_size-1 (0 with one):
+                                   its rank in the coordinator              */
     int world_size;             /* processes saving one checkpoint, at most
                                    65536; 0 or 1: this one only (then the
-                                   two fields below are ignored)              */
+                                   two fields below are ignored).  Open
+                                   checks both against the coordinator (its
+                                   processes, their order): a mismatch is
+                                   CKPT_EINVAL on every rank, naming it     */
     const ckpt_coordinator *coordinator; /* needed when world_size > 1; copied
                                    at open (`user` must live as long as the
                                    store)                                      */

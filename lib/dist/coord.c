@@ -167,7 +167,7 @@ static call *new_call(int op, size_t n, size_t nrecv)
     k->refs = 1;
     pthread_mutex_init(&k->lock, NULL);
     pthread_cond_init(&k->cond, NULL);
-    if ((n && !(k->buf = malloc(n))) || (nrecv && !(k->recv = malloc(nrecv)))) {
+    if ((n && !(k->buf = malloc(n))) || (nrecv && !(k->recv = calloc(1, nrecv)))) {
         call_unref(k);
         return NULL;
     }
@@ -225,6 +225,85 @@ int coord_gather(coord *c, const void *send, size_t n, void *recv, int root,
         memcpy(recv, k->recv, n * (size_t)c->world);
     call_unref(k);
     return rc;
+}
+
+/* The most processes the check of coord_check_ranks makes room for: the
+ * most ranks a store has (dist_resolve_options). */
+#define CHECK_SLOTS 65536
+
+/* What each process tells the coordinator's root in coord_check_ranks. */
+typedef struct ident {
+    uint32_t rank1; /* the rank it claims, plus one: 0 is a slot nobody wrote */
+    uint32_t world;
+} ident;
+
+/* The root's verdict on the slots the gather filled (`s`, CHECK_SLOTS). */
+static void judge_ranks(const coord *c, const ident *s, int32_t *status, char *msg, size_t len)
+{
+    *status = CKPT_EINVAL;
+    for (int i = 0; i < CHECK_SLOTS; i++) {
+        if (i < c->world && !s[i].rank1) {
+            snprintf(msg, len, "world_size is %d but the coordinator has %d process%s: each "
+                     "process must pass the coordinator's size as world_size (ckpt_mpi_size, "
+                     "the process group's size)", c->world, i, i == 1 ? "" : "es");
+            return;
+        }
+        if (i >= c->world && s[i].rank1) {
+            snprintf(msg, len, "world_size is %d but the coordinator has more processes (its "
+                     "process %d says it is rank %u): each process must pass the "
+                     "coordinator's size as world_size", c->world, i, s[i].rank1 - 1);
+            return;
+        }
+        if (i >= c->world)
+            continue;
+        if (s[i].world != (uint32_t)c->world) {
+            snprintf(msg, len, "rank %d says world_size is %u, rank 0 says %d: every process "
+                     "must pass the same world_size", i, s[i].world, c->world);
+            return;
+        }
+        if (s[i].rank1 - 1 != (uint32_t)i) {
+            snprintf(msg, len, "the coordinator's process %d says it is rank %u: each process "
+                     "must pass its own rank in the coordinator as rank (ckpt_mpi_rank, the "
+                     "process group's rank), not one from the environment", i, s[i].rank1 - 1);
+            return;
+        }
+    }
+    *status = CKPT_OK;
+}
+
+int coord_check_ranks(coord *c)
+{
+    ident me = {(uint32_t)c->rank + 1, (uint32_t)c->world};
+    /* Room on every process: the process that claims rank 0 may not be
+     * the coordinator's root, and a coordinator with more processes than
+     * world_size writes more slots.  Zeroed, so an empty slot shows. */
+    call *k = new_call(OP_GATHER, sizeof me, (size_t)CHECK_SLOTS * sizeof me);
+    if (!k)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    memcpy(k->buf, &me, sizeof me);
+    k->root = 0;
+    int rc = run(c, k, "open: which process is which rank");
+    struct {
+        int32_t status;
+        char message[380];
+    } v;
+    memset(&v, 0, sizeof v);
+    const ident *s = (const ident *)k->recv;
+    int root = 0; /* only the coordinator's root finds slots filled */
+    for (int i = 0; !rc && i < CHECK_SLOTS && !root; i++)
+        root = s[i].rank1 != 0;
+    if (root)
+        judge_ranks(c, s, &v.status, v.message, sizeof v.message);
+    call_unref(k);
+    if (rc)
+        return rc;
+    rc = coord_bcast(c, &v, sizeof v, 0, "open: the ranks' check");
+    if (rc)
+        return rc;
+    if (v.status)
+        return ckpt_seterr(v.status == CKPT_EINVAL ? CKPT_EINVAL : CKPT_EPEER,
+                           "rank %d: %.*s", c->rank, (int)sizeof v.message, v.message);
+    return CKPT_OK;
 }
 
 /* What a pace's beating thread and the working one share. */

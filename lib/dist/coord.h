@@ -27,6 +27,14 @@ typedef struct coord {
 int coord_init(coord *c, const ckpt_coordinator *cb, int rank, int world, int timeout_ms);
 void coord_destroy(coord *c);
 
+/* Check, collectively, that the coordinator's processes are the ranks the
+ * options name: world_size processes joined it, each claims the rank of
+ * its place in the coordinator's order and the same world_size.  Every
+ * later collective relies on it (a root, the order of a gather, the size
+ * of its buffer).  Returns CKPT_OK on every rank, or the same CKPT_EINVAL
+ * on every rank naming the first mismatch; CKPT_EPEER, CKPT_ENOMEM. */
+int coord_check_ranks(coord *c);
+
 /* The collectives of ckpt_coordinator.  `what` names the step of the
  * protocol in messages.  CKPT_OK, or CKPT_EPEER (the callback failed, did
  * not return within timeout_ms plus a grace period, or an earlier one

@@ -86,6 +86,10 @@ int dist_open(ckpt_store *s)
     pthread_mutex_init(&d->begin_lock, NULL);
     s->dist = d;
     s->rank = (uint32_t)o->rank;
+    /* Before rank 0 takes the lock: two processes claiming rank 0 (a rank
+     * read from the environment) would race for it. */
+    if ((rc = coord_check_ranks(&d->c)))
+        return rc;
     open_note note;
     memset(&note, 0, sizeof note);
     if (o->rank == 0) {

@@ -145,6 +145,8 @@ typedef struct job {
     int fsync;      /* 1: fsync (tc_opts turns it off) */
     int (*bcast)(void *, void *, size_t, int, int); /* NULL: cb_broadcast */
     int small_arena; /* 1: 4 KiB chunks through a 4 KiB host_memory_limit */
+    int claim_rank;  /* 0: the coordinator's rank; else the rank claimed, plus one */
+    int claim_world; /* 0: WORLD; else the world_size claimed */
 } job;
 
 static inline void *rank_main(void *arg)
@@ -161,6 +163,10 @@ static inline void *rank_main(void *arg)
         o.fsync = 1;
     if (j->bcast)
         c.broadcast = j->bcast;
+    if (j->claim_rank)
+        o.rank = j->claim_rank - 1;
+    if (j->claim_world)
+        o.world_size = j->claim_world;
     if (j->small_arena) {
         o.chunk_bytes = 4096;
         o.host_memory_limit = 4096;

@@ -60,6 +60,12 @@ static int cb_hang_bcast(void *user, void *buf, size_t n, int root, int timeout_
     return -1;
 }
 
+static int cb_hang_gather(void *user, const void *send, size_t n, void *recv, int root,
+                          int timeout_ms)
+{
+    return cb_hang_bcast(user, NULL, 0, root, timeout_ms);
+}
+
 static int cb_fail_bcast(void *user, void *buf, size_t n, int root, int timeout_ms)
 {
     return -1;
@@ -120,6 +126,55 @@ Test(ranks, options_are_checked)
     ckpt_store_free(st);
 }
 
+static int open_only(job *j, ckpt_store *st)
+{
+    (void)j;
+    (void)st;
+    return CKPT_OK;
+}
+
+/* Ranks that are not the coordinator's (a rank or size read from the
+ * environment: SLURM_PROCID under mpirun is 0 on every rank of a node) are
+ * refused at open on every rank, naming the mismatch, before rank 0 takes
+ * the lock.  Two "rank 0"s used to both open, the second's lock failure
+ * lost; a world_size above the coordinator's left gather slots unwritten. */
+Test(ranks, ranks_that_are_not_the_coordinators_are_refused)
+{
+    struct {
+        int claim[WORLD], world[WORLD];
+        const char *words;
+    } cases[] = {
+        {{1, 1}, {0, 0}, "the coordinator's process 1 says it is rank 0"},
+        {{2, 1}, {0, 0}, "the coordinator's process 0 says it is rank 1"},
+        {{0, 0}, {3, 3}, "world_size is 3 but the coordinator has 2 processes"},
+        {{0, 0}, {2, 3}, "rank 1 says world_size is 3, rank 0 says 2"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        job jobs[WORLD];
+        memset(jobs, 0, sizeof jobs);
+        for (int r = 0; r < WORLD; r++) {
+            jobs[r].claim_rank = cases[i].claim[r];
+            jobs[r].claim_world = cases[i].world[r];
+            jobs[r].timeout_ms = 5000;
+        }
+        run_ranks(jobs, open_only);
+        for (int r = 0; r < WORLD; r++) {
+            cr_assert_eq(jobs[r].status, CKPT_EINVAL, "case %zu rank %d: %d %s", i, r,
+                         jobs[r].status, jobs[r].message);
+            cr_assert(strstr(jobs[r].message, cases[i].words), "case %zu rank %d: %s", i, r,
+                      jobs[r].message);
+        }
+        char *lock = tc_join(tc_root, ".lock");
+        cr_assert_neq(access(lock, F_OK), 0, "case %zu: a lock was taken", i);
+        free(lock);
+    }
+    job ok[WORLD]; /* and the same harness, ranks as the coordinator's, opens */
+    memset(ok, 0, sizeof ok);
+    run_ranks(ok, open_only);
+    for (int r = 0; r < WORLD; r++)
+        cr_assert_eq(ok[r].status, CKPT_OK, "rank %d: %s", r, ok[r].message);
+}
+
 static void hang_open(int which, int *status, char *msg)
 {
     ckpt_store_options o;
@@ -130,7 +185,7 @@ static void hang_open(int which, int *status, char *msg)
     o.timeout_ms = 100;
     ckpt_coordinator c = {CKPT_COORDINATOR_VERSION, NULL, cb_fail,
                           which ? cb_hang_bcast : cb_fail_bcast, cb_fail_allreduce,
-                          cb_fail_gather};
+                          which ? cb_hang_gather : cb_fail_gather}; /* open gathers first */
     o.coordinator = &c;
     ckpt_store *st = NULL;
     *status = ckpt_store_open(&st, tc_root, &o);

@@ -88,3 +88,27 @@ def test_save_kill_corrupt_reshard(tmp_path):
     for r in range(4):
         want = torch.arange(3000 + 700 * r, dtype=torch.int32) + r * 100003 + 2 * 7919
         assert torch.equal(state["rank%d.w" % r], want)
+
+
+def test_a_save_in_flight_at_exit_commits(tmp_path):
+    """Ranks that leave the script with a save in flight (its handle
+    dropped, no close; one rank on an uncaught exception) commit it as
+    they exit, without waiting for the timeout: the package closes its
+    stores at exit, while the coordinator's Python callbacks still run.
+    Before, the stores were closed during finalization, where the
+    callbacks no longer ran: each rank waited the whole timeout and the
+    step was lost."""
+    import time
+    for raiser in (-1, 1):
+        root = tmp_path / ("root%d" % raiser)
+        t0 = time.monotonic()
+        codes, out = job(2, "drop", root, 5, raiser, timeout=60, expect_ok=False)
+        took = time.monotonic() - t0
+        assert codes == [0, 1 if raiser == 1 else 0], (codes, out)
+        assert took < 30, "the ranks waited %.1f s: the timeout, not the save" % took
+        with libckpt.Store(str(root), readonly=True) as st:
+            assert st.latest() == 5, out
+            step, got = load_resharded(st, ["rank1.w", "big1"], framework="pt")
+        want = torch.arange(3000 + 700, dtype=torch.int32) + 100003 + 5 * 7919
+        assert step == 5 and torch.equal(got["rank1.w"], want)
+        assert torch.equal(got["big1"], torch.arange(1 << 20, dtype=torch.float32) + 1)

@@ -7,6 +7,9 @@ Python binding; test_torch_dist.py starts several and checks them.
       kill STEP VICTIM    every rank saves STEP; VICTIM SIGKILLs itself
       restore STEP SKIP   restore must give STEP, with SKIP steps skipped
       reshard STEP OLDW   load by name the tensors of old ranks r, r+W, ...
+      drop STEP RAISER    save STEP, drop the handle and leave the script
+                          (rank RAISER on an uncaught exception; -1: none),
+                          neither waiting nor closing: the exit commits it
 Prints one line per outcome; exit 0 when every check passed."""
 
 import os
@@ -77,6 +80,14 @@ def main():
         assert len(got.skipped) == nskip, got.skipped
         assert torch.equal(t, tensor(rank, step)), "restored data differ"
         print("rank %d: restored step %d, %d skipped" % (rank, got, nskip), flush=True)
+    elif mode == "drop":
+        step, raiser = int(args[0]), int(args[1])
+        big = torch.arange(1 << 20, dtype=torch.float32) + rank  # a save that takes a while
+        store.save(step, {name: tensor(rank, step), "big%d" % rank: big})
+        print("rank %d: dropped the save of step %d" % (rank, step), flush=True)
+        if rank == raiser:
+            raise RuntimeError("rank %d leaves on an exception" % rank)
+        sys.exit(0)
     elif mode == "reshard":
         step, oldw = int(args[0]), int(args[1])
         mine = ["rank%d.w" % r for r in range(rank, oldw, world)]

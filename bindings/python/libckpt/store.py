@@ -3,6 +3,7 @@ verifying and listing checkpoints of nested training state)."""
 
 from __future__ import annotations
 
+import atexit
 import collections
 import contextlib
 import ctypes
@@ -879,6 +880,25 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _close_at_exit() -> None:
+    """At interpreter exit, before finalization: close every open store,
+    so that the saves in flight that nobody waited for (a dropped handle, a
+    rank leaving on an uncaught exception) still commit.  Later, when
+    finalization collects the stores, a coordinator's Python callbacks no
+    longer run: the collectives of a save of several ranks then failed
+    after the store's timeout and the step was lost.  A failure is printed,
+    not raised (nobody is left to catch it)."""
+    for store in list(_OPEN):
+        try:
+            where = repr(store)
+            store.close()
+        except Exception as e:  # noqa: BLE001 - at exit, say it and go on
+            print("libckpt: at exit, closing %s: %s" % (where, e), file=sys.stderr)
+
+
+atexit.register(_close_at_exit)
 
 
 def _in_range(what: str, value: Any, low: int, high: int) -> int:

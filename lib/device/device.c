@@ -100,13 +100,14 @@ int device_current_ordinal(device *dev)
 void device_relax_capture(device *dev, device_capture_mode *m)
 {
     const cuda_api *api = NULL;
-    m->mode = dev ? dcuda_relax_capture(cuda_of(dev), &api) : -1;
+    m->ordinal = -1;
+    m->mode = dev ? dcuda_relax_capture(cuda_of(dev), &api, &m->ordinal) : -1;
     m->api = api;
 }
 
 void device_restore_capture(const device_capture_mode *m)
 {
-    dcuda_restore_capture(m->api, m->mode);
+    dcuda_restore_capture(m->api, m->mode, m->ordinal);
 }
 
 void device_free(device *dev)
@@ -323,10 +324,10 @@ int device_snapshot_reserve(device *dev, const ckpt_tensor *t, const ckpt_memory
     return cu ? dcuda_snapshot_reserve(cu, t, mem, count, ordinal, staged) : CKPT_OK;
 }
 
-int device_refuse_capture(device *dev, void *caller_stream, const char *op)
+int device_refuse_capture(device *dev, int ordinal, void *caller_stream, const char *op)
 {
     dcuda *cu = cuda_of(dev);
-    return cu ? dcuda_refuse_capture(cu, caller_stream, op) : CKPT_OK;
+    return cu ? dcuda_refuse_capture(cu, ordinal, caller_stream, op) : CKPT_OK;
 }
 
 int device_snapshot_start(device *dev, void *caller_stream)

@@ -38,6 +38,7 @@ void device_free(device *dev);
 typedef struct device_capture_mode {
     const void *api; /* NULL: nothing to give back */
     int mode;
+    int ordinal;     /* the store's CUDA device, where the mode is switched */
 } device_capture_mode;
 void device_relax_capture(device *dev, device_capture_mode *m);
 void device_restore_capture(const device_capture_mode *m);
@@ -108,8 +109,10 @@ int device_snapshot_reserve(device *dev, const ckpt_tensor *t, const ckpt_memory
  * is capturing a CUDA graph (a save checks before allocating anything:
  * pinned allocations during a capture would break it; a restore before any
  * copy: its copies would be recorded into the application's graph instead
- * of running); CKPT_OK otherwise, and without CUDA. */
-int device_refuse_capture(device *dev, void *caller_stream, const char *op);
+ * of running); CKPT_OK otherwise, and without CUDA.  Asked from CUDA
+ * device `ordinal`, the tensors' (< 0: the store's): a thread that never
+ * chose a device gets no context on GPU 0 for it. */
+int device_refuse_capture(device *dev, int ordinal, void *caller_stream, const char *op);
 /* Order the copies that follow after all work enqueued on caller_stream
  * (refusing a capturing one, as device_refuse_capture). */
 int device_snapshot_start(device *dev, void *caller_stream);

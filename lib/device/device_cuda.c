@@ -119,10 +119,11 @@ static int primary_inactive(const cuda_api *a, int dev)
     return !active;
 }
 
-void dcuda_guard_leave(dcuda *cu, int prev)
+/* dcuda_guard_leave with the runtime only (the store's dcuda may be gone). */
+static void guard_leave_api(const cuda_api *api, int prev)
 {
     int cur;
-    if (prev < 0 || cu->api->GetDevice(&cur) != CU_SUCCESS || cur == prev)
+    if (prev < 0 || api->GetDevice(&cur) != CU_SUCCESS || cur == prev)
         return;
     /* A thread that never chose a device reports device 0 without having a
      * context there.  Switching it back would create one: hundreds of MiB
@@ -131,12 +132,17 @@ void dcuda_guard_leave(dcuda *cu, int prev)
      * MaybeExchangeDevice), such a thread is left on the device it used.
      * Before CUDA 12 cudaSetDevice makes no context: an inactive device
      * may be one the thread chose, and going back to it costs nothing. */
-    if (cu->api->runtime_version >= 12000 && primary_inactive(cu->api, prev))
+    if (api->runtime_version >= 12000 && primary_inactive(api, prev))
         return;
     /* A failure (exclusive-process mode) must not stay in the thread's
      * last-error slot, where the application's next check would find it. */
-    if (cu->api->SetDevice(prev) != CU_SUCCESS)
-        cu->api->GetLastError();
+    if (api->SetDevice(prev) != CU_SUCCESS)
+        api->GetLastError();
+}
+
+void dcuda_guard_leave(dcuda *cu, int prev)
+{
+    guard_leave_api(cu->api, prev);
 }
 
 int dcuda_grow(void **arr, size_t *cap, size_t need, size_t size)
@@ -572,24 +578,45 @@ int dcuda_current(dcuda *cu)
     return dev;
 }
 
-int dcuda_relax_capture(dcuda *cu, const cuda_api **api)
+int dcuda_relax_capture(dcuda *cu, const cuda_api **api, int *ordinal)
 {
     *api = NULL;
-    int mode = 2; /* cudaStreamCaptureModeRelaxed */
+    *ordinal = cu ? cu->ordinal : -1;
+    int mode = 2, prev; /* cudaStreamCaptureModeRelaxed */
     if (!cu || pool_on_library_thread() || !cu->api->ThreadExchangeStreamCaptureMode)
         return -1;
-    if (cu->api->ThreadExchangeStreamCaptureMode(&mode) != CU_SUCCESS) {
-        cu->api->GetLastError();
+    /* From the store's device, which has a context (its streams): on a
+     * thread that never chose a device (ckpt_store_free from another
+     * thread) the call would make a context on GPU 0. */
+    if (dcuda_guard_enter(cu, &prev) != CKPT_OK)
         return -1;
-    }
+    cu_err err = cu->api->ThreadExchangeStreamCaptureMode(&mode);
+    if (err != CU_SUCCESS)
+        cu->api->GetLastError();
+    dcuda_guard_leave(cu, prev);
+    if (err != CU_SUCCESS)
+        return -1;
     *api = cu->api;
     return mode;
 }
 
-void dcuda_restore_capture(const cuda_api *api, int mode)
+void dcuda_restore_capture(const cuda_api *api, int mode, int ordinal)
 {
-    if (api && mode >= 0 && api->ThreadExchangeStreamCaptureMode(&mode) != CU_SUCCESS)
+    if (!api || mode < 0)
+        return;
+    /* From `ordinal`, as dcuda_relax_capture, for the same reason. */
+    int prev = ordinal;
+    if (api->GetDevice(&prev) != CU_SUCCESS) {
         api->GetLastError();
+        prev = ordinal;
+    }
+    if (prev != ordinal && api->SetDevice(ordinal) != CU_SUCCESS) {
+        api->GetLastError();
+        return; /* left relaxed: better than a context on another GPU */
+    }
+    if (api->ThreadExchangeStreamCaptureMode(&mode) != CU_SUCCESS)
+        api->GetLastError();
+    guard_leave_api(api, prev);
 }
 
 /* Move the save side to CUDA device `ordinal` (no save is in flight: begin

@@ -32,19 +32,24 @@ int dcuda_host_alloc(dcuda *cu, size_t bytes, void **ptr);
 int dcuda_host_free(dcuda *cu, void *ptr);
 
 /* On an application thread: switch it to relaxed stream-capture mode and
- * return the mode to give back (dcuda_restore_capture with *api), else -1
- * (a library thread is relaxed already; a runtime without the call). */
-int dcuda_relax_capture(dcuda *cu, const cuda_api **api);
-void dcuda_restore_capture(const cuda_api *api, int mode);
+ * return the mode to give back (dcuda_restore_capture with *api and
+ * *ordinal), else -1 (a library thread is relaxed already; a runtime
+ * without the call).  Both switch from the store's device (`ordinal`), so
+ * that a thread that never chose one gets no context on GPU 0. */
+int dcuda_relax_capture(dcuda *cu, const cuda_api **api, int *ordinal);
+void dcuda_restore_capture(const cuda_api *api, int mode, int ordinal);
 
 /* `ordinal` (>= 0): the CUDA device of this save's tensors; the save side
  * moves there first if it lives elsewhere. */
 int dcuda_snapshot_reserve(dcuda *cu, const ckpt_tensor *t, const ckpt_memory *mem,
                            size_t count, int ordinal, int *staged);
 /* CKPT_EINVAL, naming it, when `stream` (not NULL) is capturing a CUDA
- * graph; CKPT_OK otherwise (or when the runtime cannot tell).  Makes no
- * call a capture forbids, so it may run before anything else of a save. */
-int dcuda_refuse_capture(dcuda *cu, void *stream, const char *op);
+ * graph; CKPT_OK otherwise (or when the runtime cannot tell).  Asks from
+ * device `ordinal` (< 0: the store's), the thread's device given back
+ * after (dcuda_guard_leave); CKPT_EDEVICE when it cannot be made current.
+ * Makes no call a capture forbids, so it may run before anything else of
+ * a save. */
+int dcuda_refuse_capture(dcuda *cu, int ordinal, void *stream, const char *op);
 int dcuda_snapshot_start(dcuda *cu, void *caller_stream);
 int dcuda_copy_d2h(dcuda *cu, void *dst, const void *src, size_t n, const char *tensor);
 /* The end of the device allocation holding `p` (on the store's device)

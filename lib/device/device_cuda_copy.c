@@ -111,16 +111,20 @@ done:
     return rc;
 }
 
-int dcuda_refuse_capture(dcuda *cu, void *stream, const char *op)
+int dcuda_refuse_capture(dcuda *cu, int ordinal, void *stream, const char *op)
 {
-    int capturing = 0;
+    int capturing = 0, prev, rc;
     if (!stream || !cu->api->StreamIsCapturing)
         return CKPT_OK;
-    if (cu->api->StreamIsCapturing(stream, &capturing) != CU_SUCCESS) {
+    /* From the tensors' device: on a thread with no context yet, the call
+     * would make one on its current device (GPU 0 unless chosen). */
+    if ((rc = dcuda_guard_enter_on(cu, ordinal >= 0 ? ordinal : cu->ordinal, &prev)))
+        return rc;
+    cu_err err = cu->api->StreamIsCapturing(stream, &capturing);
+    if (err != CU_SUCCESS)
         cu->api->GetLastError(); /* not told: EventRecord reports a bad stream */
-        return CKPT_OK;
-    }
-    if (!capturing)
+    dcuda_guard_leave(cu, prev);
+    if (err != CU_SUCCESS || !capturing)
         return CKPT_OK;
     /* A save's start event recorded there would pull the copy stream into
      * the capture, and a restore's copies would be enqueued on it: either
@@ -154,7 +158,7 @@ int dcuda_snapshot_start(dcuda *cu, void *caller_stream)
         return rc;
     const char *what = "cannot order the snapshot after the caller's CUDA stream";
     const char *name = "";
-    if ((rc = dcuda_refuse_capture(cu, caller_stream, "save")) != CKPT_OK) {
+    if ((rc = dcuda_refuse_capture(cu, cu->ordinal, caller_stream, "save")) != CKPT_OK) {
         dcuda_guard_leave(cu, prev);
         return rc;
     }

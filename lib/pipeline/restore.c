@@ -176,14 +176,16 @@ int restore_from(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count,
     } else if ((rc = match(ck, t, count, o->allow_missing, targets, &n, hit))) {
         *caller_error = 1;
     } else {
-        int any_device = 0;
+        int any_device = 0, ordinal = -1;
         for (size_t i = 0; i < n; i++) {
             targets[i].stream = o->cuda_stream;
+            if (targets[i].memory == CKPT_MEM_DEVICE && !any_device)
+                ordinal = targets[i].device;
             any_device |= targets[i].memory == CKPT_MEM_DEVICE;
         }
         /* before any copy, and the caller's error: an older step would be
          * refused the same way */
-        if (any_device && (rc = device_refuse_capture(ck->store->dev, o->cuda_stream,
+        if (any_device && (rc = device_refuse_capture(ck->store->dev, ordinal, o->cuda_stream,
                                                       "restore")))
             *caller_error = 1;
         else if ((rc = separate_shared(ck, targets, n, &scratch, &nscratch)))

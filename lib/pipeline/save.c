@@ -543,7 +543,7 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
         ordinal = device_current_ordinal(st->dev);
     free(ord);
     if (!rc && any_device && opts) /* before any pinned allocation */
-        rc = device_refuse_capture(st->dev, opts->cuda_stream, "save");
+        rc = device_refuse_capture(st->dev, ordinal, opts->cuda_stream, "save");
     if (!rc)
         rc = build_manifest(s, t, count, opts);
     if (!rc)
@@ -581,6 +581,16 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
         need = chunk;
     if (!rc && (need > 0 || !split))
         rc = ensure_arena(st, (size_t)need, any_device && !split);
+    int refused = 0; /* the snapshot buffer came back pageable */
+    if (!rc && any_device && !split && !st->arena_pinned) {
+        /* The system refused pinned memory and the buffer is pageable
+         * (device_host_alloc's fallback): a D2H copy into it is
+         * synchronous, so the caller would wait for its own GPU work.
+         * Device tensors go through the pool on the persist thread. */
+        split = 1;
+        stage = 0;
+        refused = 1; /* device_host_alloc's note says so */
+    }
     if (!rc && split) {
         uint64_t pool_bytes = dev_bytes < st->opts.pinned_limit ? dev_bytes : st->opts.pinned_limit;
         if (pool_bytes > limit)
@@ -602,7 +612,8 @@ static int begin_locked(ckpt_save *s, const ckpt_tensor *t, size_t count,
         if (!rc && st->lay.fsync) /* the save ends in an fsync: start the disk now */
             shard_writer_write_back_early(s->writer);
     }
-    if (!rc && any_device && !stage && st->opts.snapshot_mode == CKPT_SNAPSHOT_DEVICE) {
+    if (!rc && any_device && !stage && !refused &&
+        st->opts.snapshot_mode == CKPT_SNAPSHOT_DEVICE) {
         if (many)
             device_note(st->dev, "device snapshot mode used the host path: %llu copies "
                         "(separate device tensors) are too many to stage from the "

@@ -509,17 +509,29 @@ Test(cuda_save, event_failure)
  * pinned buffers: it runs out long before pageable memory): the save goes
  * through pageable memory instead, slower but whole, and says so in the
  * step's environment record; any other cudaHostAlloc error is the
- * device's, and fails the save. */
-Test(cuda_save, pinned_out_of_memory_falls_back_to_pageable)
+ * device's, and fails the save.  In every snapshot mode the copies into
+ * pageable memory run on the persist thread: on the caller's, each would
+ * be synchronous, waiting for the training's queued GPU work (they were,
+ * until the buffer's kind was checked after its allocation). */
+static void pinned_refused(ckpt_snapshot_mode mode)
 {
-    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0, 0);
+    ckpt_store *st = open_store(mode, 0, 0);
     void *d1 = dmalloc(), *d2 = dmalloc();
     pattern_fill(d1, N, 71);
     pattern_fill(d2, N, 72);
     ckpt_tensor t[2] = { dtensor("layer1", d1, CKPT_MEM_DEVICE),
                          dtensor("layer2", d2, CKPT_MEM_DEVICE) };
     M.fault("cudaHostAlloc", 0, CU_OOM, 0);
-    cr_assert_eq(ckpt_save_sync(st, 1, t, 2, NULL), CKPT_OK, "%s", ckpt_error_last());
+    mock_cuda_thread_counters before, after;
+    M.get_thread_counters(&before);
+    ckpt_save *sv = NULL;
+    cr_assert_eq(ckpt_save_begin(&sv, st, 1, t, 2, NULL), CKPT_OK, "%s", ckpt_error_last());
+    M.get_thread_counters(&after);
+    cr_assert_eq(after.pageable_copies, before.pageable_copies,
+                 "mode %d: %ld synchronous copies into pageable memory on the caller's thread",
+                 (int)mode, after.pageable_copies - before.pageable_copies);
+    cr_assert_eq(ckpt_save_wait(sv), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_save_free(sv);
     cr_assert_gt(M.fault_fired("cudaHostAlloc"), 0, "no pinned allocation was refused");
     cr_assert_eq(ckpt_store_pinned_bytes(st), 0);
     expect_saved(st, 1, "layer1", 71);
@@ -534,6 +546,21 @@ Test(cuda_save, pinned_out_of_memory_falls_back_to_pageable)
     M.Free(d1);
     M.Free(d2);
     expect_no_leaks(&M);
+}
+
+Test(cuda_save, pinned_out_of_memory_falls_back_to_pageable)
+{
+    pinned_refused(CKPT_SNAPSHOT_HOST);
+}
+
+Test(cuda_save, pinned_out_of_memory_in_device_mode)
+{
+    pinned_refused(CKPT_SNAPSHOT_DEVICE);
+}
+
+Test(cuda_save, pinned_out_of_memory_in_stream_mode)
+{
+    pinned_refused(CKPT_SNAPSHOT_STREAM);
 }
 
 Test(cuda_save, pinned_allocation_failure)

@@ -256,6 +256,8 @@ Test(semantics, failed_switch_back_leaves_no_error_behind)
 struct fresh_thread {
     ckpt_store *st;
     void *d;
+    void *stream;   /* the caller's stream for both, or NULL */
+    int free_store; /* only ckpt_store_free, from this thread */
     int rc_save, rc_restore, device_after;
     char err[512];
 };
@@ -263,10 +265,17 @@ struct fresh_thread {
 static void *fresh_thread_run(void *arg)
 {
     struct fresh_thread *f = arg;
+    if (f->free_store) {
+        ckpt_store_free(f->st);
+        return NULL;
+    }
     ckpt_tensor t = tensor("w", f->d, N, CKPT_MEM_DEVICE);
-    f->rc_save = ckpt_save_sync(f->st, 1, &t, 1, NULL);
+    ckpt_save_options so = CKPT_SAVE_OPTIONS_INIT;
+    ckpt_restore_options ro = CKPT_RESTORE_OPTIONS_INIT;
+    so.cuda_stream = ro.cuda_stream = f->stream;
+    f->rc_save = ckpt_save_sync(f->st, 1, &t, 1, &so);
     if (f->rc_save == CKPT_OK)
-        f->rc_restore = ckpt_restore(f->st, 1, &t, 1, NULL, NULL);
+        f->rc_restore = ckpt_restore(f->st, 1, &t, 1, &ro, NULL);
     snprintf(f->err, sizeof f->err, "%s", ckpt_error_last());
     M.GetDevice(&f->device_after);
     return NULL;
@@ -553,6 +562,46 @@ Test(semantics, thread_without_a_device_gets_no_context_on_gpu0)
     M.GetDevice(&cur);
     cr_expect_eq(cur, 0, "the caller's device changed to %d", cur);
     ckpt_store_free(st);
+    M.Free(d);
+    expect_no_leaks(&M);
+}
+
+/* The same with the caller's stream (on GPU 1) given to the save and the
+ * restore: the check that it is not capturing a graph is asked from GPU 1
+ * too.  Then the store freed from a fresh thread: switching its capture
+ * mode is done from GPU 1 as well.  On a CUDA 11 runtime (run again by
+ * cuda-semantics-cuda11-threads) both made a context on GPU 0 before. */
+Test(semantics, fresh_threads_with_a_stream_or_a_free_make_no_context_on_gpu0)
+{
+    M.set_device_count(2);
+    void *d = dmalloc_on(1, N);
+    pattern_fill(d, N, 6);
+    void *s1 = NULL;
+    cr_assert_eq(M.SetDevice(1), 0);
+    cr_assert_eq(M.StreamCreate(&s1), 0);
+    ckpt_store *st = open_store(CKPT_SNAPSHOT_HOST, 0);
+    cr_assert_eq(M.SetDevice(0), 0); /* CUDA 11: no context from this alone */
+    M.forget_contexts();
+    struct fresh_thread f = { .st = st, .d = d, .stream = s1, .device_after = -1 };
+    pthread_t th;
+    cr_assert_eq(pthread_create(&th, NULL, fresh_thread_run, &f), 0);
+    pthread_join(th, NULL);
+    cr_assert_eq(f.rc_save, CKPT_OK, "%s", f.err);
+    cr_assert_eq(f.rc_restore, CKPT_OK, "%s", f.err);
+    cr_expect_eq(pattern_check(d, N, 6), -1, "restore landed wrong bytes"); /* complete */
+    mock_cuda_counters c;
+    M.get_counters(&c);
+    cr_expect_eq(c.context_mask, 0x2u, "save and restore with a stream: contexts on devices "
+                 "0x%x, want only GPU 1 (0x2)", c.context_mask);
+    M.forget_contexts();
+    struct fresh_thread g = { .st = st, .free_store = 1 };
+    cr_assert_eq(pthread_create(&th, NULL, fresh_thread_run, &g), 0);
+    pthread_join(th, NULL);
+    M.get_counters(&c);
+    cr_expect_eq(c.context_mask, 0x2u, "ckpt_store_free: contexts on devices 0x%x, want only "
+                 "GPU 1 (0x2)", c.context_mask);
+    cr_assert_eq(M.SetDevice(1), 0);
+    cr_assert_eq(M.StreamDestroy(s1), 0);
     M.Free(d);
     expect_no_leaks(&M);
 }

@@ -946,9 +946,10 @@ CKPT_API void ckpt_report_free(ckpt_report *report);
 /* ---------------------------------------------------------------- restore */
 
 
-#define CKPT_RESTORE_OPTIONS_VERSION 1
+#define CKPT_RESTORE_OPTIONS_VERSION 2
 /** Options of ckpt_restore(); start from CKPT_RESTORE_OPTIONS_INIT or
- *  ckpt_restore_options_init(). */
+ *  ckpt_restore_options_init().  Version 1 (without `verify`) is still
+ *  accepted. */
 typedef struct ckpt_restore_options {
     unsigned int version;     /* CKPT_RESTORE_OPTIONS_VERSION                  */
     int allow_missing;        /* non-zero: tensors absent from the checkpoint
@@ -958,9 +959,22 @@ typedef struct ckpt_restore_options {
                                  cudaStreamPerThread: the legacy one, which
                                  CUDA orders with the caller's); they are
                                  complete when ckpt_restore returns           */
+    /* Version 2. */
+    ckpt_verify_level verify; /* CKPT_VERIFY_STORED (default; 0 too): the
+                                 chunks restored are verified.
+                                 CKPT_VERIFY_FULL: so is every other chunk
+                                 this process saved in the step (one
+                                 process: the whole step; rank r of W: the
+                                 shards of ranks r, r+W, ...), before the
+                                 step is taken: with CKPT_LATEST a step
+                                 whose other tensors (an optimizer's state,
+                                 read next) are damaged is skipped, and with
+                                 several ranks no rank agrees on it.
+                                 ckpt_checkpoint_restore ignores it.        */
 } ckpt_restore_options;
 
-#define CKPT_RESTORE_OPTIONS_INIT { CKPT_RESTORE_OPTIONS_VERSION, 0, NULL }
+#define CKPT_RESTORE_OPTIONS_INIT \
+    { CKPT_RESTORE_OPTIONS_VERSION, 0, NULL, CKPT_VERIFY_STORED }
 
 /**
  * Fill `opts` with the defaults of CKPT_RESTORE_OPTIONS_INIT for `version`

@@ -253,15 +253,11 @@ CKPT_API int ckpt_checkpoint_restore(ckpt_checkpoint *ck, const ckpt_tensor *t, 
         return ckpt_seterr(CKPT_EINVAL, "ckpt_checkpoint_restore: checkpoint is NULL");
     if (context_usable(ck->store, "ckpt_checkpoint_restore"))
         return CKPT_EINVAL;
-    ckpt_restore_options o = CKPT_RESTORE_OPTIONS_INIT;
-    if (opts) {
-        int rc = ckpt_check_version("ckpt_restore_options", opts->version,
-                                    CKPT_RESTORE_OPTIONS_VERSION);
-        if (rc)
-            return rc;
-        o = *opts;
-    }
-    int rc = validate_tensors(t, count, 1);
+    ckpt_restore_options o;
+    int rc = restore_options_read(opts, &o, "ckpt_checkpoint_restore");
+    if (rc)
+        return rc;
+    rc = validate_tensors(t, count, 1);
     if (rc)
         return rc;
     int caller_error;

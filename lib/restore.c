@@ -1,5 +1,8 @@
 /* restore: the public faces of ckpt_restore and ckpt_verify; the work is
  * pipeline/restore.c. */
+#include <stddef.h>
+#include <string.h>
+
 #include "dist.h"
 #include "error.h"
 #include "eventlog.h"
@@ -12,12 +15,17 @@ CKPT_API int ckpt_restore_options_init(ckpt_restore_options *opts, unsigned int 
 {
     if (!opts)
         return ckpt_seterr(CKPT_EINVAL, "ckpt_restore_options_init: opts is NULL");
-    int rc = ckpt_check_version("ckpt_restore_options", version,
-                                CKPT_RESTORE_OPTIONS_VERSION);
+    int rc = version == 1 ? CKPT_OK
+                          : ckpt_check_version("ckpt_restore_options", version,
+                                               CKPT_RESTORE_OPTIONS_VERSION);
     if (rc)
         return rc;
     ckpt_restore_options d = CKPT_RESTORE_OPTIONS_INIT;
-    *opts = d;
+    if (version == 1)
+        memcpy(opts, &d, offsetof(ckpt_restore_options, verify)); /* a v1 struct */
+    else
+        *opts = d;
+    opts->version = version;
     return CKPT_OK;
 }
 
@@ -42,14 +50,10 @@ static int restore_api(const char *fn, ckpt_store *s, int64_t step, const ckpt_t
         return ckpt_seterr(CKPT_EINVAL, "%s: store is NULL", fn);
     if (context_usable(s, fn))
         return CKPT_EINVAL;
-    ckpt_restore_options o = CKPT_RESTORE_OPTIONS_INIT;
-    if (opts) {
-        int rc = ckpt_check_version("ckpt_restore_options", opts->version,
-                                    CKPT_RESTORE_OPTIONS_VERSION);
-        if (rc)
-            return rc;
-        o = *opts;
-    }
+    ckpt_restore_options o;
+    int orc = restore_options_read(opts, &o, fn);
+    if (orc)
+        return orc;
     if (step < 0 && step != CKPT_LATEST)
         return ckpt_seterr(CKPT_EINVAL, "%s: step must be >= 0 or CKPT_LATEST", fn);
     int rc = refused ? refused : validate_tensors(t, count, 1);

@@ -61,6 +61,8 @@ static int restore_rank_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, 
         rc = CKPT_OK, own = 0;
     if (!rc && own)
         rc = restore_from(ck, t, count, o, caller_error, hit);
+    if (!rc && own)
+        rc = restore_verify_part(ck, t, count, o, 1); /* the part: this rank's shard */
     reader_close(ck);
     free(path);
     free(dir);

@@ -769,10 +769,11 @@ int reader_read_range(ckpt_checkpoint *ck, uint32_t tensor, uint64_t offset, uns
     return rc;
 }
 
-int reader_verify_all(ckpt_checkpoint *ck, ckpt_report *report)
+static int verify_some(ckpt_checkpoint *ck, ckpt_report *report, uint32_t first,
+                       uint32_t stride, const unsigned char *skip)
 {
     size_t n = 0;
-    for (size_t sh = 0; sh < ck->m.nshards; sh++)
+    for (size_t sh = first; sh < ck->m.nshards; sh += stride)
         n += (size_t)ck->ix[sh].count;
     chunk_task *tasks = calloc(n ? n : 1, sizeof *tasks);
     ckpt_report *local = report ? NULL : report_new();
@@ -782,12 +783,27 @@ int reader_verify_all(ckpt_checkpoint *ck, ckpt_report *report)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory verifying %s", ck->label);
     }
     size_t k = 0;
-    for (uint32_t sh = 0; sh < ck->m.nshards; sh++)
-        for (uint64_t e = 0; e < ck->ix[sh].count; e++, k++)
-            tasks[k] = (chunk_task){ck, &ck->ix[sh].entries[e], sh, NULL, CKPT_MEM_HOST,
-                                    NULL, -1, report ? report : local, NULL, 0, 0};
-    int rc = run_tasks(ck, tasks, n);
+    for (uint32_t sh = first; sh < ck->m.nshards; sh += stride)
+        for (uint64_t e = 0; e < ck->ix[sh].count; e++) {
+            const shard_entry *en = &ck->ix[sh].entries[e];
+            if (skip && en->tensor < ck->m.ntensors && skip[en->tensor])
+                continue;
+            tasks[k++] = (chunk_task){ck, en, sh, NULL, CKPT_MEM_HOST,
+                                      NULL, -1, report ? report : local, NULL, 0, 0};
+        }
+    int rc = run_tasks(ck, tasks, k);
     free(tasks);
     ckpt_report_free(local);
     return rc;
+}
+
+int reader_verify_all(ckpt_checkpoint *ck, ckpt_report *report)
+{
+    return verify_some(ck, report, 0, 1, NULL);
+}
+
+int reader_verify_shards(ckpt_checkpoint *ck, uint32_t first, uint32_t stride,
+                         const unsigned char *skip)
+{
+    return verify_some(ck, NULL, first, stride ? stride : 1, skip);
 }

@@ -98,6 +98,11 @@ int reader_read_range(ckpt_checkpoint *ck, uint32_t tensor, uint64_t offset, uns
 /* Decode and verify every chunk; each failing chunk becomes a problem in
  * `report` (may be NULL).  Returns the first failure's status. */
 int reader_verify_all(ckpt_checkpoint *ck, ckpt_report *report);
+/* The same for the shards first, first + stride, ... of ck (stride >= 1),
+ * less the chunks of tensors whose `skip` byte (NULL, or one per manifest
+ * tensor) is set; the damage found is returned with its message. */
+int reader_verify_shards(ckpt_checkpoint *ck, uint32_t first, uint32_t stride,
+                         const unsigned char *skip);
 
 /* Index of tensor `name`, or -1 (a binary search: restoring 10,000 tensors
  * by name must not cost 10,000 scans of 10,000 names; a scan when there is

@@ -3,6 +3,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -146,6 +147,52 @@ static int separate_shared(ckpt_checkpoint *ck, reader_target *tg, size_t n, voi
     return rc;
 }
 
+int restore_options_read(const ckpt_restore_options *in, ckpt_restore_options *out,
+                         const char *fn)
+{
+    ckpt_restore_options d = CKPT_RESTORE_OPTIONS_INIT;
+    *out = d;
+    if (!in)
+        return CKPT_OK;
+    int rc = in->version == 1 ? CKPT_OK
+                              : ckpt_check_version("ckpt_restore_options", in->version,
+                                                   CKPT_RESTORE_OPTIONS_VERSION);
+    if (rc)
+        return rc;
+    if (in->version == 1) { /* a v1 struct ends before `verify` */
+        memcpy(out, in, offsetof(ckpt_restore_options, verify));
+        out->version = CKPT_RESTORE_OPTIONS_VERSION;
+        return CKPT_OK;
+    }
+    *out = *in;
+    if (out->verify != 0 && out->verify != CKPT_VERIFY_STORED &&
+        out->verify != CKPT_VERIFY_FULL)
+        return ckpt_seterr(CKPT_EINVAL, "%s: verify %d is not 0, CKPT_VERIFY_STORED or "
+                           "CKPT_VERIFY_FULL", fn, (int)out->verify);
+    return CKPT_OK;
+}
+
+int restore_verify_part(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count,
+                        const ckpt_restore_options *o, int own)
+{
+    if (o->verify != CKPT_VERIFY_FULL)
+        return CKPT_OK;
+    const ckpt_store *s = ck->store;
+    uint32_t world = s->dist && s->opts.world_size > 1 ? (uint32_t)s->opts.world_size : 1;
+    unsigned char *skip = calloc(ck->m.ntensors ? ck->m.ntensors : 1, 1);
+    if (!skip)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    for (size_t i = 0; i < count; i++) {
+        long idx = reader_find(ck, t[i].name);
+        if (idx >= 0)
+            skip[idx] = 1;
+    }
+    int rc = own ? reader_verify_shards(ck, 0, 1, skip)
+                 : reader_verify_shards(ck, s->rank, world, skip);
+    free(skip);
+    return rc;
+}
+
 int restore_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count,
                  const ckpt_restore_options *o, int *caller_error, ckpt_checkpoint **keep,
                  unsigned char *hit)
@@ -156,6 +203,8 @@ int restore_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count
     if (rc)
         return rc;
     rc = restore_from(ck, t, count, o, caller_error, hit);
+    if (rc == CKPT_OK)
+        rc = restore_verify_part(ck, t, count, o, 0);
     if (rc == CKPT_OK && keep)
         *keep = ck;
     else

@@ -7,6 +7,13 @@
 #include "reader.h"
 #include "report.h"
 
+/* The caller's restore options `in` (NULL: the defaults) in *out, a
+ * version-1 struct's missing fields at their defaults.  CKPT_OK;
+ * CKPT_EVERSION for an unknown version, CKPT_EINVAL for a `verify` other
+ * than 0, CKPT_VERIFY_STORED or CKPT_VERIFY_FULL; `fn` names the call. */
+int restore_options_read(const ckpt_restore_options *in, ckpt_restore_options *out,
+                         const char *fn);
+
 /* Restore `count` caller tensors from `step` (CKPT_LATEST: the newest step
  * that restores, each damaged newer one recorded in `r` and skipped).  The
  * caller holds s->api_lock and has drained the save in flight.  With
@@ -24,9 +31,19 @@ int restore_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, size_t count
                  const ckpt_restore_options *o, int *caller_error, ckpt_checkpoint **keep,
                  unsigned char *hit);
 
-/* The same from a step opened already (reader.h). */
+/* The same from a step opened already (reader.h).  Does not look at
+ * o->verify (restore_verify_part). */
 int restore_from(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count,
                  const ckpt_restore_options *o, int *caller_error, unsigned char *hit);
+
+/* With o->verify CKPT_VERIFY_FULL, after restore_from of the caller's
+ * `count` tensors `t` succeeded: verify every other chunk of the shards of
+ * `ck` this process saved (`own`: all of them, a rank's part manifest;
+ * else those of ranks rank, rank + W, ... of the store's world W); the
+ * chunks restored were verified already.  CKPT_OK, or the damage
+ * (reader_is_damage) naming it; CKPT_ENOMEM. */
+int restore_verify_part(ckpt_checkpoint *ck, const ckpt_tensor *t, size_t count,
+                        const ckpt_restore_options *o, int own);
 
 /* For a search of CKPT_LATEST over the ascending `steps`: steps[i] does
  * not fit the caller's tensors (status *rc, a caller error).  When an

@@ -131,3 +131,74 @@ Test(latest_full, a_damaged_newest_step_of_other_shapes_is_skipped_not_a_mismatc
     ckpt_report_free(r);
     cleanup(s);
 }
+
+/* A job restores its model in place and reads the rest of the step (an
+ * optimizer's state) next.  Step 2's "w" is damaged; "s" is not.  A
+ * restore of "s" alone takes step 2 by default (it verifies what it
+ * reads); with verify CKPT_VERIFY_FULL it verifies the whole step first
+ * and takes step 1, saying why, so that the rest reads back too.  A
+ * version-1 options struct (no `verify`) still works; an unknown level is
+ * refused. */
+Test(latest_full, full_verification_skips_a_step_whose_other_tensors_are_damaged)
+{
+    strcpy(root, "/tmp/ckpt-latest-XXXXXX");
+    cr_assert_not_null(mkdtemp(root));
+    ckpt_store *s;
+    ckpt_store_options o = CKPT_STORE_OPTIONS_INIT;
+    o.fsync = 0;
+    o.keep_last = 0;
+    cr_assert_eq(ckpt_store_open(&s, root, &o), CKPT_OK);
+    int64_t shape[1] = {N};
+    int64_t small[2];
+    for (int k = 1; k <= 2; k++) {
+        for (int i = 0; i < N; i++)
+            data[k][i] = (float)(k * 100000 + i);
+        small[k - 1] = k;
+        ckpt_tensor t[2] = {
+            {"w", data[k], sizeof data[k], CKPT_F32, 1, shape, CKPT_MEM_HOST},
+            {"s", &small[k - 1], sizeof small[0], CKPT_I64, 0, NULL, CKPT_MEM_HOST}};
+        cr_assert_eq(ckpt_save_sync(s, k, t, 2, NULL), CKPT_OK, "%s", ckpt_error_last());
+    }
+    flip_frame_byte(2); /* the first frame: "w" */
+    int64_t got = -1;
+    ckpt_tensor ts = {"s", &got, sizeof got, CKPT_I64, 0, NULL, CKPT_MEM_HOST};
+    ckpt_restore_options ro;
+    cr_assert_eq(ckpt_restore_options_init(&ro, CKPT_RESTORE_OPTIONS_VERSION), CKPT_OK);
+    cr_assert_eq(ro.verify, CKPT_VERIFY_STORED);
+    ckpt_report *r = NULL;
+    cr_assert_eq(ckpt_restore(s, CKPT_LATEST, &ts, 1, &ro, &r), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_assert_eq(ckpt_report_step(r), 2);
+    cr_assert_eq(got, 2);
+    ckpt_report_free(r);
+
+    ro.verify = CKPT_VERIFY_FULL;
+    ckpt_checkpoint *ck = NULL;
+    cr_assert_eq(ckpt_restore_open(s, CKPT_LATEST, &ts, 1, &ro, &r, &ck), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_assert_eq(ckpt_report_step(r), 1);
+    cr_assert_eq(got, 1);
+    cr_assert_eq(ckpt_report_count(r), 1);
+    cr_assert_eq(ckpt_report_get(r, 0)->step, 2);
+    cr_assert_eq(ckpt_report_get(r, 0)->status, CKPT_ECORRUPT, "%s",
+                 ckpt_report_get(r, 0)->message);
+    ckpt_report_free(r);
+    static float out[N];
+    ckpt_tensor tw = {"w", out, sizeof out, CKPT_F32, 1, shape, CKPT_MEM_HOST};
+    cr_assert_eq(ckpt_checkpoint_restore(ck, &tw, 1, NULL), CKPT_OK, "the rest of step 1");
+    cr_assert_arr_eq(out, data[1], sizeof out);
+    ckpt_checkpoint_free(ck);
+    /* a step given by number fails with the damage instead */
+    cr_assert_eq(ckpt_restore(s, 2, &ts, 1, &ro, NULL), CKPT_ECORRUPT);
+
+    ckpt_restore_options v1;
+    cr_assert_eq(ckpt_restore_options_init(&v1, 1), CKPT_OK);
+    v1.verify = (ckpt_verify_level)77; /* beyond a v1 struct: never read */
+    cr_assert_eq(ckpt_restore(s, CKPT_LATEST, &ts, 1, &v1, NULL), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_assert_eq(got, 2);
+    ro.verify = CKPT_VERIFY_QUICK;
+    cr_assert_eq(ckpt_restore(s, CKPT_LATEST, &ts, 1, &ro, NULL), CKPT_EINVAL);
+    cr_assert(strstr(ckpt_error_last(), "verify"), "%s", ckpt_error_last());
+    cleanup(s);
+}

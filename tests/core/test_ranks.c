@@ -172,6 +172,73 @@ Test(ranks, damaged_shard_of_one_rank_makes_all_fall_back)
     }
 }
 
+/* Restore the newest step into this rank's ".step" tensor alone (as a
+ * job restores its model in place and reads its optimizer's state next),
+ * verifying `verify`. */
+static int restore_step_tensor(job *j, ckpt_store *st, ckpt_verify_level verify)
+{
+    tc_state want, got;
+    rank_state(&want, j->u.rank, 0);
+    tc_state_init(&got);
+    tc_state_like(&got, &want, 0xee);
+    ckpt_restore_options o;
+    cr_assert_eq(ckpt_restore_options_init(&o, CKPT_RESTORE_OPTIONS_VERSION), CKPT_OK);
+    o.verify = verify;
+    ckpt_report *rep = NULL;
+    int rc = ckpt_restore(st, CKPT_LATEST, &got.t[1], 1, &o, &rep);
+    j->restored = ckpt_report_step(rep);
+    j->skipped = ckpt_report_count(rep);
+    if (j->skipped)
+        snprintf(j->message, sizeof j->message, "%s", ckpt_report_get(rep, 0)->message);
+    ckpt_report_free(rep);
+    tc_state_free(&got);
+    tc_state_free(&want);
+    return rc;
+}
+
+static int restore_step_tensor_stored(job *j, ckpt_store *st)
+{
+    return restore_step_tensor(j, st, CKPT_VERIFY_STORED);
+}
+
+static int restore_step_tensor_full(job *j, ckpt_store *st)
+{
+    return restore_step_tensor(j, st, CKPT_VERIFY_FULL);
+}
+
+/* Rank 1's tensor that nobody restores is damaged in step 2.  The agreed
+ * restore of the other tensors takes step 2 by default (it verifies what
+ * it reads); with verify CKPT_VERIFY_FULL each rank verifies its own part
+ * in full, so every rank falls back to step 1, and each says why: the
+ * step a job then reads the rest of its state from (an optimizer's
+ * moments, `Checkpoint.state("rank1")` in Python) is intact. */
+Test(ranks, full_verification_agrees_on_a_step_whose_unrestored_tensors_are_intact)
+{
+    job jobs[WORLD] = {0};
+    run_ranks(jobs, save_two);
+    char *dir = tc_step_dir(tc_root, 2), *shard = tc_join(dir, "rank-00001.shard");
+    tc_flip_byte(shard, 80); /* in rank1.w's frame */
+    free(shard);
+    free(dir);
+    memset(jobs, 0, sizeof jobs);
+    run_ranks(jobs, restore_step_tensor_stored);
+    for (int r = 0; r < WORLD; r++) {
+        cr_assert_eq(jobs[r].status, CKPT_OK, "rank %d: %s", r, jobs[r].message);
+        cr_assert_eq(jobs[r].restored, 2, "rank %d restored %lld", r,
+                     (long long)jobs[r].restored);
+    }
+    memset(jobs, 0, sizeof jobs);
+    run_ranks(jobs, restore_step_tensor_full);
+    for (int r = 0; r < WORLD; r++) {
+        cr_assert_eq(jobs[r].status, CKPT_OK, "rank %d: %s", r, jobs[r].message);
+        cr_assert_eq(jobs[r].restored, 1, "rank %d restored %lld", r,
+                     (long long)jobs[r].restored);
+        cr_assert_eq(jobs[r].skipped, 1, "rank %d: every rank says why", r);
+        cr_assert(strstr(jobs[r].message, "rank-00001.shard"), "rank %d: %s", r,
+                  jobs[r].message);
+    }
+}
+
 /* Step 3 after save_two: rank 1's tensor grew (the model changed), rank
  * 0's did not. */
 static int save_two_then_grown(job *j, ckpt_store *st)

@@ -273,3 +273,32 @@ def test_a_job_resumed_below_a_damaged_newest_step_saves_on(root):
         with pytest.warns(libckpt.SkippedCheckpointWarning, match="step 30"):
             step, got = store.load()
         assert step == 25 and np.array_equal(got["w"], OLD * 20 + 1)
+
+
+def test_restore_skips_a_step_whose_other_tensors_are_damaged(root):
+    """The documented resume restores the model in place and reads the
+    optimizer's state next (``open(step).state("optim")``).  restore()
+    verifies the rest of the step too (full=True, the default), so it
+    skips a newest step whose optimizer state is damaged and the read that
+    follows works; full=False verifies only what it restores and takes the
+    damaged step, as it did before."""
+    rng = np.random.default_rng(11)
+    moments = {s: rng.standard_normal(1 << 18) for s in (1, 2)}
+    with open_store(root) as store:
+        for s in (1, 2):
+            store.save(s, {"model": {"w": np.int64(s) * np.ones(1, np.int64)},
+                           "optim": {"m": moments[s]}}).wait()
+    flip_byte(shard_files(root, 2)[0])  # the middle: the moments' chunk
+    with open_store(root) as store:
+        w = np.zeros(1, np.int64)
+        with pytest.warns(libckpt.SkippedCheckpointWarning, match="step 2"):
+            got = store.restore({"model": {"w": w}})
+        assert got == 1 and w[0] == 1
+        assert [s["step"] for s in got.skipped] == [2]
+        assert "tensor 'optim.m'" in got.skipped[0]["message"], got.skipped
+        with store.open(got) as ck:
+            assert np.array_equal(ck.state("optim")["m"], moments[1])
+        assert store.restore({"model": {"w": w}}, full=False) == 2 and w[0] == 2
+        with store.open(2) as ck:
+            with pytest.raises(libckpt.CorruptError):
+                ck.state("optim")

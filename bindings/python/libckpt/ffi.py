@@ -60,7 +60,7 @@ CKPT_SNAPSHOT_HOST, CKPT_SNAPSHOT_DEVICE, CKPT_SNAPSHOT_STREAM = 0, 1, 2
 CKPT_STORE_OPTIONS_VERSION = 2
 CKPT_COORDINATOR_VERSION = 1
 CKPT_SAVE_OPTIONS_VERSION = 2
-CKPT_RESTORE_OPTIONS_VERSION = 1
+CKPT_RESTORE_OPTIONS_VERSION = 2
 
 # ---------------------------------------------------------------- structs
 
@@ -158,6 +158,7 @@ class ckpt_restore_options(ctypes.Structure):
         ("version", ctypes.c_uint),
         ("allow_missing", ctypes.c_int),
         ("cuda_stream", ctypes.c_void_p),
+        ("verify", ctypes.c_int),  # version 2
     ]
 
 

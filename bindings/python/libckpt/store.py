@@ -671,8 +671,8 @@ class Store:
         return nested.unwrap(meta)[1]
 
     def restore(self, state: Any, step: Optional[int] = None, *,
-                strict: bool = True, allow_missing: Optional[bool] = None
-                ) -> RestoreResult:
+                strict: bool = True, allow_missing: Optional[bool] = None,
+                full: bool = True) -> RestoreResult:
         """Restore into the tensors of ``state`` (nested as for
         :meth:`save`; writable; one tensor may stand under several names,
         as tied weights do, and is then filled from the last of them, as
@@ -696,16 +696,25 @@ class Store:
         tensor (``strict=False``), the restore fails with
         :class:`CorruptError` naming it rather than pass it off as
         untouched; set it again and restore that step by number.  On
-        failure the buffers' contents are unspecified."""
+        failure the buffers' contents are unspecified.
+
+        ``full`` (the default): the rest of what this process saved in the
+        step (the whole step; with several ranks, this rank's part) is
+        verified too before the step is taken, so that what is read from
+        it next (an optimizer's state, with ``open(step).state(...)``)
+        reads back; a step whose other tensors are damaged is skipped like
+        one whose restored tensors are.  ``full=False`` verifies only the
+        chunks restored (cheaper when the step holds much more than
+        ``state``)."""
         if allow_missing is not None:
             strict = not allow_missing
         # The collector stays paused until the state's flattened form is
         # gone (see save); the C restore allocates no Python objects.
         with _no_gc():
-            return self._restore(state, step, strict)
+            return self._restore(state, step, strict, bool(full))
 
-    def _restore(self, state: Any, step: Optional[int], strict: bool
-                 ) -> RestoreResult:
+    def _restore(self, state: Any, step: Optional[int], strict: bool,
+                 full: bool = True) -> RestoreResult:
         number = (ffi.CKPT_LATEST if step is None
                   else _step_number(step, "Store.restore"))
         if number == ffi.CKPT_LATEST:  # collective, refused or not
@@ -726,6 +735,7 @@ class Store:
                                     ffi.CKPT_RESTORE_OPTIONS_VERSION)
         opts.allow_missing = 0 if strict else 1
         opts.cuda_stream = stream
+        opts.verify = ffi.CKPT_VERIFY_FULL if full else ffi.CKPT_VERIFY_STORED
         report = ffi.report_p()
         # The step restored from comes back open: its metadata and names
         # are read from it, not from a second open of the step.

@@ -19,8 +19,9 @@
  * the per-tensor cost alone).
  *
  * "restore" runs on the store that saved (which has the manifest decoded
- * already); "cold rest." on a read-only store opened for it, as a job
- * restarted after a crash restores.
+ * already); "new store" on a read-only store opened for it, as a job
+ * restarted after a crash restores (the page cache stays warm: it is the
+ * manifest decoding a new process pays, not a cold read).
  */
 #include <ckpt.h>
 #include <stdint.h>
@@ -148,7 +149,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_tiny: %s\n", ckpt_error_last());
         return 1;
     }
-    const char *what[4] = {"stall", "persist", "restore", "cold rest."};
+    const char *what[4] = {"stall", "persist", "restore", "new store"};
     printf("%zu x %zu B%s%s vs 1 x %zu B (best of %d)\n", n, each,
            apart ? " (each allocated apart)" : "", random_bytes ? " (random bytes)" : "", n * each,
            reps);

@@ -990,7 +990,9 @@ CKPT_API int ckpt_restore_options_init(ckpt_restore_options *opts,
  * matched by name, from checkpoint `step`, or with CKPT_LATEST from the
  * newest one that can be restored.  The checkpoint is opened with quick
  * verification and every chunk restored is verified; chunks of tensors not
- * asked for are not read.  With CKPT_LATEST a checkpoint that fails this
+ * asked for are not read, unless opts->verify is CKPT_VERIFY_FULL (then
+ * those this process saved are verified too, before the step is taken).
+ * With CKPT_LATEST a checkpoint that fails this
  * (corrupt, incomplete, unreadable, of a newer format, or gone) is skipped
  * for the next older one and recorded in `*report` (may be NULL; handed
  * out also on failure; its step is the one restored).  A dtype, shape or

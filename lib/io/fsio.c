@@ -502,6 +502,18 @@ int fsio_read_file(const fsio *fs, const char *path, uint64_t max_bytes,
 
 static int remove_in(const fsio *fs, int dfd, const char *path, int depth);
 
+/* -EPERM when `fd` (a directory opened for removal) is the superuser's and
+ * fs spares those; 0 otherwise. */
+static int spared(const fsio *fs, int fd)
+{
+    struct stat st;
+    if (!fs->spare_superuser_dirs)
+        return 0;
+    if (fstat(fd, &st) != 0)
+        return -errno;
+    return st.st_uid == 0 ? -EPERM : 0;
+}
+
 /* Remove entry `name` of the directory open as `dfd`, whose path is `path`
  * (named to the fault hook and the trace only).  Every call is relative to
  * `dfd` and none follows a link: a directory swapped for a symbolic link
@@ -520,7 +532,9 @@ static int remove_entry(const fsio *fs, int dfd, const char *name, const char *p
         if (cfd < 0 && errno != ELOOP && errno != ENOTDIR)
             return errno == ENOENT ? 0 : -errno;
         if (cfd >= 0) { /* else swapped for a link or file: unlinked below */
-            int rc = depth >= REMOVE_MAX_DEPTH ? -ELOOP : remove_in(fs, cfd, path, depth + 1);
+            int rc = spared(fs, cfd);
+            if (!rc)
+                rc = depth >= REMOVE_MAX_DEPTH ? -ELOOP : remove_in(fs, cfd, path, depth + 1);
             close(cfd);
             if (rc)
                 return rc;
@@ -606,7 +620,9 @@ int fsio_remove_tree(const fsio *fs, const char *dir)
         int rc = fsio_unlink(fs, dir);
         return rc == -ENOENT ? 0 : rc;
     }
-    int rc = remove_in(fs, fd, dir, 0);
+    int rc = spared(fs, fd);
+    if (!rc)
+        rc = remove_in(fs, fd, dir, 0);
     close(fd);
     if (rc == 0) {
         rc = fsio_rmdir(fs, dir);

@@ -60,6 +60,12 @@ typedef struct fsio {
     void *ctx;           /* passed to each of them */
     fsio_hint_fn hint;
     fsio_point_fn point;
+    /* 1: fsio_remove_tree leaves a directory owned by uid 0, and what it
+     * holds, in place (-EPERM), judged on the directory it opened, not on
+     * a path: the superuser's writer in another user's root (layout.c),
+     * whose owner could swap a directory of root's under a name being
+     * removed and have root delete what the owner may not. */
+    int spare_superuser_dirs;
 } fsio;
 
 /* Tell fs->point, if any, that this thread is at `where` (a string
@@ -164,7 +170,9 @@ int fsio_lock(const fsio *fs, int fd);
 int fsio_read_file(const fsio *fs, const char *path, uint64_t max_bytes,
                    char **data, size_t *len);
 /* Remove a directory and what is in it.  Never follows a symbolic link: a
- * link (at the top or inside) is removed as a link, its target untouched. */
+ * link (at the top or inside) is removed as a link, its target untouched.
+ * With fs->spare_superuser_dirs, a directory owned by uid 0 met on the way
+ * (by descriptor) ends the removal with -EPERM, itself untouched. */
 int fsio_remove_tree(const fsio *fs, const char *dir);
 
 #endif

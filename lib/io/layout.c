@@ -258,6 +258,10 @@ int layout_open(layout *l, const char *path, int writing, int trust_group)
         l->file_mode = shared || own_group ? 0640 : 0600;
     }
     trust_init(&l->tr, &in, trust_group, writing);
+    /* layout_holds_superusers_dir checks a tree by path before it is
+     * removed; the removal itself checks each directory it opens, so that
+     * the owner cannot swap one of root's in between. */
+    l->fs.spare_superuser_dirs = geteuid() == 0 && in.uid != 0;
     l->share_gid = writing && trust_group && trust_caller_in_group(in.gid) ? (int)in.gid : -1;
     if ((rc = trust_check_root(&l->tr, l->root, &in, writing)))
         return rc;

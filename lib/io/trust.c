@@ -373,6 +373,10 @@ int trust_resolve(const fsio *fs, const char *path, int writing, char **out)
     else if (!todo || !done)
         rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
     size_t at = 0;
+    /* The superuser writing follows a link of another user (link_ok) only
+     * into a root of that user: the first such link, its owner. */
+    long link_uid = -1;
+    char *link_path = NULL;
     for (int hops = 0; !rc;) {
         while (todo[at] == '/')
             at++;
@@ -415,6 +419,13 @@ int trust_resolve(const fsio *fs, const char *path, int writing, char **out)
                              "give the directory it points to, if that is meant", path,
                              next, target, owner, self);
         }
+        if (!rc && writing && self == 0 && in.uid != 0 && link_uid < 0) {
+            link_uid = (long)in.uid;
+            free(link_path);
+            link_path = strdup(next);
+        } else if (!rc && writing && self == 0 && in.uid != 0 && (long)in.uid != link_uid) {
+            link_uid = -2; /* links of two users: one of them is not the root's owner */
+        }
         if (!rc) { /* walk the target, then what followed the link */
             char *rest = util_printf("%s/%s", target, todo + at);
             if (!rest)
@@ -429,6 +440,28 @@ int trust_resolve(const fsio *fs, const char *path, int writing, char **out)
         free(next);
     }
     free(todo);
+    if (!rc && link_uid != -1) {
+        /* root's writer (an admin's gc) sent by a user's link into another
+         * user's root would retire or write steps that user's link owner
+         * could never touch. */
+        fsio_info root;
+        int e = fsio_info_of(fs, done[0] ? done : "/", -1, &root);
+        if (e)
+            rc = ckpt_seterr_errno(-e, "cannot resolve %s", path);
+        else if (link_uid < 0 || (long)root.uid != link_uid) {
+            char lo[128], ro[128];
+            user_name(link_uid < 0 ? 0u : (unsigned)link_uid, lo, sizeof lo);
+            user_name(root.uid, ro, sizeof ro);
+            rc = ckpt_seterr(CKPT_EACCES, "the path %s goes through the symbolic link %s of "
+                             "%s to %s, which belongs to %s: as root, a writer follows "
+                             "another user's link only into that user's own root (the "
+                             "link's owner could otherwise have root retire or overwrite "
+                             "checkpoints that are not theirs); give the root's real path",
+                             path, link_path ? link_path : "?",
+                             link_uid < 0 ? "several users" : lo, done[0] ? done : "/", ro);
+        }
+    }
+    free(link_path);
     if (rc) {
         free(done);
         return rc;

@@ -130,3 +130,66 @@ Test(fsio, remove_tree_never_follows_a_directory_swapped_for_a_link)
     cr_expect_eq(rc, 0, "rc %d", rc);
     cr_expect_neq(access(tree, F_OK), 0, "the tree is still there");
 }
+
+/* The superuser removing a tree in another user's root (a stale temporary
+ * directory, a retired step): the owner, who may rename entries there,
+ * swaps a directory of root's (which the owner cannot empty) under the
+ * name being removed, right after the path was checked.  With
+ * spare_superuser_dirs the removal judges each directory it opened, not
+ * the path: root's directory and its files stay, -EPERM.  Without it they
+ * went (a co-tenant's race against root's `ckpt gc`). */
+struct exchange {
+    char a[4096], b[4096];
+    int done;
+};
+
+static int exchange_on_first_stat(void *ctx, fsio_op op, const char *path)
+{
+    struct exchange *x = ctx;
+    if (op == FSIO_STAT && !x->done && strcmp(path, x->a) == 0) {
+        x->done = 1;
+        cr_assert_eq(renameat2(AT_FDCWD, x->a, AT_FDCWD, x->b, RENAME_EXCHANGE), 0, "%s",
+                     strerror(errno));
+    }
+    return 0;
+}
+
+Test(fsio, remove_tree_spares_the_superusers_directory_swapped_in)
+{
+    if (geteuid() != 0)
+        cr_skip_test("needs root (the superuser's own directory)");
+    struct exchange x = {.done = 0};
+    char p[8192];
+    snprintf(x.a, sizeof x.a, "%s/.tmp-step-000000000009-1-1", tc_root);
+    snprintf(x.b, sizeof x.b, "%s/roots", tc_root);
+    cr_assert_eq(mkdir(x.a, 0700), 0);
+    cr_assert_eq(chown(x.a, 65534, 65534), 0);
+    cr_assert_eq(mkdir(x.b, 0700), 0); /* root's, with root's files */
+    for (int spare = 0; spare <= 1; spare++) {
+        touch(x.b, "a");
+        touch(x.b, "b");
+        x.done = 0;
+        fsio fs = {.fault = exchange_on_first_stat, .ctx = &x,
+                   .spare_superuser_dirs = spare};
+        int rc = fsio_remove_tree(&fs, x.a);
+        cr_assert(x.done, "the hook never ran");
+        /* root's directory now sits at x.a, the owner's at x.b */
+        snprintf(p, sizeof p, "%s/a", x.a);
+        if (spare) {
+            cr_assert_eq(rc, -EPERM, "rc %d", rc);
+            cr_assert_eq(access(p, F_OK), 0, "root's file was removed");
+        } else {
+            cr_assert_neq(access(p, F_OK), 0, "without the guard the race deletes it");
+            cr_assert_eq(mkdir(x.a, 0700), 0); /* put back for the guarded round */
+            cr_assert_eq(renameat2(AT_FDCWD, x.a, AT_FDCWD, x.b, RENAME_EXCHANGE), 0);
+        }
+    }
+    /* the owner's own tree still goes, guard or not */
+    snprintf(p, sizeof p, "%s/owners", tc_root);
+    cr_assert_eq(mkdir(p, 0700), 0);
+    touch(p, "f");
+    cr_assert_eq(chown(p, 65534, 65534), 0);
+    fsio fs = {.spare_superuser_dirs = 1};
+    cr_assert_eq(fsio_remove_tree(&fs, p), 0);
+    cr_assert_neq(access(p, F_OK), 0);
+}

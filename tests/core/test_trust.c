@@ -309,17 +309,42 @@ Test(trust, a_link_of_another_user_on_the_way_to_the_root_is_not_followed)
 
     /* Another user's link in that user's own directory, which no one else
      * may write (a colleague's "current -> run42"), is followed: it gives
-     * that user no say they lack over paths through their directory. */
+     * that user no say they lack over paths through their directory.  The
+     * superuser (these tests' caller) follows it only into that user's own
+     * root: into anyone else's (here root's own `mine`; an admin's
+     * `ckpt gc --trust-group` of "their run" leading to a third user's
+     * root) it would retire steps the link's owner could never touch. */
     char *theirs = tc_join(tc_root, "theirs"), *current = tc_join(theirs, "current");
+    char *run42 = tc_join(theirs, "run42");
     cr_assert_eq(mkdir(theirs, 0755), 0);
+    cr_assert_eq(mkdir(run42, 0750), 0);
+    cr_assert_eq(chown(run42, OTHER_UID, OTHER_UID), 0);
     cr_assert_eq(symlink(target, current), 0);
     cr_assert_eq(lchown(current, OTHER_UID, OTHER_UID), 0);
     cr_assert_eq(chown(theirs, OTHER_UID, OTHER_UID), 0);
-    cr_assert_eq(open_flags(current, 0, &st), CKPT_OK, "%s", ckpt_error_last());
-    cr_assert_str_eq(ckpt_store_path(st), target);
+    char *before = tc_tree_snapshot(target);
+    for (int tg = 0; tg <= 1; tg++) {
+        assert_refused(open_flags(current, tg ? CKPT_OPEN_TRUST_GROUP : 0, &st),
+                       "only into that user's own root", "symbolic link");
+        cr_assert(strstr(ckpt_error_last(), "uid 65534"), "%s", ckpt_error_last());
+    }
+    char *after = tc_tree_snapshot(target);
+    cr_assert_str_eq(after, before, "a refused writer changed the root it was sent to");
+    free(before);
+    free(after);
+    cr_assert_eq(unlink(current), 0);
+    cr_assert_eq(symlink(run42, current), 0);
+    cr_assert_eq(lchown(current, OTHER_UID, OTHER_UID), 0);
+    /* (the superuser writes another user's root only trusting the group) */
+    cr_assert_eq(open_flags(current, CKPT_OPEN_TRUST_GROUP, &st), CKPT_OK, "%s",
+                 ckpt_error_last());
+    cr_assert_str_eq(ckpt_store_path(st), run42);
+    ckpt_store_free(st);
+    cr_assert_eq(open_flags(current, CKPT_OPEN_READONLY, &st), CKPT_OK); /* reading: any */
     ckpt_store_free(st);
     cr_assert_eq(chmod(theirs, 0775), 0); /* unless their group may plant it */
     assert_refused(open_flags(current, 0, &st), "group-writable", "symbolic link");
+    free(run42);
     free(theirs);
     free(current);
     free(shared);

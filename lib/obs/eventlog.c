@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "error.h"
+#include "jsonscan.h"
 #include "metrics.h"
 #include "util.h"
 
@@ -350,7 +351,7 @@ static void count(eventlog_counts *c, json_t *ev)
 
 /* Add the events of one file to `out`.  A missing file is no event. */
 static int read_one(layout *lay, const char *name, double since, json_t *out,
-                    eventlog_counts *c)
+                    eventlog_counts *c, size_t *values)
 {
     char *path = util_join(lay->root, name), *text = NULL;
     char *io = layout_pinned_path(lay, name); /* a writer's: in the root it pinned */
@@ -395,7 +396,14 @@ static int read_one(layout *lay, const char *name, double since, json_t *out,
             c->bad_lines++;
             break;
         }
-        size_t n = (size_t)(nl - p);
+        size_t n = (size_t)(nl - p), containers;
+        *values += n ? jsonscan_tally(p, n, &containers) : 0;
+        if (*values > EVENTLOG_READ_MAX_VALUES) {
+            rc = ckpt_seterr(CKPT_EIO, "%s and its older file hold more than %u JSON values, "
+                             "far over what a writer leaves: not read as an event log",
+                             path, EVENTLOG_READ_MAX_VALUES);
+            goto done;
+        }
         json_t *ev = n ? json_loadb(p, n, JSON_REJECT_DUPLICATES, NULL) : NULL;
         p = nl + 1;
         if (!n)
@@ -426,9 +434,10 @@ int eventlog_read(layout *lay, double since, json_t **events, eventlog_counts *c
     json_t *out = json_array();
     if (!out)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
-    int rc = read_one(lay, EVENTLOG_OLD_NAME, since, out, &c);
+    size_t values = 0;
+    int rc = read_one(lay, EVENTLOG_OLD_NAME, since, out, &c, &values);
     if (!rc)
-        rc = read_one(lay, EVENTLOG_NAME, since, out, &c);
+        rc = read_one(lay, EVENTLOG_NAME, since, out, &c, &values);
     if (rc) {
         json_decref(out);
         return rc;

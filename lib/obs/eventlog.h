@@ -32,6 +32,10 @@
 /* Largest file read back as a log: a writer's, however it was rotated,
  * stays far below (a bigger one is refused, bounding a reader's memory). */
 #define EVENTLOG_READ_MAX (8ull * EVENTLOG_MAX_BYTES)
+/* Most JSON values read back from both files together: a writer's two
+ * files hold some 150,000 (a few dozen per event); bytes alone do not
+ * bound the trees, a line of "[{},{},...]" costs some 90 times its text. */
+#define EVENTLOG_READ_MAX_VALUES (1u << 19)
 #define EVENTLOG_SCHEMA 1             /* the "v" member of every line */
 
 typedef struct eventlog eventlog;
@@ -81,7 +85,8 @@ typedef struct eventlog_counts {
  * "event" string and a numeric "time" are skipped (counted in bad_lines),
  * as is a last line without its newline.  No log yet: an empty array.
  * Returns CKPT_OK; CKPT_EACCES (a file not trusted, or a link or FIFO in
- * its place); CKPT_EIO, CKPT_ENOMEM. */
+ * its place); CKPT_EIO (also for files larger, or holding more JSON values,
+ * than a writer's: not read as a log), CKPT_ENOMEM. */
 int eventlog_read(layout *lay, double since, json_t **events, eventlog_counts *counts);
 
 #endif

@@ -355,6 +355,50 @@ Test(events, an_event_log_far_over_the_rotation_size_is_not_read)
     free(log);
 }
 
+/* Two files each under the size limit whose lines are arrays of 20,000
+ * empty objects (a co-tenant's planted log): well-formed events whose
+ * JSON trees cost some 90 times their text (1.3 GB for 16 MB, in root's
+ * cron `ckpt metrics`).  The values read back are bounded: refused as no
+ * writer's log, the metrics saying the log is unreadable. */
+Test(events, an_event_log_of_too_many_json_values_is_not_read)
+{
+    ckpt_store *st = tc_open(tc_root);
+    char *log = log_path(), *old = tc_join(tc_root, "ckpt-events.jsonl.1");
+    const char *paths[2] = {old, log};
+    for (int k = 0; k < 2; k++) {
+        FILE *f = fopen(paths[k], "w");
+        cr_assert(f);
+        for (int line = 0; line < 40; line++) { /* 40 x 20,000 values: 2.4 MB */
+            fputs("{\"v\":1,\"event\":\"x\",\"time\":1,\"pad\":[{}", f);
+            for (int i = 1; i < 20000; i++)
+                fputs(",{}", f);
+            fputs("]}\n", f);
+        }
+        cr_assert_eq(fclose(f), 0);
+    }
+    char *text = NULL;
+    cr_assert_eq(ckpt_store_events(st, 0, &text), CKPT_EIO);
+    cr_assert_null(text);
+    cr_assert(strstr(ckpt_error_last(), "JSON values"), "%s", ckpt_error_last());
+    cr_assert_eq(ckpt_store_metrics(st, &text), CKPT_OK, "%s", ckpt_error_last());
+    const char *readable = strstr(text, "\nckpt_event_log_readable{");
+    cr_assert(readable, "%s", text);
+    const char *eol = strchr(readable + 1, '\n');
+    cr_assert(eol && strncmp(eol - 2, " 0", 2) == 0, "%s", text);
+    ckpt_free(text);
+    /* a log of ordinary size and events is read as before */
+    cr_assert_eq(unlink(old), 0);
+    FILE *f = fopen(log, "w");
+    cr_assert(f);
+    fputs("{\"v\":1,\"event\":\"x\",\"time\":1,\"pad\":[{},{}]}\n", f);
+    cr_assert_eq(fclose(f), 0);
+    cr_assert_eq(ckpt_store_events(st, 0, &text), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_free(text);
+    ckpt_store_free(st);
+    free(log);
+    free(old);
+}
+
 Test(events, links_and_fifos_are_refused)
 {
     char *elsewhere = tc_mkdtemp();

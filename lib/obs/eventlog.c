@@ -389,6 +389,16 @@ static int read_one(layout *lay, const char *name, double since, json_t *out,
         rc = layout_shown_error(lay, rc);
         goto done;
     }
+    /* Counted before any tree is built (one scan; lines are values
+     * side by side, so the count is that of the values, less one a line). */
+    size_t containers;
+    *values += jsonscan_tally(text, len, &containers);
+    if (*values > EVENTLOG_READ_MAX_VALUES) {
+        rc = ckpt_seterr(CKPT_EIO, "%s (with the older file) holds more than %u JSON values, "
+                         "far over what a writer leaves: not read as an event log", path,
+                         EVENTLOG_READ_MAX_VALUES);
+        goto done;
+    }
     char *p = text, *end = text + len;
     while (p < end) {
         char *nl = memchr(p, '\n', (size_t)(end - p));
@@ -396,14 +406,7 @@ static int read_one(layout *lay, const char *name, double since, json_t *out,
             c->bad_lines++;
             break;
         }
-        size_t n = (size_t)(nl - p), containers;
-        *values += n ? jsonscan_tally(p, n, &containers) : 0;
-        if (*values > EVENTLOG_READ_MAX_VALUES) {
-            rc = ckpt_seterr(CKPT_EIO, "%s and its older file hold more than %u JSON values, "
-                             "far over what a writer leaves: not read as an event log",
-                             path, EVENTLOG_READ_MAX_VALUES);
-            goto done;
-        }
+        size_t n = (size_t)(nl - p);
         json_t *ev = n ? json_loadb(p, n, JSON_REJECT_DUPLICATES, NULL) : NULL;
         p = nl + 1;
         if (!n)

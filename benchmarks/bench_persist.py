@@ -399,7 +399,10 @@ class Bench:
             # both meet the same heap (reused freed pages run at memory
             # speed, fresh ones at first-touch speed: either alone moved
             # 4x with what ran before).
-            self.kept[name] = (root, step_dir)
+            # under a name of its own: the next run's root is "root" again
+            kept = "%s-kept-%d" % (root, len(self.kept))
+            os.rename(root, kept)
+            self.kept[name] = (kept, os.path.join(kept, os.path.basename(step_dir)))
         else:
             remove(root)
         del target

@@ -389,10 +389,14 @@ static int read_one(layout *lay, const char *name, double since, json_t *out,
         rc = layout_shown_error(lay, rc);
         goto done;
     }
-    /* Counted before any tree is built (one scan; lines are values
-     * side by side, so the count is that of the values, less one a line). */
-    size_t containers;
-    *values += jsonscan_tally(text, len, &containers);
+    /* Counted before any tree is built, line by line (a line's unclosed
+     * string must not hide the lines after it from the count). */
+    for (char *q = text, *qend = text + len; q < qend;) {
+        char *qnl = memchr(q, '\n', (size_t)(qend - q));
+        size_t qn = qnl ? (size_t)(qnl - q) : (size_t)(qend - q), containers;
+        *values += jsonscan_tally(q, qn, &containers);
+        q += qn + 1;
+    }
     if (*values > EVENTLOG_READ_MAX_VALUES) {
         rc = ckpt_seterr(CKPT_EIO, "%s (with the older file) holds more than %u JSON values, "
                          "far over what a writer leaves: not read as an event log", path,

@@ -273,26 +273,37 @@ static void judge_ranks(const coord *c, const ident *s, int32_t *status, char *m
 
 int coord_check_ranks(coord *c)
 {
+    /* First, whether the coordinator's root (process 0) claims rank 0: it
+     * gathers below, and only a process claiming rank 0 brings room for
+     * that (recv is NULL elsewhere, as ckpt_coordinator says; a root
+     * without room would have the coordinator write through NULL). */
+    int32_t claim = c->rank;
+    int rc = coord_bcast(c, &claim, sizeof claim, 0, "open: which process is rank 0");
+    if (rc)
+        return rc;
+    if (claim != 0)
+        return ckpt_seterr(CKPT_EINVAL, "rank %d: the coordinator's process 0 says it is rank "
+                           "%d: each process must pass its own rank in the coordinator as rank "
+                           "(ckpt_mpi_rank, the process group's rank), not one from the "
+                           "environment", c->rank, (int)claim);
     ident me = {(uint32_t)c->rank + 1, (uint32_t)c->world};
-    /* Room on every process: the process that claims rank 0 may not be
-     * the coordinator's root, and a coordinator with more processes than
-     * world_size writes more slots.  Zeroed, so an empty slot shows. */
-    call *k = new_call(OP_GATHER, sizeof me, (size_t)CHECK_SLOTS * sizeof me);
+    /* Room for every process the coordinator may have (a coordinator with
+     * more processes than world_size writes more slots), zeroed so that an
+     * empty slot shows.  A second process claiming rank 0 brings room too,
+     * which stays empty: only the coordinator's root is written. */
+    call *k = new_call(OP_GATHER, sizeof me, c->rank == 0 ? (size_t)CHECK_SLOTS * sizeof me : 0);
     if (!k)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory");
     memcpy(k->buf, &me, sizeof me);
     k->root = 0;
-    int rc = run(c, k, "open: which process is which rank");
+    rc = run(c, k, "open: which process is which rank");
     struct {
         int32_t status;
         char message[380];
     } v;
     memset(&v, 0, sizeof v);
     const ident *s = (const ident *)k->recv;
-    int root = 0; /* only the coordinator's root finds slots filled */
-    for (int i = 0; !rc && i < CHECK_SLOTS && !root; i++)
-        root = s[i].rank1 != 0;
-    if (root)
+    if (!rc && s && s[0].rank1) /* this process is the coordinator's root */
         judge_ranks(c, s, &v.status, v.message, sizeof v.message);
     call_unref(k);
     if (rc)

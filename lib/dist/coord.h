@@ -32,7 +32,9 @@ void coord_destroy(coord *c);
  * its place in the coordinator's order and the same world_size.  Every
  * later collective relies on it (a root, the order of a gather, the size
  * of its buffer).  Returns CKPT_OK on every rank, or the same CKPT_EINVAL
- * on every rank naming the first mismatch; CKPT_EPEER, CKPT_ENOMEM. */
+ * on every rank naming the first mismatch; CKPT_EPEER, CKPT_ENOMEM.  (A
+ * coordinator of more than 65536 processes, the most a store has, is not
+ * supported: its gather would write past the room made for the check.) */
 int coord_check_ranks(coord *c);
 
 /* The collectives of ckpt_coordinator.  `what` names the step of the

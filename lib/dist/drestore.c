@@ -59,6 +59,12 @@ static int restore_rank_step(ckpt_store *s, int64_t step, const ckpt_tensor *t, 
      * not make the step unrestorable when the global manifest is intact. */
     if (rc && reader_is_damage(rc))
         rc = CKPT_OK, own = 0;
+    /* A step saved by more ranks than the store has: with verify FULL this
+     * rank also answers for the shards of ranks rank + W, ... which only
+     * the global manifest opens. */
+    if (!rc && own && o->verify == CKPT_VERIFY_FULL &&
+        ck->m.world_size > (uint32_t)s->opts.world_size)
+        own = 0;
     if (!rc && own)
         rc = restore_from(ck, t, count, o, caller_error, hit);
     if (!rc && own)

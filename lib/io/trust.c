@@ -440,6 +440,18 @@ int trust_resolve(const fsio *fs, const char *path, int writing, char **out)
         free(next);
     }
     free(todo);
+    if (rc == CKPT_ENOTFOUND && link_uid != -1) {
+        /* The caller would create the root through the link: a directory
+         * of root's wherever the link's owner points it. */
+        char lo[128];
+        user_name(link_uid < 0 ? 0u : (unsigned)link_uid, lo, sizeof lo);
+        rc = ckpt_seterr(CKPT_EACCES, "the path %s does not exist and goes through the "
+                         "symbolic link %s of %s: as root, a writer creates no root through "
+                         "another user's link (it would make a directory of root's wherever "
+                         "they point it); create the root as its owner, or give its real "
+                         "path", path, link_path ? link_path : "?",
+                         link_uid < 0 ? "several users" : lo);
+    }
     if (!rc && link_uid != -1) {
         /* root's writer (an admin's gc) sent by a user's link into another
          * user's root would retire or write steps that user's link owner

@@ -34,6 +34,7 @@ typedef struct meet {
     unsigned gen;
     unsigned char slot[WORLD][SLOT];
     int64_t value[WORLD];
+    int recv_elsewhere; /* gathers that gave a rank other than the root room */
 } meet;
 
 typedef struct rank_user {
@@ -97,6 +98,11 @@ static inline int cb_gather(void *user, const void *send, size_t n, void *recv, 
 {
     rank_user *u = user;
     cr_assert_leq(n, SLOT);
+    if (u->rank != root && recv) { /* ckpt.h: recv is NULL elsewhere */
+        pthread_mutex_lock(&u->mt->m);
+        u->mt->recv_elsewhere++;
+        pthread_mutex_unlock(&u->mt->m);
+    }
     memcpy(u->mt->slot[u->rank], send, n);
     if (meet_barrier(u->mt, timeout_ms))
         return -1;
@@ -183,23 +189,31 @@ static inline void *rank_main(void *arg)
     return NULL;
 }
 
+static meet ranks_meet; /* one per test process (Criterion forks) */
+
+/* Gathers of the last run_ranks that gave a non-root rank room. */
+static inline int ranks_recv_elsewhere(void)
+{
+    return ranks_meet.recv_elsewhere;
+}
+
 static inline void run_ranks(job *jobs, int (*body)(job *, ckpt_store *))
 {
-    static meet mt; /* one per test process (Criterion forks) */
-    memset(&mt, 0, sizeof mt);
-    pthread_mutex_init(&mt.m, NULL);
-    pthread_cond_init(&mt.c, NULL);
+    meet *mt = &ranks_meet;
+    memset(mt, 0, sizeof *mt);
+    pthread_mutex_init(&mt->m, NULL);
+    pthread_cond_init(&mt->c, NULL);
     pthread_t th[WORLD];
     for (int r = 0; r < WORLD; r++) {
-        jobs[r].u = (rank_user){&mt, r};
+        jobs[r].u = (rank_user){mt, r};
         jobs[r].body = body;
         jobs[r].restored = -1;
         pthread_create(&th[r], NULL, rank_main, &jobs[r]);
     }
     for (int r = 0; r < WORLD; r++)
         pthread_join(th[r], NULL);
-    pthread_cond_destroy(&mt.c);
-    pthread_mutex_destroy(&mt.m);
+    pthread_cond_destroy(&mt->c);
+    pthread_mutex_destroy(&mt->m);
 }
 
 /* Restore LATEST into fresh buffers; checks the data of the step it got. */

@@ -173,6 +173,8 @@ Test(ranks, ranks_that_are_not_the_coordinators_are_refused)
     run_ranks(ok, open_only);
     for (int r = 0; r < WORLD; r++)
         cr_assert_eq(ok[r].status, CKPT_OK, "rank %d: %s", r, ok[r].message);
+    /* ckpt.h: a gather's recv is NULL on every rank but the root */
+    cr_assert_eq(ranks_recv_elsewhere(), 0, "a non-root rank was given room to receive");
 }
 
 static void hang_open(int which, int *status, char *msg)

@@ -342,6 +342,14 @@ Test(trust, a_link_of_another_user_on_the_way_to_the_root_is_not_followed)
     ckpt_store_free(st);
     cr_assert_eq(open_flags(current, CKPT_OPEN_READONLY, &st), CKPT_OK); /* reading: any */
     ckpt_store_free(st);
+    /* nor does it create a root through their link: it would be root's,
+     * wherever they point the link */
+    char *fresh = tc_join(current, "newrun"), *made = tc_join(run42, "newrun");
+    assert_refused(open_flags(fresh, CKPT_OPEN_TRUST_GROUP, &st), "a new root",
+                   "creates no root through another user's link");
+    cr_assert_neq(access(made, F_OK), 0, "root created %s", made);
+    free(fresh);
+    free(made);
     cr_assert_eq(chmod(theirs, 0775), 0); /* unless their group may plant it */
     assert_refused(open_flags(current, 0, &st), "group-writable", "symbolic link");
     free(run42);

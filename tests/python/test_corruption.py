@@ -302,3 +302,30 @@ def test_restore_skips_a_step_whose_other_tensors_are_damaged(root):
         with store.open(2) as ck:
             with pytest.raises(libckpt.CorruptError):
                 ck.state("optim")
+
+
+def test_restore_with_a_library_before_restore_verify(root, monkeypatch):
+    """A 0.1 library built before ckpt_restore_options version 2 refuses
+    it: the binding then passes version 1 (no `verify`) and restores as
+    that library does, verifying what it restores."""
+    from libckpt import ffi
+
+    def refuse(opts, version):
+        if version != 1:
+            raise libckpt.Error("ckpt_restore_options version %d is not supported "
+                                "(expected 1)" % version)
+        return 0
+    monkeypatch.setattr(ffi.lib, "ckpt_restore_options_init", refuse)
+    assert ffi._restore_options_version() == 1
+    monkeypatch.undo()
+    monkeypatch.setattr(ffi, "RESTORE_OPTIONS_VERSION", 1)
+    monkeypatch.setattr(ffi, "HAVE_RESTORE_VERIFY", False)
+    rng = np.random.default_rng(12)
+    with open_store(root) as store:
+        for s in (1, 2):
+            store.save(s, {"model": {"w": np.full(1, s, np.int64)},
+                           "optim": {"m": rng.standard_normal(1 << 18)}}).wait()
+    flip_byte(shard_files(root, 2)[0])  # the moments of step 2
+    with open_store(root) as store:
+        w = np.zeros(1, np.int64)
+        assert store.restore({"model": {"w": w}}) == 2 and w[0] == 2

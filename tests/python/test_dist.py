@@ -279,7 +279,7 @@ def test_a_rank_whose_state_the_binding_refuses_keeps_every_rank_in_step(root):
 
 def test_a_failing_collective_is_a_peer_error(root):
     coord = ThreadCoordinator(1, {"barrier": threading.Barrier(WORLD)},
-                              fail="gather")  # open's first collective
+                              fail="broadcast")  # open's first collective
     with pytest.raises(libckpt.PeerError) as err:
         open_store(root, coordinator=coord, timeout=5)
     assert "failed" in str(err.value)

@@ -433,3 +433,19 @@ if LIBRARY_VERSION_NUMBER // 100 != VERSION_MAJOR * 100 + VERSION_MINOR:
         "libckpt: the binding %s needs a %d.%d.x C library, but %s is %s"
         % (__version__, VERSION_MAJOR, VERSION_MINOR, library_path,
            LIBRARY_VERSION))
+
+
+def _restore_options_version():
+    """The newest ckpt_restore_options version this library takes: 2 (with
+    `verify`), or 1 for a library built before it (its restores then
+    verify only the chunks they restore)."""
+    probe = ckpt_restore_options()
+    try:
+        lib.ckpt_restore_options_init(ctypes.byref(probe), CKPT_RESTORE_OPTIONS_VERSION)
+    except errors.Error:
+        return 1
+    return CKPT_RESTORE_OPTIONS_VERSION
+
+
+RESTORE_OPTIONS_VERSION = _restore_options_version()
+HAVE_RESTORE_VERIFY = RESTORE_OPTIONS_VERSION >= 2

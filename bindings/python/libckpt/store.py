@@ -731,11 +731,11 @@ class Store:
             raise
         n = len(flat.names)
         opts = ffi.ckpt_restore_options()
-        C.ckpt_restore_options_init(_byref(opts),
-                                    ffi.CKPT_RESTORE_OPTIONS_VERSION)
+        C.ckpt_restore_options_init(_byref(opts), ffi.RESTORE_OPTIONS_VERSION)
         opts.allow_missing = 0 if strict else 1
         opts.cuda_stream = stream
-        opts.verify = ffi.CKPT_VERIFY_FULL if full else ffi.CKPT_VERIFY_STORED
+        if ffi.HAVE_RESTORE_VERIFY:  # an older library verifies what it restores
+            opts.verify = ffi.CKPT_VERIFY_FULL if full else ffi.CKPT_VERIFY_STORED
         report = ffi.report_p()
         # The step restored from comes back open: its metadata and names
         # are read from it, not from a second open of the step.

@@ -502,8 +502,8 @@ int fsio_read_file(const fsio *fs, const char *path, uint64_t max_bytes,
 
 static int remove_in(const fsio *fs, int dfd, const char *path, int depth);
 
-/* -EPERM when `fd` (a directory opened for removal) is the superuser's and
- * fs spares those; 0 otherwise. */
+/* -FSIO_ESPARED when `fd` (a directory opened for removal) is one fs
+ * spares (the superuser's, or a third user's: fsio.h); 0 otherwise. */
 static int spared(const fsio *fs, int fd)
 {
     struct stat st;
@@ -511,7 +511,12 @@ static int spared(const fsio *fs, int fd)
         return 0;
     if (fstat(fd, &st) != 0)
         return -errno;
-    return st.st_uid == 0 ? -EPERM : 0;
+    if (st.st_uid == 0)
+        return -FSIO_ESPARED;
+    if (fs->owner_ok && !fs->owner_ok((unsigned)st.st_uid, fs->spare_root_uid,
+                                      fs->spare_root_gid))
+        return -FSIO_ESPARED;
+    return 0;
 }
 
 /* Remove entry `name` of the directory open as `dfd`, whose path is `path`

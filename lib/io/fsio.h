@@ -61,11 +61,15 @@ typedef struct fsio {
     fsio_hint_fn hint;
     fsio_point_fn point;
     /* 1: fsio_remove_tree leaves a directory owned by uid 0, and what it
-     * holds, in place (-EPERM), judged on the directory it opened, not on
+     * holds, in place (-FSIO_ESPARED), judged on the directory it opened, not on
      * a path: the superuser's writer in another user's root (layout.c),
      * whose owner could swap a directory of root's under a name being
-     * removed and have root delete what the owner may not. */
+     * removed and have root delete what the owner may not.  So is one of
+     * an owner for which owner_ok (when set) returns 0: a third user's
+     * directory the root's owner moved in. */
     int spare_superuser_dirs;
+    int (*owner_ok)(unsigned uid, unsigned root_uid, unsigned root_gid);
+    unsigned spare_root_uid, spare_root_gid; /* passed to owner_ok */
 } fsio;
 
 /* Tell fs->point, if any, that this thread is at `where` (a string
@@ -77,6 +81,9 @@ int fsio_open(const fsio *fs, const char *path, int flags, int mode);
  * following a link: a FIFO, device, directory or symbolic link at `path`
  * is FSIO_ENOTREG (negated) instead of a hang or a read of its target. */
 #define FSIO_ENOTREG 4096 /* not an errno: above their range */
+/* fsio_remove_tree met a directory it spares (fsio.spare_superuser_dirs):
+ * left in place on purpose, not a failure to report. */
+#define FSIO_ESPARED 4097
 int fsio_open_regular(const fsio *fs, const char *path);
 int fsio_close(const fsio *fs, int fd);
 /* Full reads and writes: loop over short counts.  fsio_pread returns the
@@ -171,8 +178,9 @@ int fsio_read_file(const fsio *fs, const char *path, uint64_t max_bytes,
                    char **data, size_t *len);
 /* Remove a directory and what is in it.  Never follows a symbolic link: a
  * link (at the top or inside) is removed as a link, its target untouched.
- * With fs->spare_superuser_dirs, a directory owned by uid 0 met on the way
- * (by descriptor) ends the removal with -EPERM, itself untouched. */
+ * With fs->spare_superuser_dirs, a directory owned by uid 0 (or by an
+ * owner fs->owner_ok refuses) met on the way, judged by descriptor, ends
+ * the removal with -FSIO_ESPARED, itself untouched. */
 int fsio_remove_tree(const fsio *fs, const char *dir);
 
 #endif

@@ -262,6 +262,11 @@ int layout_open(layout *l, const char *path, int writing, int trust_group)
      * removed; the removal itself checks each directory it opens, so that
      * the owner cannot swap one of root's in between. */
     l->fs.spare_superuser_dirs = geteuid() == 0 && in.uid != 0;
+    if (l->fs.spare_superuser_dirs) { /* nor a third user's the owner moved in */
+        l->fs.owner_ok = trust_owner_removable;
+        l->fs.spare_root_uid = in.uid;
+        l->fs.spare_root_gid = in.gid;
+    }
     l->share_gid = writing && trust_group && trust_caller_in_group(in.gid) ? (int)in.gid : -1;
     if ((rc = trust_check_root(&l->tr, l->root, &in, writing)))
         return rc;
@@ -990,6 +995,8 @@ int layout_clean_stale(layout *l, int dry_run, ckpt_report *report)
         }
         int e = p ? (dry_run ? 0 : fsio_remove_tree(&l->fs, p)) : -ENOMEM;
         free(p);
+        if (e == -FSIO_ESPARED)
+            continue; /* holds what is not the owner's to remove: left in place */
         if (e) {
             if (!rc)
                 rc = ckpt_seterr_errno(-e, "cannot remove %s/%s", l->root, names[i]);

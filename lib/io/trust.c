@@ -193,6 +193,11 @@ int trust_private_group(unsigned uid, unsigned gid)
            (!gr.gr_mem || !gr.gr_mem[0]) && !other_primary_member(uid, gid);
 }
 
+int trust_owner_removable(unsigned uid, unsigned root_uid, unsigned root_gid)
+{
+    return uid == root_uid || (uid != 0 && user_in_group(uid, root_gid));
+}
+
 /* CKPT_OK unless others may write `in`. */
 static int check_mode(const trust *t, const char *path, const fsio_info *in, const char *what)
 {

@@ -52,6 +52,12 @@ int trust_check_path(const trust *t, const fsio *fs, const char *path);
  * as their primary group)?  Such a group shares nothing. */
 int trust_private_group(unsigned uid, unsigned gid);
 
+/* May the superuser, cleaning up in a root owned by `root_uid` with group
+ * `root_gid`, remove a directory that user `uid` owns: the root's owner's,
+ * or a member's of the root's group (a shared project's steps).  Not a
+ * third user's the owner moved in (fsio.owner_ok). */
+int trust_owner_removable(unsigned uid, unsigned root_uid, unsigned root_gid);
+
 /* Resolve `path` as realpath(3) does (absolute; no ".", ".." or links)
  * into a malloc'd *out, walking it one component at a time.  With
  * `writing`, every symbolic link met on the way must belong to the caller

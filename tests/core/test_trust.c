@@ -176,6 +176,13 @@ Test(trust, an_admins_gc_leaves_a_tree_holding_a_directory_of_roots)
     mkdir_owned(p, OTHER_UID);
     snprintf(p, sizeof p, "%s/step-000000000001/admin-data", root);
     mkdir_owned(p, 0);
+    /* a third user's directory the owner moved in (from a project
+     * directory where the owner may rename): not the owner's to delete,
+     * so not root's either (uid 65533 is no member of the root's group) */
+    snprintf(p, sizeof p, "%s/.tmp-step-000000000007-1-1", root);
+    mkdir_owned(p, 65533);
+    snprintf(p, sizeof p, "%s/.tmp-step-000000000007-1-1/theirs", root);
+    tc_write_file(p, "bob\n", 4);
     cr_assert_eq(open_flags(root, CKPT_OPEN_TRUST_GROUP, &st), CKPT_OK, "%s",
                  ckpt_error_last());
     cr_assert_eq(ckpt_store_gc(st, 1, 0, NULL), CKPT_OK, "%s", ckpt_error_last());
@@ -187,6 +194,8 @@ Test(trust, an_admins_gc_leaves_a_tree_holding_a_directory_of_roots)
     cr_expect_eq(stat(p, &sb), 0, "root's directory in a retired step was deleted");
     snprintf(p, sizeof p, "%s/.tmp-step-000000000008-1-1", root);
     cr_expect_neq(stat(p, &sb), 0, "the user's own stale temporary was left");
+    snprintf(p, sizeof p, "%s/.tmp-step-000000000007-1-1/theirs", root);
+    cr_expect_eq(stat(p, &sb), 0, "a third user's file moved in was deleted by root");
     snprintf(p, sizeof p, "%s/step-000000000002", root);
     cr_expect_neq(stat(p, &sb), 0, "step 2 (nothing of root's in it) was not retired");
     snprintf(p, sizeof p, "%s/step-000000000003", root);

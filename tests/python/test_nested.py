@@ -460,7 +460,10 @@ def test_a_malformed_compact_node_is_corrupt(store, monkeypatch, node):
     ({"dict": [[{"list": [1]}, 1]]}, "unknown node"),
     ({"dict": [["x", {"list": 5}]]}, r"state\['x'\]: malformed state"),
     ({"dict": [["x", {"tuple": "abc"}]]}, "malformed state structure node"),
-    ({"dict": [["x", {"tensor": 5}]]}, r"state\['x'\]: malformed tensor node")])
+    ({"dict": [["x", {"tensor": 5}]]}, r"state\['x'\]: malformed tensor node"),
+    ({"dict": [], "_metadata": None}, "_metadata on a node that is not an OrderedDict"),
+    ({"dict": [["x", {"tensors": ["w"], "from": "np", "_metadata": None}]]},
+     r"state\['x'\]: malformed state structure node \(_metadata")])
 def test_a_forged_plain_node_is_corrupt_not_a_python_error(store, monkeypatch,
                                                           tree, what):
     """A structure that passes the manifest's checksum (its writer forged

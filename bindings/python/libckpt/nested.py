@@ -699,6 +699,7 @@ def _unflatten(tree: Any, leaf: Leaf, path: Path,
     if isinstance(tree, list):
         raise CorruptError("%s: malformed state structure node"
                            % path_str(path))
+    _metadata_on_odict(tree, path)
     if "tensor" in tree:
         if type(tree["tensor"]) is not str:
             raise CorruptError("%s: malformed tensor node" % path_str(path))
@@ -734,6 +735,16 @@ def _unflatten(tree: Any, leaf: Leaf, path: Path,
             out._metadata = _unflatten(tree["_metadata"], leaf, path, many)
         return out
     return decode_tagged(tree)
+
+
+def _metadata_on_odict(tree: dict, path: Path) -> None:
+    """CorruptError unless a node's "_metadata", if any, is an
+    OrderedDict's (a state_dict's), the only ones written with one: a
+    plain dict cannot carry the attribute."""
+    if "_metadata" in tree and "odict" not in tree and "otensors" not in tree:
+        raise CorruptError("%s: malformed state structure node (_metadata "
+                           "on a node that is not an OrderedDict)"
+                           % path_str(path))
 
 
 def tensor_paths(tree: Any) -> Dict[str, Path]:
@@ -783,6 +794,7 @@ def _plain_leaves(tree: Any, path: Path, out: Dict[Path, Any],
     if isinstance(tree, list):
         raise CorruptError("%s: malformed state structure node"
                            % path_str(path))
+    _metadata_on_odict(tree, path)
     if "tensor" in tree:
         if type(tree["tensor"]) is not str:
             raise CorruptError("%s: malformed tensor node" % path_str(path))

@@ -174,14 +174,21 @@ static ckpt_dtype map_type(hid_t ft, hid_t *memtype, hsize_t *extra_dim, char *w
                 H5Tclose(base);
             if (dt == CKPT_DTYPE_INVALID)
                 break;
-            *memtype = H5Tget_native_type(ft, H5T_DIR_ASCEND);
+            /* Read as the integers it holds, into the dtype's own size:
+             * H5Tget_native_type would go by the base's precision, which
+             * may be fewer bits than its bytes (16 of 64: a 2-byte type,
+             * elements packed into a buffer sized for 8 bytes each). */
+            *memtype = h5_type_for(dt);
             return dt;
         }
     case H5T_BITFIELD: {
         ckpt_dtype dt = int_dtype(size, 0);
         if (dt == CKPT_DTYPE_INVALID)
             break;
-        *memtype = H5Tget_native_type(ft, H5T_DIR_ASCEND);
+        /* As for enums: a native bitfield of the dtype's size, not of the
+         * type's precision (H5Tget_native_type). */
+        *memtype = H5Tcopy(size == 1 ? H5T_NATIVE_B8 : size == 2 ? H5T_NATIVE_B16
+                           : size == 4 ? H5T_NATIVE_B32 : H5T_NATIVE_B64);
         return dt;
     }
     case H5T_OPAQUE:
@@ -734,7 +741,9 @@ static int import_run(cli_ctx *ctx, const char *in, const char *dir, int64_t ste
     cli_progress_start(&prog, "import", raw);
     for (size_t i = 0; i < l.n; i++) {
         imp_tensor *t = &l.v[i];
-        t->data = malloc(t->bytes ? t->bytes : 1);
+        /* zeroed: should a read ever fill less than the dtype says, no
+         * leftover heap of this process goes into the checkpoint */
+        t->data = calloc(1, t->bytes ? t->bytes : 1);
         if (!t->data) {
             cli_progress_end(&prog);
             ret = cli_fail(ctx, CLI_EXIT_ERROR, CKPT_ENOMEM,

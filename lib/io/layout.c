@@ -592,16 +592,21 @@ static int cmp_i64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* The kind of ROOT/name (in the pinned root), not following a link;
- * FSIO_KIND_NONE on error. */
-static int entry_kind(layout *l, const char *name)
+/* The kind of ROOT/name (in the pinned root), not following a link, in
+ * *kind: FSIO_KIND_NONE when it cannot be told (gone since the listing).
+ * Returns 0, or -ENOMEM: out of memory is not "no such entry", which would
+ * drop a committed step from the listing (a restore then took an older
+ * one). */
+static int entry_kind(layout *l, const char *name, int *kind)
 {
+    *kind = FSIO_KIND_NONE;
     char *p = layout_pinned_path(l, name);
-    int kind = FSIO_KIND_NONE;
-    if (p && fsio_kind(&l->fs, p, 0, &kind))
-        kind = FSIO_KIND_NONE;
+    if (!p)
+        return -ENOMEM;
+    if (fsio_kind(&l->fs, p, 0, kind))
+        *kind = FSIO_KIND_NONE;
     free(p);
-    return kind;
+    return 0;
 }
 
 int layout_scan(layout *l, int64_t **steps, size_t *count)
@@ -632,10 +637,17 @@ int layout_scan(layout *l, int64_t **steps, size_t *count)
         return ckpt_seterr(CKPT_ENOMEM, "out of memory listing %s", l->root);
     }
     size_t k = 0;
-    for (size_t i = 0; i < n; i++) /* a file or link named like a step is none */
-        if (layout_parse_step_name(names[i], &v[k]) &&
-            entry_kind(l, names[i]) == FSIO_KIND_DIR)
-            k++;
+    for (size_t i = 0; i < n; i++) { /* a file or link named like a step is none */
+        int kind;
+        if (!layout_parse_step_name(names[i], &v[k]))
+            continue;
+        if (entry_kind(l, names[i], &kind)) {
+            fsio_list_free(names, n);
+            free(v);
+            return ckpt_seterr(CKPT_ENOMEM, "out of memory listing %s", l->root);
+        }
+        k += kind == FSIO_KIND_DIR;
+    }
     fsio_list_free(names, n);
     qsort(v, k, sizeof *v, cmp_i64);
     *steps = v;
@@ -704,10 +716,13 @@ static void temp_pin(layout *l, char **path, const fsio_info *in)
         return;
     }
     l->tmp_fd = fd;
-    free(*path);
-    *path = util_strdup(at);
-    if (!*path) { /* keep what works */
-        *path = util_join(l->at ? l->at : l->root, name);
+    /* `name` points into *path: the new path is made before it is freed */
+    char *pinned = util_strdup(at);
+    if (!pinned)
+        pinned = util_join(l->at ? l->at : l->root, name);
+    if (pinned) { /* else keep the path given, which works */
+        free(*path);
+        *path = pinned;
     }
 }
 
@@ -813,8 +828,10 @@ int layout_commit(layout *l, const char *tmp, int64_t step)
         return lrc;
     /* Renamed in the pinned root, whatever its path names by now. */
     char *final = pinned_step_path(l, step), *from = temp_entry(l, tmp);
-    int rc = final && from ? CKPT_OK : -ENOMEM;
-    if (!rc && (rc = temp_is_ours(l, from, tmp, step))) {
+    int rc = final && from ? CKPT_OK
+                           : ckpt_seterr(CKPT_ENOMEM, "out of memory committing step %lld",
+                                         (long long)step);
+    if (rc || (rc = temp_is_ours(l, from, tmp, step))) {
         free(final);
         free(from);
         return rc;

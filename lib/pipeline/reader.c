@@ -18,7 +18,7 @@ void reader_close(ckpt_checkpoint *ck)
         return;
     for (size_t i = 0; ck->ix && i < ck->m.nshards; i++) {
         shard_index_free(&ck->ix[i]);
-        if (ck->fds[i] >= 0)
+        if (ck->fds && ck->fds[i] >= 0)
             fsio_close(&ck->store->lay.fs, ck->fds[i]);
     }
     free(ck->ix);
@@ -48,14 +48,16 @@ static int open_shards(ckpt_checkpoint *ck)
     uint32_t *local = calloc(nt ? nt : 1, sizeof *local); /* shard's tensor -> manifest's */
     ck->ix = calloc(m->nshards, sizeof *ck->ix);
     ck->fds = malloc(m->nshards * sizeof *ck->fds);
+    /* Marked closed before anything can fail: reader_close closes what
+     * fds holds, and a heap's leftovers there would be someone's files. */
+    for (size_t i = 0; ck->fds && i < m->nshards; i++)
+        ck->fds[i] = -1;
     ck->first = malloc((nt ? nt : 1) * sizeof *ck->first);
     if (!bytes || !local || !ck->ix || !ck->fds || !ck->first) {
         free(bytes);
         free(local);
         return ckpt_seterr(CKPT_ENOMEM, "out of memory opening %s", ck->label);
     }
-    for (size_t i = 0; i < m->nshards; i++)
-        ck->fds[i] = -1;
     for (size_t i = 0; i < nt; i++)
         ck->first[i] = UINT64_MAX;
     int rc = CKPT_OK;

@@ -14,7 +14,11 @@ set -u
 # privileges (test_trust_groups.c becomes another user) could not unlink at exit.
 logdir=$(mktemp -d "${TMPDIR:-/tmp}/ckpt-vg-XXXXXX") || exit 99
 supp=$(dirname "$0")/valgrind.supp
+# somalloc=nouserintercepts: a test's own malloc (test_oom.c, which fails
+# allocations one by one) stays the one its program calls; memcheck still
+# tracks the memory, through libc's __libc_malloc it calls.
 valgrind -q --vgdb=no --trace-children=yes --child-silent-after-fork=no \
+    --soname-synonyms=somalloc=nouserintercepts \
     --leak-check=full --errors-for-leak-kinds=definite \
     --show-leak-kinds=definite --suppressions="$supp" \
     --log-file="$logdir/vg.%p.log" "$@"

@@ -9,6 +9,7 @@ import pty
 import re
 import select
 import subprocess
+import sys
 import time
 
 import jsonschema
@@ -282,6 +283,50 @@ def test_verify_incomplete_and_empty(tmp):
 
 
 # ----------------------------------------------------------------- latest
+
+WRITER = """
+import sys, numpy as np, libckpt
+s = libckpt.Store(sys.argv[1], keep_last=1, fsync=False)
+i = 0
+while True:
+    i += 1
+    s.save(i, {"w": np.full(20000, i, np.float32)}).wait()
+"""
+
+
+def test_reading_commands_next_to_a_writer_that_retires_steps(tmp):
+    """CLI.md: list, verify and doctor work next to a running job.  With
+    keep_last=1 the job retires each step as soon as the next commits: a
+    step listed, then retired before it was checked, was reported as a
+    failure ("no step N", "no valid checkpoint", exit 1: 1 run in 5 of
+    verify).  Such a step is left out, and when nothing is left, the root
+    is listed again."""
+    root = os.path.join(tmp, "root")
+    e = dict(os.environ)
+    e.update(python_env() or {})
+    w = subprocess.Popen([sys.executable, "-c", WRITER, root], env=e,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (os.path.isdir(root) and any(n.startswith("step-") for n in os.listdir(root))):
+            check(w.poll() is None, "writer died: %s" % (w.stderr.read() if w.poll() else ""))
+            check(time.monotonic() < deadline, "no step after 60 s")
+            time.sleep(0.01)
+        for i in range(40):
+            for args in (("verify", root), ("verify", "--all", root), ("verify", "--quick", root),
+                         ("list", root), ("list", "--full", root), ("doctor", root)):
+                r = ckpt(*args)
+                check(r.rc == 0, "round %d: ckpt %s next to the writer" % (i, " ".join(args)), r)
+                check("error" not in r.out.split() and "no valid" not in r.out + r.err,
+                      "round %d: ckpt %s" % (i, " ".join(args)), r)
+            doc = ckpt_json("list", "list", root, rc=0)[1]
+            check(doc["latest_valid"] is not None and
+                  all(st["status"] == "valid" for st in doc["steps"]), "list --json %s" % doc)
+        check(w.poll() is None, "the writer stopped: %s" % (w.stderr.read() if w.poll() else ""))
+    finally:
+        w.kill()
+        w.wait()
+
 
 def test_latest(tmp):
     root = valid_root(tmp)

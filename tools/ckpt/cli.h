@@ -181,7 +181,10 @@ typedef enum cli_step_state {
     CLI_STEP_VALID = 0,
     CLI_STEP_INCOMPLETE,
     CLI_STEP_CORRUPT,
-    CLI_STEP_ERROR /* could not be checked (I/O error, permission, ...) */
+    CLI_STEP_ERROR, /* could not be checked (I/O error, permission, ...) */
+    CLI_STEP_GONE   /* retired (by the writer's keep_last, or gc) while it was
+                       checked: neither valid nor a failure; list, verify and
+                       doctor leave it out */
 } cli_step_state;
 
 const char *cli_step_state_name(cli_step_state s);
@@ -204,6 +207,10 @@ typedef struct cli_step {
 
 int cli_step_check(ckpt_store *store, int64_t step, ckpt_verify_level level,
                    cli_step *out);
+/* A command checking the steps it listed, next to a writer that retires
+ * old ones, lists again at most this many times when every step it meant
+ * to check was retired meanwhile. */
+#define CLI_RELISTS 20
 void cli_step_clear(cli_step *s);
 /* The "step" object of docs/CLI.md. */
 json_t *cli_step_json(const cli_step *s);

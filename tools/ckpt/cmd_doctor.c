@@ -279,7 +279,7 @@ int cmd_doctor(cli_ctx *ctx, int argc, char **argv)
 
     ckpt_store *store = NULL;
     int64_t *steps = NULL;
-    size_t count = 0, nvalid = 0, nrecent = 0;
+    size_t count = 0, checked = 0, nvalid = 0, nrecent = 0; /* checked: not retired meanwhile */
     json_t *findings = json_array(), *unverifiable = json_array(), *drift = json_array();
     json_t *recent = json_array(), *prev_env = NULL, *temps = NULL, *disk = NULL;
     json_t *machine = json_array(), *fw_rec = NULL, *frameworks = json_array();
@@ -291,39 +291,52 @@ int cmd_doctor(cli_ctx *ctx, int argc, char **argv)
     if ((ret = cli_open_readonly(ctx, dir, &store)))
         goto done;
     const char *root = ckpt_store_path(store);
-    int st = ckpt_store_steps(store, &steps, &count);
-    if (st != CKPT_OK) {
-        ret = cli_fail_lib(ctx, st == CKPT_ENOTFOUND ? CKPT_EIO : st, "cannot list %s", dir);
-        goto done;
-    }
-
-    /* verify + drift, oldest first; sizes of the newest valid steps. */
-    if (full)
-        cli_progress_start(&prog, "verify",
-                           cli_progress_wanted() ? cli_steps_stored_bytes(store, steps, count)
-                                                 : 0);
-    for (size_t i = 0; i < count; i++) {
-        cli_step s;
-        cli_step_check(store, steps[i], full ? CKPT_VERIFY_FULL : CKPT_VERIFY_QUICK, &s);
-        if (s.have_stats)
-            cli_progress_add(&prog, s.stats.stored_bytes);
-        if (s.state == CLI_STEP_VALID)
-            nvalid++;
-        else
-            json_array_append_new(unverifiable, cli_step_json(&s));
-        if (s.ckpt) {
-            json_t *env = env_flat(ckpt_checkpoint_env(s.ckpt));
-            if (prev_env)
-                env_diff(drift, prev_step, s.step, prev_env, env);
-            json_decref(prev_env);
-            prev_env = env;
-            prev_step = s.step;
-            json_t *raw = cli_json_from_text(ckpt_checkpoint_env(s.ckpt));
-            json_decref(fw_rec);
-            fw_rec = json_incref(json_object_get(raw, "frameworks"));
-            json_decref(raw);
+    /* verify + drift, oldest first; sizes of the newest valid steps.
+     * Steps a running job retires meanwhile (keep_last) are left out; when
+     * that leaves none, the root is listed again. */
+    for (int round = 0; round <= CLI_RELISTS; round++) {
+        ckpt_free(steps);
+        steps = NULL;
+        int st = ckpt_store_steps(store, &steps, &count);
+        if (st != CKPT_OK) {
+            ret = cli_fail_lib(ctx, st == CKPT_ENOTFOUND ? CKPT_EIO : st, "cannot list %s",
+                               dir);
+            goto done;
         }
-        cli_step_clear(&s);
+        if (full && !round)
+            cli_progress_start(&prog, "verify",
+                               cli_progress_wanted() ? cli_steps_stored_bytes(store, steps, count)
+                                                     : 0);
+        for (size_t i = 0; i < count; i++) {
+            cli_step s;
+            cli_step_check(store, steps[i], full ? CKPT_VERIFY_FULL : CKPT_VERIFY_QUICK, &s);
+            if (s.state == CLI_STEP_GONE) { /* retired by a running job meanwhile */
+                cli_step_clear(&s);
+                continue;
+            }
+            checked++;
+            if (s.have_stats)
+                cli_progress_add(&prog, s.stats.stored_bytes);
+            if (s.state == CLI_STEP_VALID)
+                nvalid++;
+            else
+                json_array_append_new(unverifiable, cli_step_json(&s));
+            if (s.ckpt) {
+                json_t *env = env_flat(ckpt_checkpoint_env(s.ckpt));
+                if (prev_env)
+                    env_diff(drift, prev_step, s.step, prev_env, env);
+                json_decref(prev_env);
+                prev_env = env;
+                prev_step = s.step;
+                json_t *raw = cli_json_from_text(ckpt_checkpoint_env(s.ckpt));
+                json_decref(fw_rec);
+                fw_rec = json_incref(json_object_get(raw, "frameworks"));
+                json_decref(raw);
+            }
+            cli_step_clear(&s);
+        }
+        if (checked || !count)
+            break;
     }
     cli_progress_end(&prog);
     for (size_t i = count; i-- > 0 && nrecent < RECENT_STEPS;) {
@@ -392,16 +405,16 @@ int cmd_doctor(cli_ctx *ctx, int argc, char **argv)
         finding(findings, "temp", "ok", "no temporary directories");
 
     /* verify */
-    if (!count) {
+    if (!checked) {
         errors++;
         finding(findings, "verify", "error", "no checkpoints in %s", root);
     } else if (json_array_size(unverifiable)) {
         errors++;
         finding(findings, "verify", "error", "%zu of %zu steps fail %s verification%s",
-                json_array_size(unverifiable), count, full ? "full" : "quick",
+                json_array_size(unverifiable), checked, full ? "full" : "quick",
                 nvalid ? "" : "; no valid checkpoint");
     } else {
-        finding(findings, "verify", "ok", "all %zu steps pass %s verification", count,
+        finding(findings, "verify", "ok", "all %zu steps pass %s verification", checked,
                 full ? "full" : "quick");
     }
 
@@ -454,14 +467,14 @@ int cmd_doctor(cli_ctx *ctx, int argc, char **argv)
     if (ctx->json) {
         cli_json_print(json_pack("{s:s, s:s, s:b, s:{s:I, s:I}, s:O, s:O, s:O, s:O, s:O, s:O, s:O}",
                                  "root", root, "level", full ? "full" : "quick", "ok",
-                                 errors == 0, "steps", "total", (json_int_t)count, "valid",
+                                 errors == 0, "steps", "total", (json_int_t)checked, "valid",
                                  (json_int_t)nvalid, "findings", findings, "disk", disk,
                                  "temp_dirs", temps, "unverifiable", unverifiable, "drift",
                                  drift, "machine", machine, "frameworks", frameworks));
     } else {
         size_t i;
         json_t *f;
-        cli_line("ckpt doctor %s (%zu step%s, %zu valid)", root, count, count == 1 ? "" : "s",
+        cli_line("ckpt doctor %s (%zu step%s, %zu valid)", root, checked, checked == 1 ? "" : "s",
                nvalid);
         json_array_foreach(findings, i, f) {
             char tag[16];

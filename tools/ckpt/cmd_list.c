@@ -37,12 +37,20 @@ int cmd_list(cli_ctx *ctx, int argc, char **argv)
 
     if ((ret = cli_open_readonly(ctx, dir, &store)))
         goto done;
-    int st = ckpt_store_steps(store, &steps, &count);
+    /* Next to a running job, steps listed may be retired before they are
+     * checked (keep_last): those are left out, and when they were all the
+     * root held, it is listed again. */
+    int st, round = 0;
+    size_t shown = 0;
+relist:
+    st = ckpt_store_steps(store, &steps, &count);
     if (st != CKPT_OK) {
         ret = cli_fail_lib(ctx, st == CKPT_ENOTFOUND ? CKPT_EIO : st, "cannot list %s", dir);
         goto done;
     }
-    if (ctx->json) {
+    if (round) {
+        /* header, progress and document already made */
+    } else if (ctx->json) {
         doc = json_object();
         arr = json_array();
         json_object_set_new(doc, "root", json_string(ckpt_store_path(store)));
@@ -51,13 +59,18 @@ int cmd_list(cli_ctx *ctx, int argc, char **argv)
         printf("%-12s  %-10s  %-20s  %10s  %10s  %6s  %7s  %8s\n", "STEP", "STATUS", "TIME",
                "RAW", "STORED", "RATIO", "TENSORS", "SAVE");
     }
-    if (full)
+    if (full && !round)
         cli_progress_start(&prog, "verify",
                            cli_progress_wanted() ? cli_steps_stored_bytes(store, steps, count)
                                                  : 0);
     for (size_t i = 0; i < count; i++) {
         cli_step s;
         cli_step_check(store, steps[i], level, &s);
+        if (s.state == CLI_STEP_GONE) {
+            cli_step_clear(&s);
+            continue;
+        }
+        shown++;
         if (s.state == CLI_STEP_VALID)
             latest_valid = steps[i];
         if (ctx->json) {
@@ -95,12 +108,17 @@ int cmd_list(cli_ctx *ctx, int argc, char **argv)
             cli_progress_add(&prog, s.stats.stored_bytes);
         cli_step_clear(&s);
     }
+    if (!shown && count && round++ < CLI_RELISTS) {
+        ckpt_free(steps);
+        steps = NULL;
+        goto relist;
+    }
     cli_progress_end(&prog);
     if (ctx->json) {
         json_object_set_new(doc, "steps", arr);
         json_object_set_new(doc, "latest_valid", cli_json_int_or_null(latest_valid));
         cli_json_print(doc);
-    } else if (!count) {
+    } else if (!shown) {
         cli_note("ckpt list: no checkpoints in %s", dir);
         cli_hint_roots_below(dir);
     } else if (latest_valid < 0) {

@@ -41,55 +41,75 @@ int cmd_verify(cli_ctx *ctx, int argc, char **argv)
 
     if ((ret = cli_open_readonly(ctx, dir, &store)))
         goto done;
-    int st = ckpt_store_steps(store, &steps, &count);
-    if (st != CKPT_OK) {
-        ret = cli_fail_lib(ctx, st == CKPT_ENOTFOUND ? CKPT_EIO : st, "cannot list %s", dir);
-        goto done;
-    }
-    if (have_step) {
-        size_t i = 0;
-        while (i < count && steps[i] != step)
-            i++;
-        if (i == count) {
-            ret = cli_fail(ctx, CLI_EXIT_INVALID, CKPT_ENOTFOUND, "no step %" PRId64 " in %s",
-                           step, dir);
-            goto done;
-        }
-        first = i;
-        count = i + 1;
-    } else if (!all && count) {
-        first = count - 1;
-    }
     if (ctx->json) {
         doc = json_object();
         arr = json_array();
         json_object_set_new(doc, "root", json_string(ckpt_store_path(store)));
         json_object_set_new(doc, "level", json_string(quick ? "quick" : "full"));
     }
-    if (!quick)
-        cli_progress_start(&prog, "verify",
-                           cli_progress_wanted()
-                               ? cli_steps_stored_bytes(store, steps + first, count - first)
-                               : 0);
-    for (size_t i = first; i < count; i++) {
-        cli_step s;
-        cli_step_check(store, steps[i], level, &s);
-        if (s.state != CLI_STEP_VALID)
-            bad++;
-        if (ctx->json) {
-            json_array_append_new(arr, cli_step_json(&s));
-        } else {
-            cli_progress_hide(&prog);
-            printf("step %" PRId64 ": %s\n", s.step, cli_step_state_name(s.state));
-            cli_step_print_problems(stdout, &s);
-            fflush(stdout);
+    size_t checked = 0;
+    /* Next to a running job, a step listed may be retired before it is
+     * checked (keep_last): it is left out, and when that leaves nothing
+     * checked, the root is listed again (the newest step is then a newer
+     * one). */
+    for (int round = 0; round <= CLI_RELISTS && !checked; round++) {
+        ckpt_free(steps);
+        steps = NULL;
+        int st = ckpt_store_steps(store, &steps, &count);
+        if (st != CKPT_OK) {
+            ret = cli_fail_lib(ctx, st == CKPT_ENOTFOUND ? CKPT_EIO : st, "cannot list %s", dir);
+            goto done;
         }
-        if (s.have_stats)
-            cli_progress_add(&prog, s.stats.stored_bytes);
-        cli_step_clear(&s);
+        first = 0;
+        if (have_step) {
+            size_t i = 0;
+            while (i < count && steps[i] != step)
+                i++;
+            if (i == count) {
+                ret = cli_fail(ctx, CLI_EXIT_INVALID, CKPT_ENOTFOUND,
+                               "no step %" PRId64 " in %s", step, dir);
+                goto done;
+            }
+            first = i;
+            count = i + 1;
+        } else if (!all && count) {
+            first = count - 1;
+        }
+        if (!quick && !round)
+            cli_progress_start(&prog, "verify",
+                               cli_progress_wanted()
+                                   ? cli_steps_stored_bytes(store, steps + first, count - first)
+                                   : 0);
+        size_t gone = 0;
+        for (size_t i = first; i < count; i++) {
+            cli_step s;
+            cli_step_check(store, steps[i], level, &s);
+            if (s.state == CLI_STEP_GONE && !have_step) {
+                gone++;
+                cli_step_clear(&s);
+                continue;
+            }
+            if (s.state == CLI_STEP_GONE) /* the step asked for: "no step N" */
+                s.state = CLI_STEP_ERROR;
+            checked++;
+            if (s.state != CLI_STEP_VALID)
+                bad++;
+            if (ctx->json) {
+                json_array_append_new(arr, cli_step_json(&s));
+            } else {
+                cli_progress_hide(&prog);
+                printf("step %" PRId64 ": %s\n", s.step, cli_step_state_name(s.state));
+                cli_step_print_problems(stdout, &s);
+                fflush(stdout);
+            }
+            if (s.have_stats)
+                cli_progress_add(&prog, s.stats.stored_bytes);
+            cli_step_clear(&s);
+        }
+        if (!gone)
+            break; /* nothing listed (or all checked): no reason to look again */
     }
     cli_progress_end(&prog);
-    size_t checked = count - first;
     if (ctx->json) {
         json_object_set_new(doc, "ok", json_boolean(checked && !bad));
         json_object_set_new(doc, "checked", json_integer((json_int_t)checked));

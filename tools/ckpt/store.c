@@ -153,6 +153,7 @@ const char *cli_step_state_name(cli_step_state s)
     case CLI_STEP_VALID: return "valid";
     case CLI_STEP_INCOMPLETE: return "incomplete";
     case CLI_STEP_CORRUPT: return "corrupt";
+    case CLI_STEP_GONE: return "retired";
     default: return "error";
     }
 }
@@ -205,6 +206,22 @@ static int has_parts(const ckpt_checkpoint *c)
     return n > 0 && (size_t)n < sizeof path && lstat(path, &sb) == 0;
 }
 
+/* Whether `step` is (still) among the store's committed steps; 1 when it
+ * cannot be told. */
+static int still_listed(ckpt_store *store, int64_t step)
+{
+    int64_t *steps = NULL;
+    size_t n = 0;
+    int listed = 1;
+    if (ckpt_store_steps(store, &steps, &n) == CKPT_OK) {
+        listed = 0;
+        for (size_t i = 0; i < n && !listed; i++)
+            listed = steps[i] == step;
+    }
+    ckpt_free(steps);
+    return listed;
+}
+
 int cli_step_check(ckpt_store *store, int64_t step, ckpt_verify_level level,
                    cli_step *out)
 {
@@ -233,6 +250,8 @@ int cli_step_check(ckpt_store *store, int64_t step, ckpt_verify_level level,
                  *ckpt_error_last() ? ckpt_error_last() : ckpt_strerror(out->status));
     }
     out->state = cli_classify(out->status, out->report);
+    if (out->state != CLI_STEP_VALID && !still_listed(store, step))
+        out->state = CLI_STEP_GONE; /* retired since the listing: not damage */
     return out->status;
 }
 

@@ -335,8 +335,8 @@ int cmd_doctor(cli_ctx *ctx, int argc, char **argv)
             }
             cli_step_clear(&s);
         }
-        if (checked || !count)
-            break;
+        if (checked) /* else all retired, or none seen: an empty listing may be */
+            break;    /* one read while entries were renamed (cmd_list.c) */
     }
     cli_progress_end(&prog);
     for (size_t i = count; i-- > 0 && nrecent < RECENT_STEPS;) {

@@ -39,7 +39,9 @@ int cmd_list(cli_ctx *ctx, int argc, char **argv)
         goto done;
     /* Next to a running job, steps listed may be retired before they are
      * checked (keep_last): those are left out, and when they were all the
-     * root held, it is listed again. */
+     * root held, it is listed again.  So it is when the listing was empty:
+     * reading a directory while entries are renamed in it may see neither
+     * the step just committed nor the one retired after it. */
     int st, round = 0;
     size_t shown = 0;
 relist:
@@ -108,7 +110,7 @@ relist:
             cli_progress_add(&prog, s.stats.stored_bytes);
         cli_step_clear(&s);
     }
-    if (!shown && count && round++ < CLI_RELISTS) {
+    if (!shown && round++ < CLI_RELISTS) {
         ckpt_free(steps);
         steps = NULL;
         goto relist;

@@ -51,7 +51,9 @@ int cmd_verify(cli_ctx *ctx, int argc, char **argv)
     /* Next to a running job, a step listed may be retired before it is
      * checked (keep_last): it is left out, and when that leaves nothing
      * checked, the root is listed again (the newest step is then a newer
-     * one). */
+     * one).  So it is when the listing was empty: reading a directory while
+     * entries are renamed in it may see neither the step just committed nor
+     * the one retired after it. */
     for (int round = 0; round <= CLI_RELISTS && !checked; round++) {
         ckpt_free(steps);
         steps = NULL;
@@ -106,8 +108,8 @@ int cmd_verify(cli_ctx *ctx, int argc, char **argv)
                 cli_progress_add(&prog, s.stats.stored_bytes);
             cli_step_clear(&s);
         }
-        if (!gone)
-            break; /* nothing listed (or all checked): no reason to look again */
+        if (count && !gone)
+            break; /* all checked, or the one asked for is not there */
     }
     cli_progress_end(&prog);
     if (ctx->json) {

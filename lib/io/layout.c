@@ -609,6 +609,17 @@ static int entry_kind(layout *l, const char *name, int *kind)
     return 0;
 }
 
+/* An entry's kind in words, for messages. */
+static const char *kind_words(int kind)
+{
+    switch (kind) {
+    case FSIO_KIND_FILE: return "a regular file";
+    case FSIO_KIND_LINK: return "a symbolic link";
+    case FSIO_KIND_DIR: return "a directory";
+    default: return "a special file (FIFO, socket or device)";
+    }
+}
+
 int layout_scan(layout *l, int64_t **steps, size_t *count)
 {
     *steps = NULL;
@@ -870,8 +881,20 @@ int layout_commit(layout *l, const char *tmp, int64_t step)
         char name[LAYOUT_NAME_SIZE];
         layout_step_name(step, name);
         char *shown = util_join(l->root, name);
-        rc = layout_shown_error(l, ckpt_seterr_errno(-rc, "cannot commit %s as %s", tmp,
-                                                     shown ? shown : "?"));
+        int kind = FSIO_KIND_NONE;
+        if (rc == -ENOTDIR && !entry_kind(l, name, &kind) && kind != FSIO_KIND_NONE &&
+            kind != FSIO_KIND_DIR) {
+            /* Left by someone, not by a writer: every later save of this
+             * step would fail the same way until it is removed. */
+            rc = layout_shown_error(
+                l, ckpt_seterr(CKPT_EIO, "cannot commit step %lld: %s is %s, not a "
+                               "checkpoint, and stands where the step goes; remove it "
+                               "(ckpt doctor lists such entries)", (long long)step,
+                               shown ? shown : name, kind_words(kind)));
+        } else {
+            rc = layout_shown_error(l, ckpt_seterr_errno(-rc, "cannot commit %s as %s", tmp,
+                                                         shown ? shown : "?"));
+        }
         free(shown);
         return rc;
     }

@@ -482,8 +482,8 @@ def findings(doc):
 def test_doctor_healthy_and_problems(tmp):
     root = valid_root(tmp)
     _, doc = ckpt_json("doctor", "doctor", root, rc=0)
-    check(doc["ok"] and findings(doc) == {"disk": "ok", "temp": "ok", "verify": "ok",
-                                          "drift": "ok", "machine": "ok",
+    check(doc["ok"] and findings(doc) == {"disk": "ok", "temp": "ok", "strays": "ok",
+                                          "verify": "ok", "drift": "ok", "machine": "ok",
                                           "frameworks": "ok"}
           or findings(doc)["disk"] != "ok",
           "healthy doctor %s" % doc)
@@ -520,6 +520,26 @@ def test_doctor_healthy_and_problems(tmp):
         above = max(i for i in heads if i < at[0])
         check(lines[above].split()[1] == check_name,
               "%r is not under the %s finding" % (detail, check_name), r)
+
+
+def test_doctor_names_entries_that_block_a_step(tmp):
+    """A file or link named like a step (no writer makes one) makes every
+    save of that step fail; list, gc and doctor ignored it.  doctor now
+    names it as an error, and touches nothing."""
+    root = valid_root(tmp)
+    with open(os.path.join(root, "step-000000000040"), "w") as f:
+        f.write("not a checkpoint\n")
+    os.symlink("step-000000000030", os.path.join(root, "step-000000000050"))
+    _, doc = ckpt_json("doctor", "doctor", root, rc=1)
+    msg = [f["message"] for f in doc["findings"] if f["check"] == "strays"]
+    check(findings(doc)["strays"] == "error" and not doc["ok"] and len(msg) == 1 and
+          "step-000000000040 (a file)" in msg[0] and
+          "step-000000000050 (a symbolic link)" in msg[0], "strays %s" % doc)
+    check(findings(doc)["verify"] == "ok" and doc["steps"]["total"] == 3, "steps %s" % doc)
+    r = expect_rc(ckpt("doctor", root), 1)
+    check("[error]" in r.out and "step-000000000040" in r.out, "doctor text", r)
+    check(os.path.isfile(os.path.join(root, "step-000000000040")) and
+          os.path.islink(os.path.join(root, "step-000000000050")), "doctor removed an entry")
 
 
 def test_doctor_empty_missing(tmp):

@@ -691,6 +691,52 @@ Test(store, stale_temp_dirs)
     tc_state_free(&s);
 }
 
+/* A file, link or socket named like the next step (left by someone: no
+ * writer makes one) makes every save of that step fail.  It used to fail
+ * with "cannot commit ... Not a directory" (EIO); the message now says what
+ * stands there and that it must go.  Nothing is removed, the previous step
+ * stays, and once the entry is gone the step saves. */
+Test(store, an_entry_that_is_not_a_step_where_the_step_goes_is_named)
+{
+    tc_state s1, s2;
+    tc_state_standard(&s1, 1);
+    tc_state_standard(&s2, 2);
+    ckpt_store *w = tc_open(tc_root);
+    tc_save_ok(w, 1, &s1);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/step-000000000002", tc_root);
+    const struct {
+        const char *what;
+        int link;
+    } kinds[] = {{"a regular file", 0}, {"a symbolic link", 1}};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        if (kinds[i].link) {
+            cr_assert_eq(symlink("step-000000000001", path), 0);
+        } else {
+            FILE *f = fopen(path, "w");
+            cr_assert_not_null(f);
+            fputs("not a checkpoint\n", f);
+            fclose(f);
+        }
+        cr_assert_eq(tc_save(w, 2, &s2, NULL), CKPT_EIO);
+        const char *msg = ckpt_error_last();
+        cr_assert(strstr(msg, path) && strstr(msg, kinds[i].what) &&
+                  strstr(msg, "not a checkpoint") && strstr(msg, "remove it"),
+                  "%s: %s", kinds[i].what, msg);
+        struct stat sb;
+        cr_assert_eq(lstat(path, &sb), 0, "the entry was removed");
+        int64_t one[1] = {1};
+        tc_assert_steps(w, one, 1);
+        tc_restore_check(w, 1, &s1);
+        cr_assert_eq(unlink(path), 0);
+    }
+    tc_save_ok(w, 2, &s2);
+    tc_restore_check(w, 2, &s2);
+    ckpt_store_free(w);
+    tc_state_free(&s1);
+    tc_state_free(&s2);
+}
+
 Test(store, gc_reports_and_removes)
 {
     tc_state s;

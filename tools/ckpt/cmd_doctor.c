@@ -1,4 +1,6 @@
 /* ckpt doctor: disk space, stale temporaries, bad steps, environment drift. */
+#include <dirent.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -16,6 +18,8 @@ const cli_cmd cli_cmd_doctor = {
     "  disk    free space against the size of the newest checkpoints (a save\n"
     "          needs room for one more before the oldest is retired)\n"
     "  temp    temporary directories (.tmp-*, .trash-*) left by writers that died\n"
+    "  strays  entries named like a step that are not one (a file, a link): each\n"
+    "          makes saving its step fail\n"
     "  verify  steps that fail verification (quick unless --full)\n"
     "  drift   environment changes between consecutive steps (libckpt and\n"
     "          zstd versions, CUDA driver and runtime, GPU, host, ...)\n"
@@ -156,6 +160,44 @@ static json_t *scan_temps(ckpt_store *store, const char *root, uint64_t *bytes)
     }
     ckpt_report_free(r);
     return arr;
+}
+
+/* Entries of the root named like a step that are not directories (a
+ * file, link, FIFO...): no writer makes one, and each makes every save of
+ * its step fail.  One finding naming up to three (none when the root cannot
+ * be read: the other checks say so); returns 1 when there are some. */
+static int check_strays(json_t *findings, const char *root)
+{
+    DIR *d = opendir(root);
+    if (!d)
+        return 0;
+    char names[512] = "";
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *digits = e->d_name + 5;
+        if (strncmp(e->d_name, "step-", 5) != 0 || !*digits ||
+            strspn(digits, "0123456789") != strlen(digits))
+            continue;
+        struct stat sb;
+        if (fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || S_ISDIR(sb.st_mode))
+            continue;
+        if (n++ < 3) {
+            size_t used = strlen(names);
+            snprintf(names + used, sizeof names - used, "%s%s (%s)", used ? ", " : "",
+                     e->d_name, S_ISREG(sb.st_mode) ? "a file"
+                                : S_ISLNK(sb.st_mode) ? "a symbolic link" : "a special file");
+        }
+    }
+    closedir(d);
+    if (!n) {
+        finding(findings, "strays", "ok", "no entries named like a step that are not one");
+        return 0;
+    }
+    finding(findings, "strays", "error",
+            "%zu entr%s named like a step but not a checkpoint: %s%s; saving such a step "
+            "fails until it is removed", n, n == 1 ? "y" : "ies", names, n > 3 ? ", ..." : "");
+    return 1;
 }
 
 /* The framework versions recorded by step `step` (`rec`: its environment
@@ -403,6 +445,9 @@ int cmd_doctor(cli_ctx *ctx, int argc, char **argv)
                 cli_fmt_bytes(temp_bytes, b1));
     else
         finding(findings, "temp", "ok", "no temporary directories");
+
+    /* strays */
+    errors += check_strays(findings, root);
 
     /* verify */
     if (!checked) {

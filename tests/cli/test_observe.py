@@ -278,6 +278,44 @@ def test_a_read_only_file_system_is_unhealthy(tmp):
         run("umount", "-l", mnt)
 
 
+def test_a_file_system_read_only_after_an_error_is_unhealthy(tmp):
+    """ext4 with errors=remount-ro, after an error (the usual way a disk
+    turns read-only under a job): every write fails with EROFS, but recent
+    kernels no longer show ST_RDONLY in statvfs, and `ckpt health` said
+    "ok" (exit 0).  It now tries an unnamed file where it may write."""
+    if os.geteuid() != 0 or not shutil.which("mkfs.ext4") or not shutil.which("losetup"):
+        pytest.skip("needs root, mkfs.ext4 and losetup")
+    img, mnt = os.path.join(tmp, "fs.img"), os.path.join(tmp, "mnt")
+    os.mkdir(mnt)
+    with open(img, "wb") as f:
+        f.truncate(32 << 20)
+    if run("mkfs.ext4", "-q", "-F", img).rc != 0:
+        pytest.skip("mkfs.ext4 failed")
+    r = run("mount", "-o", "loop,errors=remount-ro", img, mnt)
+    if r.rc != 0:
+        pytest.skip("cannot mount a loop device here: %s" % r.err.strip())
+    try:
+        dev = os.path.basename(run("findmnt", "-n", "-o", "SOURCE", mnt).out.strip())
+        trigger = "/sys/fs/ext4/%s/trigger_fs_error" % dev
+        if not os.path.exists(trigger):
+            pytest.skip("no %s on this kernel" % trigger)
+        root = os.path.join(mnt, "root")
+        train(root, steps=20)
+        expect_rc(ckpt("health", root), 0)
+        with open(trigger, "w") as f:
+            f.write("1")
+        r = run(TRAIN_MLP, "--dir", root, "--steps", 30, "--every", 10, "--no-fsync")
+        check(r.rc != 0, "a save succeeded on the file system after its error", r)
+        r = expect_rc(ckpt("health", root), 1)
+        check("read-only" in r.out, "health", r)
+        doc = expect_rc(ckpt("doctor", root, "--json"), 0).json()
+        disk = [f for f in doc["findings"] if f["check"] == "disk"]
+        check(disk and "read-only" in disk[0]["message"], doc["findings"])
+        check(not any(n.startswith("#") for n in os.listdir(root)), "a file left in the root")
+    finally:
+        run("umount", "-l", mnt)
+
+
 def test_doctor_compares_the_newest_step_with_this_machine(tmp):
     root = os.path.join(tmp, "root")
     train(root, steps=20)

@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/statvfs.h>
 
 #include <jansson.h>
 
@@ -216,6 +217,13 @@ void cli_step_clear(cli_step *s);
 json_t *cli_step_json(const cli_step *s);
 /* Problems of `s` as text lines (cli_report_print, or its message). */
 void cli_step_print_problems(FILE *f, const cli_step *s);
+
+/* Whether the file system of `root` (statvfs'ed into `v`) refuses writes:
+ * mounted read-only, or, where the caller may write `root`, refusing an
+ * unnamed file with EROFS (ext4 after an error with errors=remount-ro,
+ * which recent kernels no longer show in statvfs).  The unnamed file is
+ * gone at close: nothing is left in the root. */
+int cli_refuses_writes(const char *root, const struct statvfs *v);
 
 /* Sum of the stored bytes of `steps` that pass quick verification. */
 uint64_t cli_steps_stored_bytes(ckpt_store *store, const int64_t *steps, size_t count);

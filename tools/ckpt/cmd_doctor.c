@@ -409,7 +409,7 @@ int cmd_doctor(cli_ctx *ctx, int argc, char **argv)
                          (json_int_t)recent_max, "recent_total_bytes",
                          (json_int_t)recent_total, "recent_steps", recent);
         recent = NULL;
-        if (vfs.f_flag & ST_RDONLY) /* an archive may be so on purpose: a warning */
+        if (cli_refuses_writes(root, &vfs)) /* an archive may be so on purpose: a warning */
             finding(findings, "disk", "warning", "the file system of %s is mounted read-only: "
                     "its checkpoints can be read, but no save can be written there", root);
         else if (!nrecent)

@@ -277,7 +277,7 @@ int cmd_health(cli_ctx *ctx, int argc, char **argv)
         have_free = 1;
         /* Mounted read-only (a full or failing disk remounted so): free
          * blocks, but room for no checkpoint at all. */
-        read_only = (v.f_flag & ST_RDONLY) != 0;
+        read_only = cli_refuses_writes(ckpt_store_path(store), &v);
         free_bytes = read_only ? 0 : (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
     }
     int st = ckpt_checkpoint_open(&ck, store, CKPT_LATEST, CKPT_VERIFY_FULL);

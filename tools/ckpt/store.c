@@ -1,5 +1,6 @@
 /* store: opening checkpoint roots and naming verification outcomes. */
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pwd.h>
@@ -145,6 +146,20 @@ int cli_open_writer(cli_ctx *ctx, const char *dir, ckpt_store **out)
                         *ckpt_error_last() ? ckpt_error_last() : ckpt_strerror(st));
     }
     return 0;
+}
+
+int cli_refuses_writes(const char *root, const struct statvfs *v)
+{
+    if (v->f_flag & ST_RDONLY)
+        return 1;
+    if (access(root, W_OK) != 0)
+        return 0; /* cannot tell without writing: taken as mounted */
+    int fd = open(root, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        close(fd);
+        return 0;
+    }
+    return errno == EROFS;
 }
 
 const char *cli_step_state_name(cli_step_state s)

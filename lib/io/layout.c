@@ -964,13 +964,15 @@ static void recover_replaced(layout *l, const char *name)
         return;
     char *from = layout_pinned_path(l, name), *to = pinned_step_path(l, step);
     if (from && to) {
-        int kind;
-        if (fsio_kind(&l->fs, to, 0, &kind) == -ENOENT) {
+        int kind = FSIO_KIND_NONE, krc = fsio_kind(&l->fs, to, 0, &kind);
+        if (krc == -ENOENT) {
             if (fsio_rename(&l->fs, from, to) == 0 && l->fsync)
                 sync_root(l);
-        } else if (!layout_holds_superusers_dir(l, from)) {
-            fsio_remove_tree(&l->fs, from);
+        } else if (!krc && kind == FSIO_KIND_DIR && !layout_holds_superusers_dir(l, from)) {
+            fsio_remove_tree(&l->fs, from); /* the replacement made it */
         }
+        /* else step-N is no step (a file or link left there) or cannot be
+         * looked at: the copy aside may be the only one, and stays */
     }
     free(from);
     free(to);

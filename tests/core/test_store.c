@@ -737,6 +737,39 @@ Test(store, an_entry_that_is_not_a_step_where_the_step_goes_is_named)
     tc_state_free(&s2);
 }
 
+/* A committed step moved aside by a writer that died while replacing it
+ * (.replaced-step-N-...) is put back by the next writer's open, or removed
+ * when the replacement made it.  A file standing at step-N is no
+ * replacement: the copy aside was deleted, the step's only copy. */
+Test(store, a_step_moved_aside_is_kept_when_a_file_stands_in_its_place)
+{
+    tc_state s1, s2;
+    tc_state_standard(&s1, 1);
+    tc_state_standard(&s2, 2);
+    ckpt_store *w = tc_open(tc_root);
+    tc_save_ok(w, 1, &s1);
+    tc_save_ok(w, 2, &s2);
+    ckpt_store_free(w);
+    char step[4096], aside[4096];
+    snprintf(step, sizeof step, "%s/step-000000000002", tc_root);
+    snprintf(aside, sizeof aside, "%s/.replaced-step-000000000002-99999-1", tc_root);
+    cr_assert_eq(rename(step, aside), 0);
+    FILE *f = fopen(step, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    w = tc_open(tc_root);
+    ckpt_store_free(w);
+    cr_assert(tc_exists(aside), "the only copy of step 2 was deleted");
+    /* once the file is gone, the next open puts the step back */
+    cr_assert_eq(unlink(step), 0);
+    w = tc_open(tc_root);
+    cr_assert(!tc_exists(aside));
+    tc_restore_check(w, 2, &s2);
+    ckpt_store_free(w);
+    tc_state_free(&s1);
+    tc_state_free(&s2);
+}
+
 Test(store, gc_reports_and_removes)
 {
     tc_state s;

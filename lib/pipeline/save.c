@@ -693,6 +693,9 @@ int save_begin(ckpt_save **out, ckpt_store *st, int64_t step, const ckpt_tensor 
             s->refs = 1;
             rc = ckpt_seterr(CKPT_ENOMEM, "cannot start the persist thread");
             save_wait_jobs_idle(&s->group);
+            /* as when begin fails: copies already enqueued would still
+             * write into the arena the next save fills */
+            device_quiesce(st->dev);
             shard_writer_free(s->writer);
             s->writer = NULL;
             layout_remove_temp(&st->lay, s->tmp);

@@ -515,7 +515,11 @@ int layout_lock(layout *l)
     if (fd == -EEXIST)
         fd = fsio_open(&l->fs, at, O_RDWR | O_NOFOLLOW | O_NONBLOCK, 0);
     free(at);
-    int rc = fd < 0 ? ckpt_seterr_errno(-fd, "cannot open the lock file %s", path) : 0;
+    int rc = fd == -ELOOP /* O_NOFOLLOW on a link: refused, as any non-file */
+                 ? ckpt_seterr(CKPT_EACCES, "the lock file %s is a symbolic link, not a "
+                               "regular file: remove it", path)
+             : fd < 0 ? ckpt_seterr_errno(-fd, "cannot open the lock file %s", path)
+                      : 0;
     if (!rc && (rc = lock_file_ok(l, fd, path))) {
         fsio_close(&l->fs, fd);
     } else if (!rc && layout_adopt_file(l, fd, shared, made) != 0) {

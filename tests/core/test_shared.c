@@ -193,6 +193,37 @@ Test(shared, the_lock_is_private_and_names_its_holder)
     free(lock);
 }
 
+/* A lock file that is a link or a FIFO is refused alike (EACCES, "remove
+ * it"); the link used to give "input/output error: ... Too many levels of
+ * symbolic links", naming no fix.  Its target is left as it was. */
+Test(shared, a_lock_file_that_is_a_link_or_a_fifo_is_named)
+{
+    char *lock = tc_join(tc_root, ".lock"), *target = tc_join(tc_root, "elsewhere");
+    FILE *f = fopen(target, "w");
+    cr_assert_not_null(f);
+    fputs("keep\n", f);
+    fclose(f);
+    ckpt_store_options o;
+    tc_opts(&o);
+    for (int fifo = 0; fifo < 2; fifo++) {
+        if (fifo)
+            cr_assert_eq(mkfifo(lock, 0600), 0);
+        else
+            cr_assert_eq(symlink(target, lock), 0);
+        ckpt_store *w = NULL;
+        cr_assert_eq(ckpt_store_open(&w, tc_root, &o), CKPT_EACCES, "%s", ckpt_error_last());
+        const char *msg = ckpt_error_last();
+        cr_assert(strstr(msg, lock) && strstr(msg, "remove it") &&
+                  strstr(msg, fifo ? "not a regular file" : "is a symbolic link"), "%s", msg);
+        cr_assert_eq(unlink(lock), 0);
+    }
+    struct stat sb;
+    cr_assert_eq(stat(target, &sb), 0);
+    cr_assert_eq(sb.st_size, 5, "the link's target was written");
+    free(lock);
+    free(target);
+}
+
 Test(shared, a_removed_lock_file_cannot_admit_two_writers)
 {
     tc_state s;

@@ -3,6 +3,7 @@ values) saved in one call and loaded back exactly; flattened tensor names;
 collisions and unsupported keys refused; the metadata format."""
 
 import collections
+import enum
 import json
 import math
 import struct
@@ -519,6 +520,141 @@ def test_numpy_text_scalars_are_plain_text(store):
     got = store.load()[1]
     assert type(got["label"]) is str and got["label"] == "dog"
     assert type(got["raw"]) is bytes and got["raw"] == b"\x00ab"
+
+
+class Mode(str, enum.Enum):
+    TRAIN = "train"
+    EVAL = "eval"
+
+
+class Level(enum.IntEnum):
+    LOW = 1
+    HIGH = 2
+
+
+class Loud(str):
+    """A str subclass whose own conversions, equality and hash all say
+    something else than its text."""
+    def __str__(self):
+        return "loud:" + str.__str__(self)
+
+    def __repr__(self):
+        return "Loud(%s)" % str.__repr__(self)
+
+    def __format__(self, spec):
+        return "LOUD"
+
+    def __eq__(self, other):
+        return type(other) is Loud and str.__eq__(self, other)
+
+    def __hash__(self):
+        return hash(("loud", str.__str__(self)))
+
+
+class Odd(int):
+    def __int__(self):
+        return 99
+
+    def __index__(self):
+        return 98
+
+    def __str__(self):
+        return "ODD"
+
+    def __repr__(self):
+        return "Odd()"
+
+    def __format__(self, spec):
+        return "ODD"
+
+
+class Weird(float):
+    def __float__(self):
+        return 9.5
+
+    def __str__(self):
+        return "WEIRD"
+
+    def __repr__(self):
+        return "WEIRD"
+
+    def __format__(self, spec):
+        return "WEIRD"
+
+
+def subclass_state(arrays):
+    """A state of values and keys of subclasses of str, int and float
+    (their own __str__, __int__, __index__, __float__, __repr__ and
+    __format__ overridden), the keys holding tensors `arrays` (three) and
+    plain values."""
+    a, b, c = arrays
+    return {"mode": Mode.TRAIN, Mode.EVAL: 1, "level": Level.HIGH,
+            Level.LOW: "low", "loud": Loud("quiet"), Loud("lr"): 0.5,
+            "odd": Odd(7), "big": Odd(2**70), Odd(5): "five",
+            "weird": Weird(0.25), "nan": Weird(odd_nan()),
+            "all": [Mode.EVAL, Loud("x"), Odd(-3), Weird(-0.0)],
+            "heads": {Mode.TRAIN: a, Loud("head"): b, Odd(3): c}}
+
+
+def test_subclasses_of_str_int_and_float_are_saved_as_their_base_value(store):
+    """A subclass's value and key are stored as the str, int or float they
+    are, not as what their own __str__ (a (str, Enum) member's is
+    "Mode.TRAIN"), __int__, __float__ or __repr__ say; a key's tensor is
+    named by it (heads.train, not heads.Mode.TRAIN).  They load back as
+    the base types (docs/PYTHON.md)."""
+    arrays = [np.arange(2.0), np.ones(3, np.int32), np.full(2, 7.0)]
+    store.save(1, subclass_state(arrays)).wait()
+    want = {"mode": "train", "eval": 1, "level": 2, 1: "low",
+            "loud": "quiet", "lr": 0.5, "odd": 7, "big": 2**70, 5: "five",
+            "weird": 0.25, "nan": odd_nan(),
+            "all": ["eval", "x", -3, -0.0],
+            "heads": {"train": arrays[0], "head": arrays[1], 3: arrays[2]}}
+    step, got = store.load()
+    same(got, want)
+    with store.open(1) as ck:
+        assert sorted(ck.keys()) == ["heads.3", "heads.head", "heads.train"]
+        assert np.array_equal(ck.state("heads", Mode.TRAIN), arrays[0])
+        assert np.array_equal(ck.state("heads", Loud("head")), arrays[1])
+        assert ck.state("heads", Odd(3)).tolist() == [7.0, 7.0]
+        same(ck.state(), want)
+    with store._checkpoint(1) as ck:
+        text = ffi.lib.ckpt_checkpoint_metadata(ck).decode()
+    for wrong in ("Mode.", "loud:", "Loud(", "LOUD", "ODD", "Odd(", "99",
+                  "98", "WEIRD", "9.5"):
+        assert wrong not in text, (wrong, text)
+
+
+def test_restore_matches_keys_of_subclasses_by_their_base_value(store):
+    arrays = [np.arange(2.0), np.ones(3, np.int32), np.full(2, 7.0)]
+    store.save(1, subclass_state(arrays)).wait()
+    into = [np.zeros(2), np.zeros(3, np.int32), np.zeros(2)]
+    state = subclass_state(into)
+    state.update({"mode": Mode.EVAL, Mode.EVAL: 2, Loud("lr"): 0.1,
+                  "odd": Odd(8), Odd(5): "six"})
+    result = store.restore(state)
+    assert result == 1
+    assert result.missing_keys == [] and result.unexpected_keys == []
+    for a, b in zip(into, arrays):
+        assert np.array_equal(a, b)
+    got = result.state
+    # the state's own keys, the checkpoint's values (their base types)
+    assert got[Mode.EVAL] == 1 and got[Loud("lr")] == 0.5
+    assert type(got["mode"]) is str and got["mode"] == "train"
+    assert type(got["odd"]) is int and got["odd"] == 7
+    assert got[Odd(5)] == "five" and got[Level.LOW] == "low"
+    assert type(got["big"]) is int and got["big"] == 2**70
+    assert type(got["weird"]) is float and got["weird"] == 0.25
+    assert got["heads"][Mode.TRAIN] is into[0]
+
+
+def test_a_key_of_a_subclass_equal_to_another_once_saved_is_refused(store):
+    # Loud("a") is not "a" to a dict, but both are saved as "a": the later
+    # would overwrite the earlier on load
+    with pytest.raises(libckpt.InvalidArgumentError,
+                       match=r"keys .*Loud\('a'\).* both saved as 'a'"):
+        store.save(1, {"d": {"a": 1, Loud("a"): 2}})
+    with pytest.raises(libckpt.InvalidArgumentError, match="both saved as 'w'"):
+        store.save(1, {Loud("w"): np.ones(2), "w": np.zeros(2)})
 
 
 def test_a_bool_step_is_refused(store):

@@ -1,6 +1,8 @@
 """PyTorch tensors: every dtype (bfloat16 and bool included), state_dict
 round trips, and CUDA tensors where a device exists."""
 
+import enum
+
 import numpy as np
 import pytest
 
@@ -275,6 +277,37 @@ def test_mixed_numpy_and_torch(store):
     store.save(1, {"np": np.arange(4), "pt": torch.arange(4)}).wait()
     _, got = store.load(framework="np")
     assert np.array_equal(got["np"], got["pt"])
+
+
+class Mode(str, enum.Enum):
+    TRAIN = "train"
+    EVAL = "eval"
+
+
+def test_str_enum_values_and_keys_of_torch_tensors_are_their_values(store):
+    """A (str, Enum) member is saved as its value ("train"), not as str()
+    of it ("Mode.TRAIN"), as a plain value and as the key of a torch
+    tensor (named heads.train), and restored into by that name."""
+    state = {"mode": Mode.TRAIN, Mode.EVAL: 1,
+             "heads": {Mode.TRAIN: torch.ones(2), Mode.EVAL: torch.arange(3)}}
+    store.save(1, state).wait()
+    got = store.load().state
+    assert got["mode"] == "train" and type(got["mode"]) is str
+    assert list(got) == ["mode", "eval", "heads"] and got["eval"] == 1
+    assert list(got["heads"]) == ["train", "eval"]
+    assert all(type(k) is str for k in got["heads"])
+    assert torch.equal(got["heads"]["train"], torch.ones(2))
+    assert torch.equal(got["heads"]["eval"], torch.arange(3))
+    with store.open(1) as ck:
+        assert sorted(ck.keys()) == ["heads.eval", "heads.train"]
+    into = {"mode": Mode.EVAL, Mode.EVAL: 2,
+            "heads": {Mode.TRAIN: torch.zeros(2),
+                      Mode.EVAL: torch.zeros(3, dtype=torch.int64)}}
+    result = store.restore(into)
+    assert result.missing_keys == [] and result.unexpected_keys == []
+    assert torch.equal(into["heads"][Mode.TRAIN], torch.ones(2))
+    assert torch.equal(into["heads"][Mode.EVAL], torch.arange(3))
+    assert result.state["mode"] == "train" and result.state[Mode.EVAL] == 1
 
 
 cuda = pytest.mark.skipif(

@@ -365,6 +365,9 @@ class Checkpoint:
         if not path:  # the whole state: every tensor in one call
             with nested.no_gc():
                 return self._read_whole()
+        # a key of a subclass of str or int (a (str, Enum) member) as
+        # it was saved: its base value
+        path = tuple(map(nested.base_value, path))
         # Several ranks: rank 0's structure first, then each other rank's
         # (state("rank1") is in rank 1's only).
         trees = self._trees() if self._tree is not None else [None]

@@ -81,7 +81,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 
 from .errors import CorruptError, InvalidArgumentError, VersionError
-from .values import (INT64, Path, decode_tagged, encode_key,
+from .values import (INT64, Path, base_value, decode_tagged, encode_key,
                      encode_numpy, encode_plain, encode_torch, path_str)
 
 FORMAT = "libckpt-python-state"
@@ -105,8 +105,9 @@ def is_tensor(obj: Any) -> bool:
 
 
 def dotted(path: Path) -> str:
-    """A key path as a flattened name: model.fc1.weight."""
-    return ".".join(str(k) for k in path)
+    """A key path as a flattened name: model.fc1.weight (a key of a
+    subclass of str or int by its base value, as _encode_items names it)."""
+    return ".".join(k if type(k) is str else str(base_value(k)) for k in path)
 
 
 def _too_deep(what: str, error: type) -> Exception:
@@ -449,6 +450,7 @@ def _encode_items(obj: Any, path: Path, flat: Flat, prefix: str) -> list:
     pairs = []
     classes = flat._torch_classes
     known = flat._row_keys  # key lists already found plain ASCII
+    checked = False  # whether _check_base_keys has run on obj
     for k, v in obj.items():
         kind = type(k)
         if kind is str and k.isascii() and "\0" not in k:
@@ -457,6 +459,15 @@ def _encode_items(obj: Any, path: Path, flat: Flat, prefix: str) -> list:
             key = k
         else:
             key = encode_key(k, path)
+            if kind is not str and kind is not int:
+                # A subclass of str or int (a (str, Enum) member, an
+                # IntEnum): stored, named and found (the path) by its
+                # base value, never by its own __str__ or __repr__.
+                if not checked:
+                    _check_base_keys(obj, path)
+                    checked = True
+                k = base_value(k)
+                kind = type(k)
         if type(v) in _METHODS and _scheduler_method(v):
             continue
         sub = path + (k,)
@@ -476,6 +487,23 @@ def _encode_items(obj: Any, path: Path, flat: Flat, prefix: str) -> list:
             node = _encode(v, sub, flat, name)
         pairs.append([key, node])
     return pairs
+
+
+def _check_base_keys(obj: Any, path: Path) -> None:
+    """InvalidArgumentError when two keys of `obj` (one of them of a
+    subclass of str or int) are one key once stored by their base values
+    (a subclass whose own __eq__ or __hash__ tells it from "train"): the
+    later would overwrite the earlier on load."""
+    seen: Dict[Any, Any] = {}
+    for k in obj:
+        if isinstance(k, bool) or not isinstance(k, (str, int)):
+            continue  # refused by encode_key in its turn
+        other = seen.setdefault(base_value(k), k)
+        if other is not k:
+            raise InvalidArgumentError(
+                "%s: the keys %r and %r are both saved as %r (a key of a "
+                "subclass of str or int is saved as its base value); "
+                "rename one" % (path_str(path), other, k, base_value(k)))
 
 
 _METHODS = frozenset((types.MethodType, weakref.WeakMethod))
@@ -844,7 +872,10 @@ def _replace(obj: Any, values: Dict[Path, Any], above: set,
             is_tensor(obj) or not isinstance(obj, (Mapping, list, tuple))):
         return obj
     if isinstance(obj, Mapping):
-        new = {k: _replace(v, values, above, path + (k,))
+        # keys as flatten() keeps them in paths: by base value (an IntEnum
+        # or a (str, Enum) member as the int or str it is saved as)
+        new = {k: _replace(v, values, above, path + (
+                   k if type(k) is str or type(k) is int else base_value(k),))
                for k, v in obj.items()}
         if isinstance(obj, dict):
             out = obj.copy()  # keeps the type (OrderedDict) and order

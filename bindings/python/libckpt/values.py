@@ -33,6 +33,27 @@ def path_str(path: Path) -> str:
     return "state" + "".join("[%r]" % (k,) for k in path)
 
 
+def base_value(v: Any) -> Any:
+    """`v` as its base type holds it, for an instance of a subclass of str,
+    int or float (a (str, Enum) member, an IntEnum, a str subclass with a
+    __str__ of its own): the base type's own conversion (str.__str__,
+    int.__index__, float.__float__), never the subclass's, so that an
+    overriding __str__, __int__, __index__, __float__, __repr__ or
+    __format__ cannot change what is stored: str(Mode.TRAIN) is
+    "Mode.TRAIN", its value "train".  Exact str, int, float and bool, and
+    anything else, are returned as they are."""
+    kind = type(v)
+    if kind is str or kind is int or kind is float or kind is bool:
+        return v
+    if isinstance(v, str):
+        return str.__str__(v)  # a new exact str of the same text
+    if isinstance(v, int):
+        return int.__index__(v)  # an exact int of the same value
+    if isinstance(v, float):
+        return float.__float__(v)  # the same double, bit for bit
+    return v
+
+
 def encode_str(s: str) -> Any:
     try:
         s.encode("utf-8")  # lone surrogates cannot be stored as JSON text
@@ -59,13 +80,16 @@ def encode_float(x: float) -> Any:
 def encode_plain(v: Any, path: Path) -> Any:
     if v is None or isinstance(v, bool):
         return v
+    # A subclass's value is its base type's (base_value): neither its own
+    # __str__ (a (str, Enum) member's is "Mode.TRAIN") nor __int__,
+    # __float__ or __repr__ decide what is stored.
     if isinstance(v, int):
-        v = int(v)
-        return v if INT64[0] <= v <= INT64[1] else {"int": str(v)}
+        v = int.__index__(v)
+        return v if INT64[0] <= v <= INT64[1] else {"int": int.__repr__(v)}
     if isinstance(v, float):
-        return encode_float(float(v))
+        return encode_float(float.__float__(v))
     if isinstance(v, str):
-        return encode_str(str(v))
+        return encode_str(str.__str__(v))
     if isinstance(v, bytes):
         return {"bytes": base64.b64encode(v).decode("ascii")}
     if callable(getattr(v, "state_dict", None)) and not isinstance(v, type):

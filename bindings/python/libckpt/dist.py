@@ -285,6 +285,12 @@ def load_resharded(store: Any, select: Union[Callable[[str], bool],
         if outcome == 0:
             skipped.append((step, failure if failure is not None and not gone
                             else "another rank could not load its tensors"))
+    # None could be read: each step passed over is warned about all the
+    # same (a job that starts afresh on NoCheckpointError must not lose
+    # them silently)
+    for n, why in skipped:
+        warnings.warn("load_resharded skipped step %d: %s" % (n, why),
+                      SkippedCheckpointWarning, stacklevel=2)
     raise NoCheckpointError(
         "load_resharded: no step in %s holds the selection intact%s"
         % (store.path, "".join("; step %d: %s" % w for w in skipped)))

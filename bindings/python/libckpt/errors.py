@@ -88,7 +88,12 @@ class NoCheckpointError(Error):
     """CKPT_ENOCKPT: no valid checkpoint to restore.
 
     ``skipped`` lists the checkpoints that were tried and why they failed
-    (dicts as in :meth:`libckpt.Store.verify` problems), when known.
+    (dicts as in :meth:`libckpt.Store.verify` problems, newest first),
+    when known; empty for a root with no checkpoint.  When it is not
+    empty (every checkpoint damaged) the message says how many were found
+    damaged and names them, and each was reported before the error was
+    raised, as a skipped one is (a SkippedCheckpointWarning and a log
+    record of the "libckpt" logger).
     """
     status, code = -8, "CKPT_ENOCKPT"
     skipped = ()

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional
 
 from . import ffi
 from .errors import (AccessError, CorruptError, Error, IncompleteError,
-                     InternalError, IoError, NotFoundError,
+                     InternalError, IoError, NoCheckpointError, NotFoundError,
                      SkippedCheckpointWarning, VersionError)
 
 C = ffi.lib
@@ -84,6 +84,33 @@ def report_skipped(problems: List[Problem], stacklevel: int = 3) -> None:
         text = "libckpt: skipped step %s: %s" % (p["step"], p["message"])
         logger.warning(text)
         warnings.warn(text, SkippedCheckpointWarning, stacklevel=stacklevel)
+
+
+def no_checkpoint(err: Error, skipped: List[Problem], root: Any,
+                  stacklevel: int = 3,
+                  head: str = "no valid checkpoint in") -> None:
+    """Before `err` is raised by a search for the newest step that found
+    none it could use: `skipped` (the steps it passed over, newest first)
+    become err.skipped and are reported as report_skipped reports those
+    passed over before an older step is taken (a warning pointing
+    `stacklevel` frames up from the caller, a log record): a job that
+    catches NoCheckpointError and starts afresh must not lose every
+    step silently.  A NoCheckpointError's message then says that they
+    were found damaged, naming them, so that it does not read as a root
+    with no checkpoint in it ("`head` `root`: ...")."""
+    err.skipped = skipped
+    report_skipped(skipped, stacklevel=stacklevel + 1)
+    if not skipped or not isinstance(err, NoCheckpointError):
+        return
+    n = len(skipped)
+    err.message = (
+        "%s %s: %d checkpoint%s found damaged, each skipped: %s; the "
+        "newest because: %s"
+        % (head, os.fsdecode(root) if isinstance(root, bytes) else root, n,
+           "" if n == 1 else "s",
+           ", ".join("step %s (%s)" % (p["step"], p["status"])
+                     for p in skipped), skipped[0]["message"]))
+    err.args = (err.message,)
 
 
 def skipped_after(store: Any, found: int,

@@ -543,8 +543,9 @@ class Store:
         passed over are reported with their reasons."""
         try:
             ck = self._open(ffi.CKPT_LATEST, level, framework, device)
-        except NoCheckpointError as err:
-            err.skipped = reports.skipped_after(self, -1, level)
+        except NoCheckpointError as err:  # each step it passed over, reported
+            reports.no_checkpoint(err, reports.skipped_after(self, -1, level),
+                                  self.path, stacklevel=4)
             raise
         try:
             ck.skipped = reports.skipped_after(self, ck.step, level)
@@ -602,6 +603,9 @@ class Store:
                 continue  # retired meanwhile: the walk lists again
             except Error as err:
                 if not reports.is_damage(err):
+                    if skipped:  # those passed over are said all the same
+                        reports.no_checkpoint(err, skipped, self.path,
+                                              stacklevel=4)
                     raise
                 skipped.append(reports.first_problem(self, step, err))
                 continue
@@ -612,6 +616,9 @@ class Store:
                         reports.verify_full(self, step)
             except Error as err:
                 if not reports.is_damage(err):
+                    if skipped:
+                        reports.no_checkpoint(err, skipped, self.path,
+                                              stacklevel=4)
                     raise
                 if (isinstance(err, NotFoundError)
                         and step not in self._step_numbers()):
@@ -620,15 +627,13 @@ class Store:
                 continue
             reports.report_skipped(skipped, stacklevel=4)
             return LoadResult(step, state, skipped)
-        if skipped:
-            err = NoCheckpointError(
-                "no valid checkpoint in %s: %d skipped, newest because: %s"
-                % (self.path, len(skipped), skipped[0]["message"]),
-                function="Store.load")
-        else:
-            err = NoCheckpointError("no checkpoint in %s" % (self.path,),
-                                    function="Store.load")
-        err.skipped = skipped
+        err = NoCheckpointError("no checkpoint in %s" % (self.path,),
+                                function="Store.load")
+        # Every step damaged: each one is warned about and logged, as when
+        # an older step is loaded, and the message says so (a job that
+        # catches NoCheckpointError to start afresh must not lose its
+        # progress silently).
+        reports.no_checkpoint(err, skipped, self.path, stacklevel=4)
         raise err
 
     def _newest_first(self) -> Iterator[int]:
@@ -753,8 +758,13 @@ class Store:
                     restored = C.ckpt_report_step(report) if report else step
                     skipped = reports.from_report(report)
                     _tensors.copy_back(keep)  # tensors not laid out row-major
-                except Error as e:  # which newer steps were passed over
-                    e.skipped = reports.from_report(report)
+                except Error as e:  # which newer steps were passed over:
+                    # in e.skipped, warned about and logged as when an
+                    # older step is restored (all of them damaged, the
+                    # NoCheckpointError says so)
+                    reports.no_checkpoint(
+                        e, reports.from_report(report), self.path,
+                        stacklevel=4, head=_search_head(e))
                     raise
                 finally:
                     C.ckpt_report_free(report)
@@ -909,6 +919,15 @@ def _close_at_exit() -> None:
 
 
 atexit.register(_close_at_exit)
+
+
+def _search_head(err: Error) -> str:
+    """The start of a NoCheckpointError's message about the steps it
+    skipped, before the root: a collective restore (several ranks) says
+    that no step is one every rank can restore."""
+    every = "no step that every rank can restore in"
+    return every if str(err.message).startswith(every) else \
+        "no valid checkpoint in"
 
 
 def _in_range(what: str, value: Any, low: int, high: int) -> int:

@@ -317,6 +317,16 @@ void eventlog_gc(eventlog *el, int keep_last, int dry_run, int rc, const ckpt_re
     eventlog_append(el, ev);
 }
 
+void eventlog_retire_failed(eventlog *el, int64_t step, int rc)
+{
+    if (!el || !rc)
+        return;
+    json_t *ev = event("retire_failed");
+    json_object_set_new(ev, "step", json_integer(step));
+    add_error(ev, rc);
+    eventlog_append(el, ev);
+}
+
 void eventlog_cleaned(eventlog *el, const ckpt_report *r)
 {
     if (!el || !r || !ckpt_report_count(r))

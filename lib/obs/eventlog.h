@@ -65,6 +65,9 @@ void eventlog_restore(eventlog *el, int rc, const ckpt_report *report);
 void eventlog_verify(eventlog *el, int64_t step, ckpt_verify_level level, int rc,
                      const ckpt_report *report);
 void eventlog_gc(eventlog *el, int keep_last, int dry_run, int rc, const ckpt_report *report);
+/* Retiring old steps (keep_last) after the commit of `step` failed with
+ * `rc`: the save stands, but old steps stay and fill the disk. */
+void eventlog_retire_failed(eventlog *el, int64_t step, int rc);
 /* Opening the root as its writer removed the stale temporary directories
  * listed in `report` (NULL or empty: nothing is logged). */
 void eventlog_cleaned(eventlog *el, const ckpt_report *report);

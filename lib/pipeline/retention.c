@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "error.h"
+#include "eventlog.h"
 #include "fsio.h"
 #include "layout.h"
 #include "reader.h"
@@ -143,9 +144,12 @@ void retention_after_save(ckpt_store *st, int64_t just)
     ckpt_error_state e; /* the save succeeded: keep its (empty) error */
     ckpt_error_capture(&e, CKPT_OK);
     st->lay.defer_removal = 1;
-    retention_apply(st, st->opts.keep_last > 0 ? (size_t)st->opts.keep_last : SIZE_MAX,
-                    just, -1, 0, NULL);
+    int rc = retention_apply(st, st->opts.keep_last > 0 ? (size_t)st->opts.keep_last
+                                                        : SIZE_MAX, just, -1, 0, NULL);
     st->lay.defer_removal = 0;
+    /* The save stands; but old steps that stay fill the disk, unseen
+     * unless the log says so (ckpt log, metrics). */
+    eventlog_retire_failed(st->events, just, rc);
     size_t n;
     char **paths = layout_take_removals(&st->lay, &n);
     removal *r = n && st->pool ? malloc(sizeof *r) : NULL;

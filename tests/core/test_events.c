@@ -2,6 +2,7 @@
  * cut short by a crash, rotation, links refused, the metrics file written
  * after each commit, and version-1 options still accepted. */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <stddef.h>
@@ -16,6 +17,7 @@
 #include "eventlog.h"
 #include "helpers.h"
 #include "layout.h"
+#include "testing.h"
 
 TestSuite(events, .init = tc_setup, .fini = tc_teardown, .timeout = 240);
 
@@ -524,5 +526,48 @@ Test(events, a_metrics_file_that_cannot_be_written_is_logged)
     tc_rmtree(dir);
     free(dir);
     free(prom);
+    tc_state_free(&s);
+}
+
+/* Retiring a step (keep_last) renames it out of the way; a rename refused
+ * here (EPERM: an immutable directory, a file system gone read-only) left
+ * every old step in place with no trace in the log, filling the disk
+ * unseen.  The save stands; the log now has a retire_failed event. */
+static int refuse_retiring_step_1(void *ctx, fsio_op op, const char *path)
+{
+    (void)ctx;
+    const char *base = path ? strrchr(path, '/') : NULL;
+    base = base ? base + 1 : path;
+    return op == FSIO_RENAME && base && strcmp(base, "step-000000000001") == 0 ? EPERM : 0;
+}
+
+Test(events, a_step_that_cannot_be_retired_is_logged)
+{
+    fsio fs = {.fault = refuse_retiring_step_1};
+    ckpt_store_options o;
+    tc_opts(&o);
+    o.keep_last = 1;
+    ckpt_store *st = NULL;
+    cr_assert_eq(ckpt_store_open_with_fsio(&st, tc_root, &o, &fs), CKPT_OK, "%s",
+                 ckpt_error_last());
+    tc_state s;
+    tc_state_standard(&s, 1);
+    tc_save_ok(st, 1, &s);
+    tc_save_ok(st, 2, &s); /* the save succeeds; step 1 stays */
+    const int64_t both[] = {1, 2};
+    tc_assert_steps(st, both, 2);
+    json_t *a = events_of(st, 0);
+    size_t n = json_array_size(a), found = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(name_of(a, i), "retire_failed") != 0)
+            continue;
+        found++;
+        cr_assert_eq(int_of(a, i, "step"), 2);
+        const char *err = json_string_value(json_object_get(json_array_get(a, i), "error"));
+        cr_assert(err && strstr(err, "cannot retire step 1"), "%s", err ? err : "(none)");
+    }
+    cr_assert_eq(found, 1, "%zu retire_failed events", found);
+    json_decref(a);
+    ckpt_store_free(st);
     tc_state_free(&s);
 }

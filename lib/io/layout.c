@@ -54,10 +54,6 @@ static int made_just_now(int fd, const struct stat *st, unsigned mode)
     return empty;
 }
 
-/* mkdir with l->dir_mode.  In a root shared with a trusted group (0770)
- * the umask (022 by default) would take the group's write bit away, and
- * another member's writer could then not remove the steps it retires: the
- * mode asked for is set whatever the umask.  Returns 0 or -errno. */
 /* Trusting the group: `fd` (made by this writer) gets the root's group,
  * and a directory the setgid bit, so that what is made inside it does too.
  * A member's primary group may be shared with users outside the project,
@@ -81,6 +77,10 @@ static void hand_over(const layout *l, int fd, int mode)
         (void)fchmod(fd, (mode_t)mode | (S_ISDIR(st.st_mode) ? st.st_mode & S_ISGID : 0));
 }
 
+/* mkdir with l->dir_mode.  In a root shared with a trusted group (0770)
+ * the umask (022 by default) would take the group's write bit away, and
+ * another member's writer could then not remove the steps it retires: the
+ * mode asked for is set whatever the umask.  Returns 0 or -errno. */
 static int make_dir(layout *l, const char *path)
 {
     int rc = fsio_mkdir(&l->fs, path, l->dir_mode);

@@ -245,12 +245,6 @@ static ckpt_dtype map_type(hid_t ft, hid_t *memtype, hsize_t *extra_dim, char *w
     return CKPT_DTYPE_INVALID;
 }
 
-/* Whether `dset` keeps its data outside the input file: HDF5 external
- * storage (a list of raw files, read by path as the caller) or a virtual
- * dataset (mapped from other files).  HDF5 would open those for us, as
- * whoever runs the import: root importing another user's file would copy
- * /etc/shadow into a checkpoint that user reads, and a FIFO named there
- * would block.  Only the input file is read: 1 with `err` set. */
 /* The bytes of a chunk of `dset` when zstd is among its filters (what
  * every zstd frame of it must decode to: ckpt_h5zstd_expect), else 0. */
 static size_t zstd_chunk_bytes(hid_t dset)
@@ -302,6 +296,12 @@ static int filter_missing(hid_t dset, const char *name, char *err, size_t errlen
     return missing;
 }
 
+/* Whether `dset` keeps its data outside the input file: HDF5 external
+ * storage (a list of raw files, read by path as the caller) or a virtual
+ * dataset (mapped from other files).  HDF5 would open those for us, as
+ * whoever runs the import: root importing another user's file would copy
+ * /etc/shadow into a checkpoint that user reads, and a FIFO named there
+ * would block.  Only the input file is read: 1 with `err` set. */
 static int stored_elsewhere(hid_t dset, const char *name, char *err, size_t errlen)
 {
     hid_t dcpl = H5Dget_create_plist(dset);

@@ -1022,7 +1022,9 @@ int layout_clean_stale(layout *l, int dry_run, ckpt_report *report)
     int rc = dry_run ? CKPT_OK : layout_check_lock(l);
     if (rc)
         return rc;
-    rc = fsio_list(&l->fs, l->root, &names, &n);
+    /* The pinned root, as layout_scan lists it: the names are removed
+     * there, whatever the root's path names by now. */
+    rc = fsio_list(&l->fs, l->at ? l->at : l->root, &names, &n);
     if (rc)
         return ckpt_seterr_errno(-rc, "cannot list %s", l->root);
     for (size_t i = 0; i < n; i++) {

@@ -1067,3 +1067,34 @@ Test(store, a_root_removed_under_a_writer_is_said_gone)
     tc_state_free(&got);
     tc_state_free(&s);
 }
+
+/* A writer cleans up stale temporaries in the root it pinned at open, the
+ * one it lists and saves in, not in whatever the root's path names by now
+ * (a member of a trusted group may rename it): it listed the path and
+ * removed those names in the pinned root, missing the pinned root's own
+ * leftovers. */
+Test(store, gc_cleans_the_root_the_writer_pinned)
+{
+    tc_state s;
+    tc_state_standard(&s, 1);
+    ckpt_store *st = tc_open(tc_root);
+    tc_save_ok(st, 1, &s);
+    char moved[4096];
+    snprintf(moved, sizeof moved, "%s-moved", tc_root);
+    char *ours = tc_join(moved, ".tmp-step-000000000007-1-1");
+    char *theirs = tc_join(tc_root, ".tmp-step-000000000008-1-1");
+    cr_assert_eq(rename(tc_root, moved), 0);
+    cr_assert_eq(mkdir(ours, 0700), 0);
+    cr_assert_eq(mkdir(tc_root, 0700), 0);
+    cr_assert_eq(mkdir(theirs, 0700), 0);
+    ckpt_report *r = NULL;
+    cr_assert_eq(ckpt_store_gc(st, 1, 0, &r), CKPT_OK, "%s", ckpt_error_last());
+    ckpt_report_free(r);
+    cr_assert(!tc_exists(ours), "the pinned root's stale temporary is left");
+    cr_assert(tc_exists(theirs), "a directory of the path's new root was removed");
+    ckpt_store_free(st);
+    tc_rmtree(moved);
+    free(ours);
+    free(theirs);
+    tc_state_free(&s);
+}

@@ -462,6 +462,8 @@ def test_a_malformed_compact_node_is_corrupt(store, monkeypatch, node):
     ({"dict": [["x", {"list": 5}]]}, r"state\['x'\]: malformed state"),
     ({"dict": [["x", {"tuple": "abc"}]]}, "malformed state structure node"),
     ({"dict": [["x", {"tensor": 5}]]}, r"state\['x'\]: malformed tensor node"),
+    ({"dict": [["w", {"tensor": "w", "from": "zz"}]]}, r"state\['w'\]: malformed tensor node"),
+    ({"dict": [["w", {"tensor": "w", "from": ["pt"]}]]}, r"state\['w'\]: malformed tensor"),
     ({"dict": [], "_metadata": None}, "_metadata on a node that is not an OrderedDict"),
     ({"dict": [["x", {"tensors": ["w"], "from": "np", "_metadata": None}]]},
      r"state\['x'\]: malformed state structure node \(_metadata")])

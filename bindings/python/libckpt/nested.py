@@ -729,7 +729,7 @@ def _unflatten(tree: Any, leaf: Leaf, path: Path,
                            % path_str(path))
     _metadata_on_odict(tree, path)
     if "tensor" in tree:
-        if type(tree["tensor"]) is not str:
+        if type(tree["tensor"]) is not str or tree.get("from", "np") not in ("np", "pt"):
             raise CorruptError("%s: malformed tensor node" % path_str(path))
         return leaf(tree["tensor"], tree.get("from", "np"), path)
     if "tensors" in tree or "otensors" in tree:
@@ -824,7 +824,7 @@ def _plain_leaves(tree: Any, path: Path, out: Dict[Path, Any],
                            % path_str(path))
     _metadata_on_odict(tree, path)
     if "tensor" in tree:
-        if type(tree["tensor"]) is not str:
+        if type(tree["tensor"]) is not str or tree.get("from", "np") not in ("np", "pt"):
             raise CorruptError("%s: malformed tensor node" % path_str(path))
         out.pop(path, None)  # as unflatten: a later duplicate key wins
         return

@@ -649,6 +649,25 @@ def test_restore_matches_keys_of_subclasses_by_their_base_value(store):
     assert got["heads"][Mode.TRAIN] is into[0]
 
 
+def test_numpy_integer_keys_are_stored_as_ints(store):
+    """Keys from np.unique are np.int64: refused as "a int64" before
+    (torch.save keeps them); now stored as the ints they are, as values
+    and as keys holding tensors, and found again by restore."""
+    classes = np.unique(np.array([3, 1, 3], dtype=np.int64))
+    state = {"counts": {c: int(c) * 10 for c in classes},
+             "heads": {c: np.full(2, float(c)) for c in classes}}
+    store.save(1, state).wait()
+    got = store.load().state
+    assert got["counts"] == {1: 10, 3: 30}
+    assert all(type(k) is int for k in got["counts"])
+    with store.open() as ck:
+        assert sorted(ck.keys()) == ["heads.1", "heads.3"]
+    into = {"heads": {np.int32(1): np.zeros(2), np.int32(3): np.zeros(2)}}
+    result = store.restore(into, strict=False)
+    assert result.missing_keys == []
+    assert into["heads"][np.int32(3)].tolist() == [3.0, 3.0]
+
+
 def test_a_key_of_a_subclass_equal_to_another_once_saved_is_refused(store):
     # Loud("a") is not "a" to a dict, but both are saved as "a": the later
     # would overwrite the earlier on load

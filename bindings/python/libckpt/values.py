@@ -51,6 +51,8 @@ def base_value(v: Any) -> Any:
         return int.__index__(v)  # an exact int of the same value
     if isinstance(v, float):
         return float.__float__(v)  # the same double, bit for bit
+    if isinstance(v, np.integer):  # a key (np.unique's): the same int
+        return int(v)
     return v
 
 
@@ -119,8 +121,11 @@ def encode_plain(v: Any, path: Path) -> Any:
 
 
 def encode_key(k: Any, path: Path) -> Any:
+    if isinstance(k, np.integer):  # stored as the int it is (torch.save
+        return encode_plain(int(k), path)  # keeps such keys too)
     if isinstance(k, bool) or not isinstance(k, (str, int)):
-        raise TypeError("%s: key %r is a %s; keys must be str or int"
+        raise TypeError("%s: key %r is a %s; keys must be str or int "
+                        "(or a NumPy integer, stored as int)"
                         % (path_str(path), k, type(k).__name__))
     return encode_plain(k, path)
 

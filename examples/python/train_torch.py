@@ -124,9 +124,14 @@ def main(argv=None):
     with libckpt.Store(args.ckpt, keep_last=args.keep_last,
                        fsync=not args.no_fsync) as store:
         start, epoch = 0, 0
-        if store.latest() is not None:
-            # The newest step that verifies (every chunk), as torch tensors.
+        try:
+            # The newest step that verifies (every chunk), as torch tensors;
+            # read and verified once (asking latest() first would verify
+            # it twice).  Damaged newer steps are passed over with a warning.
             _, state = store.load(framework="pt")
+        except libckpt.NoCheckpointError:
+            state = None  # a fresh start (the error names damaged steps)
+        if state is not None:
             start, epoch = resume(state, model, opt, sched, sampler)
             print("resumed from step %d (epoch %d)" % (start, epoch),
                   flush=True)

@@ -67,8 +67,8 @@ int retention_check_order(ckpt_store *st, int64_t step)
                        "restore would go on choosing the higher step.  A new run belongs "
                        "in a new directory (or remove the old steps first); to go back to "
                        "an earlier step of this run, open the store with CKPT_OPEN_REWIND "
-                       "(ckpt/Python: rewind), which retires the steps above it once it "
-                       "commits", (long long)step, (long long)newest, st->lay.root);
+                       "(ckpt import --rewind; Python: Store(..., rewind=True)), which "
+                       "retires the steps above it once it commits", (long long)step, (long long)newest, st->lay.root);
 }
 
 /* 1: counts as kept, 0: damaged (retire when old enough), -1: not ours

@@ -347,15 +347,23 @@ def test_import_step_and_errors(tmp):
     expect_rc(ckpt("import", nostep, dest, "--step", 4), 0)
     # below the newest step: refused (restore would never choose it) ...
     r = expect_rc(ckpt("import", nostep, dest, "--step", 3), 3)
-    check("below step 4" in r.err and "rewind" in r.err, "lower step message", r)
+    check("below step 4" in r.err and "ckpt import --rewind" in r.err, "lower step message", r)
     r = expect_rc(ckpt("latest", dest, "--step"), 0)
     check(r.out == "4\n", "steps after re-import", r)
     _, doc = ckpt_json("list", "list", dest, rc=0)
     check([s["step"] for s in doc["steps"]] == [3, 4], "steps %s" % doc["steps"])
-    # ... unless going back on purpose: the steps above it are retired
-    expect_rc(ckpt("import", nostep, dest, "--step", 3, "--rewind"), 0)
+    # ... unless going back on purpose: the steps above it are retired, and
+    # the output says which (nothing else tells the user they are gone)
+    r = expect_rc(ckpt("import", nostep, dest, "--step", 3, "--rewind"), 0)
+    check("retired the steps above it (--rewind): 4" in r.out, "rewind output", r)
     _, doc = ckpt_json("list", "list", dest, rc=0)
     check([s["step"] for s in doc["steps"]] == [3], "steps after rewind %s" % doc["steps"])
+    expect_rc(ckpt("import", nostep, dest, "--step", 5), 0)
+    expect_rc(ckpt("import", nostep, dest, "--step", 6), 0)
+    _, doc = ckpt_json("import", "import", nostep, dest, "--step", 2, "--rewind", rc=0)
+    check(doc["retired"] == [3, 5, 6], "retired %s" % doc)
+    _, doc = ckpt_json("import", "import", nostep, dest, "--step", 2, rc=0)
+    check(doc["retired"] == [], "retired without --rewind %s" % doc)
     # a job holds the root: busy, exit 3
     fd = os.open(os.path.join(dest, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
     try:

@@ -40,7 +40,8 @@ const cli_cmd cli_cmd_import = {
     "'step' attribute; the root 'metadata' attribute, when it holds JSON, is\n"
     "kept as the step's metadata.  Strings, variable-length, reference and\n"
     "array types are refused with an error naming the dataset.  A step that\n"
-    "exists is replaced; other steps are never removed.",
+    "exists is replaced.  Other steps are removed only with --rewind: those\n"
+    "above the imported step, once it commits (the output names them).",
     1, cmd_import};
 
 typedef struct imp_tensor {
@@ -616,6 +617,8 @@ static int import_run(cli_ctx *ctx, const char *in, const char *dir, int64_t ste
     ckpt_store *store = NULL;
     ckpt_tensor *tensors = NULL;
     ckpt_save *save = NULL;
+    int64_t *before = NULL; /* the steps before a --rewind import */
+    size_t nbefore = 0;
     char *meta = NULL, why[512];
     cli_progress prog = {0};
     uint64_t raw = 0;
@@ -786,6 +789,10 @@ static int import_run(cli_ctx *ctx, const char *in, const char *dir, int64_t ste
 
     if ((ret = cli_open_writer(ctx, dir, &store)))
         goto done;
+    if (ctx->rewind && ckpt_store_steps(store, &before, &nbefore) != CKPT_OK) {
+        before = NULL; /* only for naming what --rewind retires */
+        nbefore = 0;
+    }
     ckpt_save_options so = CKPT_SAVE_OPTIONS_INIT;
     so.metadata_json = meta;
     st = ckpt_save_begin(&save, store, step, tensors, l.n, &so);
@@ -796,17 +803,32 @@ static int import_run(cli_ctx *ctx, const char *in, const char *dir, int64_t ste
                        dir, *ckpt_error_last() ? ckpt_error_last() : ckpt_strerror(st));
         goto done;
     }
+    /* With --rewind, the steps above it are retired by the commit: said,
+     * since nothing else tells the user they are gone. */
+    json_t *retired = json_array();
+    for (size_t i = 0; i < nbefore; i++)
+        if (before[i] > step)
+            json_array_append_new(retired, json_integer(before[i]));
     if (ctx->json) {
-        cli_json_print(json_pack("{s:s, s:s, s:I, s:I, s:I}", "file", in, "root",
+        cli_json_print(json_pack("{s:s, s:s, s:I, s:I, s:I, s:o}", "file", in, "root",
                                  ckpt_store_path(store), "step", (json_int_t)step, "tensors",
-                                 (json_int_t)l.n, "raw_bytes", (json_int_t)raw));
+                                 (json_int_t)l.n, "raw_bytes", (json_int_t)raw, "retired",
+                                 retired));
     } else {
         char b1[32];
         printf("imported %zu tensors (%s) from %s as step %" PRId64 " in %s\n", l.n,
                cli_fmt_bytes(raw, b1), in, step, dir);
+        size_t k;
+        json_t *v;
+        json_array_foreach(retired, k, v)
+            printf("%s %" PRId64 "%s", k ? "," : "retired the steps above it (--rewind):",
+                   (int64_t)json_integer_value(v),
+                   k + 1 == json_array_size(retired) ? "\n" : "");
+        json_decref(retired);
     }
     ret = CLI_EXIT_OK;
 done:
+    ckpt_free(before);
     ckpt_save_free(save);
     ckpt_store_free(store);
     free(tensors);

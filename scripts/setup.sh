@@ -59,7 +59,10 @@ install_packages() {
         if command -v sudo >/dev/null 2>&1; then
             sudo=(sudo)
         else
-            log "not root and no sudo: install these packages first: ${missing[*]}" >&2
+            log "not root and no sudo: these packages are missing: ${missing[*]}" >&2
+            log "ask an administrator to install them, or run again with" \
+                "CKPT_SKIP_PACKAGES=1 to build with what is there (meson then names" \
+                "what the build needs; tests whose tools are absent skip)" >&2
             exit 1
         fi
     fi

@@ -69,7 +69,7 @@ int cmd_verify(cli_ctx *ctx, int argc, char **argv)
                 i++;
             if (i == count) {
                 ret = cli_fail(ctx, CLI_EXIT_INVALID, CKPT_ENOTFOUND,
-                               "no step %" PRId64 " in %s", step, dir);
+                               "no step %" PRId64 " in %s", step, ckpt_store_path(store));
                 goto done;
             }
             first = i;

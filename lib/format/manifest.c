@@ -521,6 +521,18 @@ typedef struct cut {
     const char *with;
 } cut;
 
+/* Whether jansson's (or load_cut's) failure was out of memory. */
+static int json_out_of_memory(const json_error_t *err)
+{
+    if (err->line == -1 && strcmp(err->text, "out of memory") == 0)
+        return 1; /* load_cut's own */
+#if JANSSON_VERSION_HEX >= 0x020b00
+    return json_error_code(err) == json_error_out_of_memory;
+#else
+    return 0;
+#endif
+}
+
 /* The text with its n cuts (in order, apart) replaced, parsed as the
  * whole is. */
 static json_t *load_cut(const char *text, size_t len, const cut *c, size_t n,
@@ -531,6 +543,7 @@ static json_t *load_cut(const char *text, size_t len, const cut *c, size_t n,
         rlen = rlen - (c[i].to - c[i].from) + strlen(c[i].with);
     char *rest = malloc(rlen ? rlen : 1), *o = rest;
     if (!rest) {
+        memset(err, 0, sizeof *err); /* json_error_code reads its last byte */
         snprintf(err->text, sizeof err->text, "out of memory");
         err->line = -1;
         return NULL;
@@ -642,7 +655,8 @@ static int decode(const char *text, size_t len, const char *where, manifest *m,
         ckpt_error_state before;
         ckpt_error_capture(&before, CKPT_OK);
         root = load_cut(text, len, cuts, ncut, &err);
-        if (root && decode_root(root, where, m, pre, npre, meta) == CKPT_OK)
+        int drc = root ? decode_root(root, where, m, pre, npre, meta) : CKPT_OK;
+        if (root && drc == CKPT_OK)
             goto decoded;
         if (root) { /* decode_root gave them to m */
             pre = NULL;
@@ -650,6 +664,15 @@ static int decode(const char *text, size_t len, const char *where, manifest *m,
         }
         json_decref(root);
         manifest_clear(m);
+        /* Out of memory is no reason to take the other route: that one
+         * gives the metadata as jansson prints it (other text than the
+         * quick route's for the same manifest), and would itself fail
+         * to parse and call the manifest damaged. */
+        if (drc == CKPT_ENOMEM || (!root && json_out_of_memory(&err))) {
+            mtensors_free(pre, npre);
+            free(meta);
+            return ckpt_seterr(CKPT_ENOMEM, "out of memory reading %s", where);
+        }
         ckpt_error_restore(&before);
     }
     mtensors_free(pre, npre);
@@ -657,6 +680,8 @@ static int decode(const char *text, size_t len, const char *where, manifest *m,
     if ((rc = check_tally(text, len, "", 0, where)))
         return rc;
     root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+    if (!root && json_out_of_memory(&err)) /* not damage */
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory reading %s", where);
     if (!root)
         return BAD("%s: manifest is not valid JSON (line %d: %s)", where, err.line, err.text);
     rc = decode_root(root, where, m, NULL, 0, NULL);

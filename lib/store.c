@@ -141,7 +141,11 @@ int ckpt_store_open_with_fsio(ckpt_store **out, const char *path,
         rc = dist_open(s); /* rank 0 locks and cleans, every rank agrees */
     else if (!rc && !s->readonly && !(rc = layout_lock(&s->lay))) {
         s->cleaned = report_new(); /* NULL: cleaned all the same, unrecorded */
-        layout_clean_stale(&s->lay, 0, s->cleaned); /* best effort: retried next open */
+        /* Best effort (retried next open), but for out of memory: then a
+         * step moved aside may not have been put back, and the store
+         * would open without it (restore taking an older step). */
+        if (layout_clean_stale(&s->lay, 0, s->cleaned) == CKPT_ENOMEM)
+            rc = CKPT_ENOMEM;
     }
     /* One event log line per event of the job: on several ranks, rank 0's
      * (it holds the lock, and logs the step's sums); W appenders would

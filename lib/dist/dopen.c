@@ -95,7 +95,10 @@ int dist_open(ckpt_store *s)
     if (o->rank == 0) {
         if (!s->readonly && !(rc = layout_lock(&s->lay))) {
             s->cleaned = report_new(); /* logged by ckpt_store_open */
-            layout_clean_stale(&s->lay, 0, s->cleaned); /* before any rank writes */
+            /* before any rank writes; out of memory fails the open, as
+             * ckpt_store_open's (a step moved aside may not be back) */
+            if (layout_clean_stale(&s->lay, 0, s->cleaned) == CKPT_ENOMEM)
+                rc = CKPT_ENOMEM;
         }
         if (!rc && getrandom(note.token, sizeof note.token, 0) != (ssize_t)sizeof note.token) {
             uint64_t a = (uint64_t)(util_wall_time() * 1e9), b = (uint64_t)getpid();

@@ -955,7 +955,7 @@ int layout_retain(layout *l, const int64_t *steps, size_t n, size_t keep_last,
 /* `.replaced-step-N-...`: the committed step N, moved aside by a writer
  * that died before its replacement was renamed in.  It is still the
  * checkpoint, unless the replacement made it. */
-static void recover_replaced(layout *l, const char *name)
+static int recover_replaced(layout *l, const char *name)
 {
     int64_t step;
     char stepname[LAYOUT_NAME_SIZE];
@@ -963,12 +963,17 @@ static void recover_replaced(layout *l, const char *name)
     const char *dash = strlen(rest) > strlen(LAYOUT_STEP_PREFIX)
                            ? strchr(rest + strlen(LAYOUT_STEP_PREFIX), '-') : NULL;
     if (!dash || (size_t)(dash - rest) >= sizeof stepname)
-        return;
+        return CKPT_OK;
     memcpy(stepname, rest, (size_t)(dash - rest));
     stepname[dash - rest] = '\0';
     if (!layout_parse_step_name(stepname, &step))
-        return;
+        return CKPT_OK;
     char *from = layout_pinned_path(l, name), *to = pinned_step_path(l, step);
+    /* Out of memory must be said: the store would open without step N
+     * (restore taking an older one) until the next open put it back. */
+    int rc = from && to ? CKPT_OK
+                        : ckpt_seterr(CKPT_ENOMEM, "out of memory putting back step %lld, "
+                                      "moved aside in %s/%s", (long long)step, l->root, name);
     if (from && to) {
         int kind = FSIO_KIND_NONE, krc = fsio_kind(&l->fs, to, 0, &kind);
         if (krc == -ENOENT) {
@@ -982,6 +987,7 @@ static void recover_replaced(layout *l, const char *name)
     }
     free(from);
     free(to);
+    return rc;
 }
 
 /* Directories deeper than this below an entry are not walked: a tree that
@@ -1031,8 +1037,9 @@ int layout_clean_stale(layout *l, int dry_run, ckpt_report *report)
         return ckpt_seterr_errno(-rc, "cannot list %s", l->root);
     for (size_t i = 0; i < n; i++) {
         if (has_prefix(names[i], LAYOUT_REPLACED_PREFIX)) {
-            if (!dry_run)
-                recover_replaced(l, names[i]);
+            int e = dry_run ? CKPT_OK : recover_replaced(l, names[i]);
+            if (e && !rc)
+                rc = e;
             continue;
         }
         if (!has_prefix(names[i], LAYOUT_TMP_PREFIX) &&

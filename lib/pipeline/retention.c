@@ -1,6 +1,7 @@
 /* retention: step order and which steps are kept (retention.h). */
 #include "retention.h"
 
+#include <errno.h>
 #include <stdlib.h>
 
 #include "error.h"
@@ -72,7 +73,10 @@ int retention_check_order(ckpt_store *st, int64_t step)
 }
 
 /* 1: counts as kept, 0: damaged (retire when old enough), -1: not ours
- * (never touched). */
+ * (never touched), -2: out of memory (the error is set).  Out of memory
+ * is no verdict: taken for damage, the newest step went uncounted and an
+ * older one was kept in its place (a gc's report listing the wrong
+ * steps). */
 static int classify(ckpt_store *st, int64_t step, int64_t just)
 {
     if (step == just)
@@ -80,6 +84,8 @@ static int classify(ckpt_store *st, int64_t step, int64_t just)
     ckpt_checkpoint *ck = NULL;
     int rc = reader_open_step(st, step, &ck);
     reader_close(ck);
+    if (rc == CKPT_ENOMEM)
+        return -2;
     ckpt_error_clear();
     return rc == CKPT_OK ? 1 : rc == CKPT_EACCES ? -1 : 0;
 }
@@ -93,13 +99,16 @@ static int classify(ckpt_store *st, int64_t step, int64_t just)
 static int foreign(ckpt_store *st, int64_t step)
 {
     char *dir = layout_step_path(&st->lay, step);
+    int oom = !dir;
     int bad = !dir || layout_check_trusted(&st->lay, dir) == CKPT_EACCES ||
               layout_holds_superusers_dir(&st->lay, dir);
     char **names;
     size_t n;
-    if (!bad && fsio_list(&st->lay.fs, dir, &names, &n) == 0) {
+    int lrc = bad ? 0 : fsio_list(&st->lay.fs, dir, &names, &n);
+    if (!bad && lrc == 0) {
         for (size_t i = 0; i < n; i++) {
             char *path = util_join(dir, names[i]);
+            oom |= !path;
             bad |= !path || layout_check_trusted(&st->lay, path) == CKPT_EACCES;
             free(path);
             free(names[i]);
@@ -108,6 +117,11 @@ static int foreign(ckpt_store *st, int64_t step)
     }
     free(dir);
     ckpt_error_clear();
+    /* Out of memory (-2, said) is no verdict either: taken for "not
+     * ours", the step was silently kept (and left off a gc's report). */
+    if (oom || lrc == -ENOMEM)
+        return ckpt_seterr(CKPT_ENOMEM, "out of memory looking at step %lld",
+                           (long long)step), -2;
     return bad;
 }
 
@@ -182,14 +196,27 @@ int retention_apply(ckpt_store *st, size_t keep_last, int64_t just, int64_t prot
     size_t kept = 0;
     for (size_t i = n; i-- > 0;) {
         int64_t s = steps[i];
+        int c;
         if (just >= 0 && s > just) {
-            if (rewind && !foreign(st, s))
+            if (rewind && (c = foreign(st, s)) == 0)
                 retire[m++] = s; /* the abandoned future of a rewound run */
+            if (rewind && c == -2) {
+                free(retire);
+                free(steps);
+                return CKPT_ENOMEM;
+            }
             continue;
         }
         /* Whether a step counts as kept needs an open (quick verification);
          * past the count, only whether it may be touched. */
-        int c = kept < keep_last ? classify(st, s, just) : foreign(st, s) ? -1 : 0;
+        c = kept < keep_last ? classify(st, s, just) : -foreign(st, s);
+        if (c == 2)
+            c = -2; /* foreign's out of memory */
+        if (c == -2) {
+            free(retire);
+            free(steps);
+            return CKPT_ENOMEM;
+        }
         if (c < 0)
             continue;
         if (kept < keep_last && c == 1)

@@ -14,11 +14,12 @@ ckpt_report *report_new(void)
     return r;
 }
 
-void report_add(ckpt_report *r, int64_t step, int status, const char *message,
+int report_add(ckpt_report *r, int64_t step, int status, const char *message,
                 const char *file, const char *tensor, int64_t offset)
 {
     if (!r)
-        return;
+        return CKPT_OK;
+    int rc = CKPT_ENOMEM;
     pthread_mutex_lock(&r->lock);
     if (r->count == r->cap) {
         size_t ncap = r->cap ? 2 * r->cap : 8;
@@ -42,8 +43,10 @@ void report_add(ckpt_report *r, int64_t step, int status, const char *message,
         goto out;
     }
     r->count++;
+    rc = CKPT_OK;
 out:
     pthread_mutex_unlock(&r->lock);
+    return rc;
 }
 
 CKPT_API int64_t ckpt_report_step(const ckpt_report *r)

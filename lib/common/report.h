@@ -15,8 +15,11 @@ struct ckpt_report {
 
 ckpt_report *report_new(void);
 /* Copies the strings.  Thread-safe.  Out of memory drops the problem
- * (the status returned to the caller still says what happened). */
-void report_add(ckpt_report *r, int64_t step, int status, const char *message,
+ * (the status returned to the caller still says what happened) and
+ * returns CKPT_ENOMEM, without setting the thread's error; else CKPT_OK
+ * (also for a NULL report).  A report whose entries are the result (a
+ * gc's) must fail then: a short list would pass for the whole. */
+int report_add(ckpt_report *r, int64_t step, int status, const char *message,
                 const char *file, const char *tensor, int64_t offset);
 
 #endif

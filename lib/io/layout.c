@@ -946,8 +946,10 @@ int layout_retain(layout *l, const int64_t *steps, size_t n, size_t keep_last,
             return rc;
         char name[LAYOUT_NAME_SIZE];
         layout_step_name(steps[i], name);
-        report_add(report, steps[i], CKPT_OK, dry_run ? "would retire" : "retired", name,
-                   "", -1);
+        if (report_add(report, steps[i], CKPT_OK, dry_run ? "would retire" : "retired", name,
+                       "", -1))
+            return ckpt_seterr(CKPT_ENOMEM, "out of memory listing step %lld in the report",
+                               (long long)steps[i]);
     }
     return CKPT_OK;
 }
@@ -1059,8 +1061,9 @@ int layout_clean_stale(layout *l, int dry_run, ckpt_report *report)
                 rc = ckpt_seterr_errno(-e, "cannot remove %s/%s", l->root, names[i]);
             continue;
         }
-        report_add(report, -1, CKPT_OK, dry_run ? "would remove stale temporary directory"
-                   : "removed stale temporary directory", names[i], "", -1);
+        if (report_add(report, -1, CKPT_OK, dry_run ? "would remove stale temporary directory"
+                       : "removed stale temporary directory", names[i], "", -1) && !rc)
+            rc = ckpt_seterr(CKPT_ENOMEM, "out of memory listing %s in the report", names[i]);
     }
     fsio_list_free(names, n);
     return rc;

@@ -395,7 +395,7 @@ int dist_finish(ckpt_save *s, int status, int (*persist)(ckpt_save *s))
     } else if (rc == CKPT_OK || committed) {
         free(s->tmp);
         s->tmp = NULL;
-        retention_after_save(st, s->m.step); /* after the answer: no rank waits for it */
+        retention_after_save(st, s->m.step, NULL); /* after the answer: no rank waits for it */
     }
     return rc;
 }

@@ -909,9 +909,27 @@ int layout_commit(layout *l, const char *tmp, int64_t step)
     return CKPT_OK;
 }
 
+int layout_retire_prepare(layout *l, int64_t step, char **path, char **trash)
+{
+    *path = pinned_step_path(l, step);
+    *trash = unique_name(l, LAYOUT_TRASH_PREFIX, step, 1);
+    if (*path && *trash)
+        return CKPT_OK;
+    free(*path);
+    free(*trash);
+    *path = *trash = NULL;
+    return ckpt_seterr_errno(ENOMEM, "cannot retire step %lld", (long long)step);
+}
+
 int layout_retire(layout *l, int64_t step)
 {
-    char *path = pinned_step_path(l, step), *trash = unique_name(l, LAYOUT_TRASH_PREFIX, step, 1);
+    char *path, *trash;
+    int rc = layout_retire_prepare(l, step, &path, &trash);
+    return rc ? rc : layout_retire_prepared(l, step, path, trash);
+}
+
+int layout_retire_prepared(layout *l, int64_t step, char *path, char *trash)
+{
     int rc = path && trash ? fsio_rename(&l->fs, path, trash) : -ENOMEM;
     if (rc == 0) {
         if (l->fsync)

@@ -168,6 +168,13 @@ int layout_commit(layout *l, const char *tmp, int64_t step);
  * with l->defer_removal, list the renamed path in l->removals; inline when
  * there is no memory to list it). */
 int layout_retire(layout *l, int64_t step);
+/* layout_retire in two halves, for a retirement that must not run out of
+ * memory once begun: _prepare allocates the step's path and a trash name
+ * (CKPT_OK, or CKPT_ENOMEM said, both NULL); _prepared does the rest
+ * without allocating but for the deferred list (inline deletion without
+ * it), and takes (frees or keeps) both strings. */
+int layout_retire_prepare(layout *l, int64_t step, char **path, char **trash);
+int layout_retire_prepared(layout *l, int64_t step, char *path, char *trash);
 /* The paths listed by deferred retirements (the caller deletes each with
  * fsio_remove_tree and frees it and the array); *n = 0 and NULL when none. */
 char **layout_take_removals(layout *l, size_t *n);

@@ -200,11 +200,19 @@ static int persist(ckpt_save *s)
     free(text);
     if (rc)
         return rc;
-    if ((rc = layout_commit(&st->lay, s->tmp, s->m.step)))
+    /* A rewinding save retires the steps above it once committed; what
+     * that needs is allocated now, while the save can still fail. */
+    retention_plan plan;
+    if ((rc = retention_plan_rewind(st, s->m.step, &plan)))
         return rc;
+    if ((rc = layout_commit(&st->lay, s->tmp, s->m.step))) {
+        retention_plan_free(&plan);
+        return rc;
+    }
     free(s->tmp);
     s->tmp = NULL; /* committed: nothing to clean up any more */
-    retention_after_save(st, s->m.step);
+    retention_after_save(st, s->m.step, &plan);
+    retention_plan_free(&plan);
     return CKPT_OK;
 }
 

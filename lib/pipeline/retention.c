@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "error.h"
 #include "eventlog.h"
@@ -151,13 +152,65 @@ static int removal_job(void *arg, int worker)
     return CKPT_OK; /* background jobs never fail (context_stop) */
 }
 
-void retention_after_save(ckpt_store *st, int64_t just)
+void retention_plan_free(retention_plan *p)
+{
+    for (size_t i = 0; i < p->n; i++) {
+        free(p->paths[i]);
+        free(p->trash[i]);
+    }
+    free(p->steps);
+    free(p->paths);
+    free(p->trash);
+    memset(p, 0, sizeof *p);
+}
+
+int retention_plan_rewind(ckpt_store *st, int64_t just, retention_plan *p)
+{
+    memset(p, 0, sizeof *p);
+    if (!(st->opts.flags & CKPT_OPEN_REWIND))
+        return CKPT_OK;
+    int64_t *steps;
+    size_t n;
+    int rc = layout_scan(&st->lay, &steps, &n);
+    if (rc)
+        return rc;
+    size_t above = 0;
+    while (above < n && steps[n - 1 - above] > just)
+        above++;
+    if (above) {
+        p->steps = malloc(above * sizeof *p->steps);
+        p->paths = calloc(above, sizeof *p->paths);
+        p->trash = calloc(above, sizeof *p->trash);
+        if (!p->steps || !p->paths || !p->trash)
+            rc = ckpt_seterr(CKPT_ENOMEM, "out of memory");
+    }
+    for (size_t i = n - above; !rc && i < n; i++) {
+        int f = foreign(st, steps[i]);
+        if (f == -2)
+            rc = CKPT_ENOMEM; /* said */
+        else if (f == 0 && !(rc = layout_retire_prepare(&st->lay, steps[i],
+                                                        &p->paths[p->n], &p->trash[p->n])))
+            p->steps[p->n++] = steps[i];
+    }
+    free(steps);
+    if (rc)
+        retention_plan_free(p);
+    return rc;
+}
+
+void retention_after_save(ckpt_store *st, int64_t just, retention_plan *plan)
 {
     if (st->opts.keep_last <= 0 && !(st->opts.flags & CKPT_OPEN_REWIND))
         return;
     ckpt_error_state e; /* the save succeeded: keep its (empty) error */
     ckpt_error_capture(&e, CKPT_OK);
     st->lay.defer_removal = 1;
+    /* The rewound run's abandoned steps first, with nothing to allocate
+     * (a failure here is a rename's, as for any retirement). */
+    for (size_t i = 0; plan && i < plan->n; i++) {
+        layout_retire_prepared(&st->lay, plan->steps[i], plan->paths[i], plan->trash[i]);
+        plan->paths[i] = plan->trash[i] = NULL;
+    }
     int rc = retention_apply(st, st->opts.keep_last > 0 ? (size_t)st->opts.keep_last
                                                         : SIZE_MAX, just, -1, 0, NULL);
     st->lay.defer_removal = 0;

@@ -34,6 +34,8 @@ void retention_note_damaged(ckpt_store *st, int64_t step, int status);
 int retention_apply(ckpt_store *st, size_t keep_last, int64_t just, int64_t protect,
                     int dry_run, ckpt_report *report);
 
+struct retention_plan; /* below */
+
 /* A save (of one process or of several ranks) committed `just`: retire
  * what the store's keep_last and CKPT_OPEN_REWIND do not keep, best effort
  * (a step left over is retired by a later save or gc; this thread's error
@@ -41,6 +43,25 @@ int retention_apply(ckpt_store *st, size_t keep_last, int64_t just, int64_t prot
  * and the root fsynced here; deleting their files is queued on the store's
  * background jobs (inline without a pool or memory), which ckpt_gc and
  * closing the store wait for. */
-void retention_after_save(ckpt_store *st, int64_t just);
+void retention_after_save(ckpt_store *st, int64_t just, struct retention_plan *plan);
+/* (`plan`: NULL, or the steps above `just` prepared by retention_plan_rewind,
+ * retired first; the strings are taken, the caller frees the plan.) */
+
+/* With CKPT_OPEN_REWIND, the steps above the one a save is about to
+ * commit, with their retirement prepared (layout_retire_prepare) before
+ * the commit: once it is committed the steps above must go, or
+ * restore(LATEST) goes on taking the abandoned, higher steps, and a
+ * failure to allocate after the commit could not fail the save.
+ * retention_after_save retires them first. */
+typedef struct retention_plan {
+    size_t n;
+    int64_t *steps;
+    char **paths, **trash;
+} retention_plan;
+/* Fill `p` (all zero when the store does not rewind or nothing is above
+ * `just`).  CKPT_OK, or the error (said; `p` is then empty): the save
+ * must fail before its commit. */
+int retention_plan_rewind(ckpt_store *st, int64_t just, retention_plan *p);
+void retention_plan_free(retention_plan *p);
 
 #endif

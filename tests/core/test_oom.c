@@ -728,15 +728,6 @@ Test(oom, a_rewinding_save_survives_any_failed_allocation)
         int rc = tc_save(w, 15, &sb, NULL);
         int reached = disarm();
         assert_victim_open(fd, k, "rewinding save");
-        if (getenv("OOM_TRACE")) {
-            size_t n = 0;
-            int64_t *st = tc_steps(w, &n);
-            fprintf(stderr, "rc %d (%s), steps:", rc, rc ? ckpt_error_last() : "");
-            for (size_t i = 0; i < n; i++)
-                fprintf(stderr, " %lld", (long long)st[i]);
-            fprintf(stderr, "\n");
-            ckpt_free(st);
-        }
         if (rc == CKPT_OK) {
             /* committed: 20 and 30 are retired (best effort), LATEST is 15 */
             cr_assert_eq(tc_restore_check(w, CKPT_LATEST, &sb), 15, "allocation %ld", k);

@@ -675,7 +675,8 @@ CKPT_API int ckpt_cuda_available(void);
  * CKPT_EACCES (a read-only store without `dry_run`, or permission denied);
  * CKPT_EBUSY (without `dry_run`: the lock file was removed or replaced
  * while this store held it; nothing is removed); CKPT_ENOTFOUND,
- * CKPT_ENOSPC, CKPT_EIO, CKPT_ENOMEM (listing, renaming or removing).
+ * CKPT_ENOSPC, CKPT_EIO, CKPT_ENOMEM (listing, renaming or removing; also
+ * finding the newest valid step, and then nothing is removed).
  * Thread-safe.
  */
 CKPT_API int ckpt_store_gc(ckpt_store *store, int keep_last, int dry_run,

@@ -280,12 +280,20 @@ CKPT_API int ckpt_store_gc(ckpt_store *s, int keep_last, int dry_run, ckpt_repor
      * fine but whose chunks are not would be no checkpoint to keep. */
     int64_t keep_valid = -1;
     ckpt_checkpoint *ck;
-    if (reader_open_newest(s, CKPT_VERIFY_FULL, &ck) == CKPT_OK) {
+    int rc = reader_open_newest(s, CKPT_VERIFY_FULL, &ck);
+    if (rc == CKPT_OK) {
         keep_valid = ck->m.step;
         reader_close(ck);
     }
-    ckpt_error_clear();
-    int rc = retention_apply(s, (size_t)keep_last, -1, keep_valid, dry_run, r);
+    /* Not knowing which step that is (out of memory, a listing that
+     * failed) is no licence to remove it: nothing is removed then.  None
+     * at all (CKPT_ENOCKPT) leaves nothing to protect. */
+    if (rc == CKPT_ENOCKPT) {
+        ckpt_error_clear();
+        rc = CKPT_OK;
+    }
+    if (!rc)
+        rc = retention_apply(s, (size_t)keep_last, -1, keep_valid, dry_run, r);
     if (!rc)
         rc = layout_clean_stale(&s->lay, dry_run, r);
     eventlog_gc(s->events, keep_last, dry_run, rc, r);

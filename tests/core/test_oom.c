@@ -795,3 +795,43 @@ Test(oom, a_dry_run_gc_survives_any_failed_allocation)
     close(fd);
     tc_state_free(&s);
 }
+
+/* gc never removes the newest fully valid step (a newer one may pass the
+ * quick check, its index, with damaged chunks).  When finding that step
+ * ran out of memory, gc went on without it, and with keep_last 1 retired
+ * the only step that could be restored. */
+Test(oom, gc_keeps_the_newest_valid_step_whatever_allocation_fails)
+{
+    skip_under_asan();
+    tc_state s[4];
+    for (int i = 1; i <= 3; i++)
+        small_state(&s[i], (uint64_t)i);
+    char root[4096], shard[4200];
+    long k = 1;
+    for (;; k++) {
+        snprintf(root, sizeof root, "%s/k%ld", tc_root, k);
+        ckpt_store *w = tc_open(root);
+        for (int i = 1; i <= 3; i++)
+            tc_save_ok(w, i, &s[i]);
+        snprintf(shard, sizeof shard, "%s/step-000000000003/rank-00000.shard", root);
+        tc_flip_byte(shard, 200); /* step 3: sound index, a damaged chunk */
+        ckpt_report *r = NULL;
+        arm(k);
+        int rc = ckpt_store_gc(w, 1, 0, &r);
+        int reached = disarm();
+        if (rc != CKPT_OK)
+            assert_failure_reported(rc, k);
+        ckpt_report_free(r);
+        ckpt_store_free(w);
+        ckpt_store *ro = tc_open_ro(root);
+        cr_assert_eq(tc_restore_check(ro, CKPT_LATEST, &s[2]), 2,
+                     "allocation %ld: gc (status %d) removed the newest valid step", k, rc);
+        ckpt_store_free(ro);
+        tc_rmtree(root);
+        if (!reached)
+            break;
+    }
+    cr_assert_gt(k, 20, "only %ld allocations: the allocator is not the one replaced", k);
+    for (int i = 1; i <= 3; i++)
+        tc_state_free(&s[i]);
+}

@@ -43,7 +43,7 @@ int cmd_list(cli_ctx *ctx, int argc, char **argv)
      * reading a directory while entries are renamed in it may see neither
      * the step just committed nor the one retired after it. */
     int st, round = 0;
-    size_t shown = 0;
+    size_t shown = 0, seen = 0; /* seen: listed in any round */
 relist:
     st = ckpt_store_steps(store, &steps, &count);
     if (st != CKPT_OK) {
@@ -110,6 +110,7 @@ relist:
             cli_progress_add(&prog, s.stats.stored_bytes);
         cli_step_clear(&s);
     }
+    seen += count;
     if (!shown && round++ < CLI_RELISTS) {
         ckpt_free(steps);
         steps = NULL;
@@ -121,8 +122,13 @@ relist:
         json_object_set_new(doc, "latest_valid", cli_json_int_or_null(latest_valid));
         cli_json_print(doc);
     } else if (!shown) {
-        cli_note("ckpt list: no checkpoints in %s", dir);
-        cli_hint_roots_below(dir);
+        if (seen)
+            cli_note("ckpt list: every step listed in %s was retired by a running job "
+                     "before it could be checked (%d listings): run again", dir, round);
+        else
+            cli_note("ckpt list: no checkpoints in %s", dir);
+        if (!seen)
+            cli_hint_roots_below(dir);
     } else if (latest_valid < 0) {
         cli_note("ckpt list: no valid checkpoint in %s", dir);
     }

@@ -47,7 +47,8 @@ int cmd_verify(cli_ctx *ctx, int argc, char **argv)
         json_object_set_new(doc, "root", json_string(ckpt_store_path(store)));
         json_object_set_new(doc, "level", json_string(quick ? "quick" : "full"));
     }
-    size_t checked = 0;
+    size_t checked = 0, seen = 0; /* seen: listed in any round */
+    int rounds = 0;
     /* Next to a running job, a step listed may be retired before it is
      * checked (keep_last): it is left out, and when that leaves nothing
      * checked, the root is listed again (the newest step is then a newer
@@ -63,6 +64,7 @@ int cmd_verify(cli_ctx *ctx, int argc, char **argv)
             goto done;
         }
         first = 0;
+        rounds = round + 1;
         if (have_step) {
             size_t i = 0;
             while (i < count && steps[i] != step)
@@ -108,6 +110,7 @@ int cmd_verify(cli_ctx *ctx, int argc, char **argv)
                 cli_progress_add(&prog, s.stats.stored_bytes);
             cli_step_clear(&s);
         }
+        seen += gone;
         if (count && !gone)
             break; /* all checked, or the one asked for is not there */
     }
@@ -119,8 +122,13 @@ int cmd_verify(cli_ctx *ctx, int argc, char **argv)
         json_object_set_new(doc, "steps", arr);
         cli_json_print(doc);
     } else if (!checked) {
-        cli_note("ckpt verify: no checkpoints in %s", dir);
-        cli_hint_roots_below(dir);
+        if (seen)
+            cli_note("ckpt verify: every step listed in %s was retired by a running job "
+                     "before it could be checked (%d listings): run again", dir, rounds);
+        else
+            cli_note("ckpt verify: no checkpoints in %s", dir);
+        if (!seen)
+            cli_hint_roots_below(dir);
     } else if (bad) {
         printf("%zu of %zu step%s failed %s verification\n", bad, checked,
                checked == 1 ? "" : "s", quick ? "quick" : "full");

@@ -120,7 +120,8 @@ relist:
     if (ctx->json) {
         json_object_set_new(doc, "steps", arr);
         json_object_set_new(doc, "latest_valid", cli_json_int_or_null(latest_valid));
-        cli_json_print(doc);
+        cli_json_print(doc); /* frees it */
+        doc = arr = NULL;
     } else if (!shown) {
         if (seen)
             cli_note("ckpt list: every step listed in %s was retired by a running job "
@@ -134,6 +135,8 @@ relist:
     }
     ret = latest_valid >= 0 ? CLI_EXIT_OK : CLI_EXIT_INVALID;
 done:
+    json_decref(arr); /* left when a later listing failed: made before it */
+    json_decref(doc);
     ckpt_free(steps);
     ckpt_store_free(store);
     return ret;

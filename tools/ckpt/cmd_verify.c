@@ -120,7 +120,8 @@ int cmd_verify(cli_ctx *ctx, int argc, char **argv)
         json_object_set_new(doc, "checked", json_integer((json_int_t)checked));
         json_object_set_new(doc, "failed", json_integer((json_int_t)bad));
         json_object_set_new(doc, "steps", arr);
-        cli_json_print(doc);
+        cli_json_print(doc); /* frees it */
+        doc = arr = NULL;
     } else if (!checked) {
         if (seen)
             cli_note("ckpt verify: every step listed in %s was retired by a running job "
@@ -135,6 +136,8 @@ int cmd_verify(cli_ctx *ctx, int argc, char **argv)
     }
     ret = checked && !bad ? CLI_EXIT_OK : CLI_EXIT_INVALID;
 done:
+    json_decref(arr); /* left when a later listing failed: made before it */
+    json_decref(doc);
     ckpt_free(steps);
     ckpt_store_free(store);
     return ret;

@@ -535,11 +535,14 @@ def test_doctor_names_entries_that_block_a_step(tmp):
     with open(os.path.join(root, "step-000000000040"), "w") as f:
         f.write("not a checkpoint\n")
     os.symlink("step-000000000030", os.path.join(root, "step-000000000050"))
+    for other in ("step-5", "step-00000000000000000000099", "step-0000000000007x"):
+        open(os.path.join(root, other), "w").close()  # names no writer gives: no step
     _, doc = ckpt_json("doctor", "doctor", root, rc=1)
     msg = [f["message"] for f in doc["findings"] if f["check"] == "strays"]
     check(findings(doc)["strays"] == "error" and not doc["ok"] and len(msg) == 1 and
           "step-000000000040 (a file)" in msg[0] and
-          "step-000000000050 (a symbolic link)" in msg[0], "strays %s" % doc)
+          "step-000000000050 (a symbolic link)" in msg[0] and "2 entries" in msg[0] and
+          "step-5" not in msg[0], "strays %s" % doc)
     check(findings(doc)["verify"] == "ok" and doc["steps"]["total"] == 3, "steps %s" % doc)
     r = expect_rc(ckpt("doctor", root), 1)
     check("[error]" in r.out and "step-000000000040" in r.out, "doctor text", r)

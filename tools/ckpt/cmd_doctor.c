@@ -1,5 +1,6 @@
 /* ckpt doctor: disk space, stale temporaries, bad steps, environment drift. */
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <inttypes.h>
@@ -162,6 +163,21 @@ static json_t *scan_temps(ckpt_store *store, const char *root, uint64_t *bytes)
     return arr;
 }
 
+/* Whether `name` is the name a writer gives step N (step-%012lld, N an
+ * int64): only such an entry stands where a step goes. */
+static int step_name(const char *name)
+{
+    const char *d = name + 5;
+    size_t n = strlen(name) > 5 ? strlen(d) : 0;
+    if (strncmp(name, "step-", 5) != 0 || n < 12 || n > 19 || strspn(d, "0123456789") != n)
+        return 0;
+    errno = 0;
+    long long v = strtoll(d, NULL, 10);
+    char canon[32];
+    snprintf(canon, sizeof canon, "step-%012lld", v);
+    return errno == 0 && strcmp(canon, name) == 0;
+}
+
 /* Entries of the root named like a step that are not directories (a
  * file, link, FIFO...): no writer makes one, and each makes every save of
  * its step fail.  One finding naming up to three (none when the root cannot
@@ -175,9 +191,7 @@ static int check_strays(json_t *findings, const char *root)
     size_t n = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
-        const char *digits = e->d_name + 5;
-        if (strncmp(e->d_name, "step-", 5) != 0 || !*digits ||
-            strspn(digits, "0123456789") != strlen(digits))
+        if (!step_name(e->d_name))
             continue;
         struct stat sb;
         if (fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || S_ISDIR(sb.st_mode))

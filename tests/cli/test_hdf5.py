@@ -330,6 +330,34 @@ def test_import_reads_enums_and_bitfields_of_fewer_bits_than_bytes(tmp):
               % (name, np.frombuffer(data, want.dtype)[:4], want[:4]))
 
 
+def test_import_rewind_names_a_step_it_could_not_retire(tmp):
+    """--rewind retires the steps above the imported one after its commit;
+    one whose retirement fails (immutable here; another user's step in a
+    shared root) stays, and restore goes on choosing it.  The import said
+    it was retired, and exited 0."""
+    need_hdf5()
+    need_h5py()
+    if not shutil.which("chattr"):
+        pytest.skip("no chattr")
+    src, dest = os.path.join(tmp, "x.h5"), os.path.join(tmp, "dest")
+    with h5py.File(src, "w") as f:
+        f["x"] = np.arange(4, dtype=np.int32)
+    for step in (3, 4, 5):
+        expect_rc(ckpt("import", src, dest, "--step", step), 0)
+    five = os.path.join(dest, "step-000000000005")
+    if run("chattr", "+i", five).rc != 0:
+        pytest.skip("chattr +i is refused here (not root, or the file system)")
+    try:
+        r = expect_rc(ckpt("import", src, dest, "--step", 2, "--rewind"), 3)
+        check("retired the steps above it (--rewind): 3, 4" in r.out and
+              "step 5 above it could not be retired" in r.err, "rewind output", r)
+        r = ckpt("--json", "import", src, dest, "--step", 1, "--rewind")
+        check(r.rc == 3 and r.json()["error"]["exit_code"] == 3 and
+              "step 5 above it" in r.json()["error"]["message"], "json", r)
+    finally:
+        run("chattr", "-i", five)
+
+
 def test_import_step_and_errors(tmp):
     need_hdf5()
     need_h5py()

@@ -803,13 +803,30 @@ static int import_run(cli_ctx *ctx, const char *in, const char *dir, int64_t ste
                        dir, *ckpt_error_last() ? ckpt_error_last() : ckpt_strerror(st));
         goto done;
     }
-    /* With --rewind, the steps above it are retired by the commit: said,
-     * since nothing else tells the user they are gone. */
+    /* With --rewind, the steps above it are retired after the commit:
+     * said, since nothing else tells the user they are gone; and one that
+     * could not be (a refused rename, another user's step: the event log
+     * says why) is an error, since restore goes on choosing it. */
     json_t *retired = json_array();
-    for (size_t i = 0; i < nbefore; i++)
-        if (before[i] > step)
+    int64_t *after = NULL, left = -1;
+    size_t nafter = 0;
+    /* (when the root cannot be listed again, nothing is claimed either way) */
+    int known = nbefore && ckpt_store_steps(store, &after, &nafter) == CKPT_OK;
+    for (size_t i = 0; known && i < nbefore; i++) {
+        if (before[i] <= step)
+            continue;
+        int still = 0;
+        for (size_t j = 0; j < nafter && !still; j++)
+            still = after[j] == before[i];
+        if (still)
+            left = before[i];
+        else
             json_array_append_new(retired, json_integer(before[i]));
-    if (ctx->json) {
+    }
+    ckpt_free(after);
+    if (ctx->json && left >= 0) {
+        json_decref(retired); /* the error document below says it all */
+    } else if (ctx->json) {
         cli_json_print(json_pack("{s:s, s:s, s:I, s:I, s:I, s:o}", "file", in, "root",
                                  ckpt_store_path(store), "step", (json_int_t)step, "tensors",
                                  (json_int_t)l.n, "raw_bytes", (json_int_t)raw, "retired",
@@ -827,6 +844,11 @@ static int import_run(cli_ctx *ctx, const char *in, const char *dir, int64_t ste
         json_decref(retired);
     }
     ret = CLI_EXIT_OK;
+    if (left >= 0)
+        ret = cli_fail(ctx, CLI_EXIT_ERROR, CKPT_EIO, "step %" PRId64 " was imported, but "
+                       "step %" PRId64 " above it could not be retired ('ckpt log %s' says "
+                       "why): restore goes on choosing it until it is removed", step, left,
+                       dir);
 done:
     ckpt_free(before);
     ckpt_save_free(save);

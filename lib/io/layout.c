@@ -1058,8 +1058,8 @@ int layout_clean_stale(layout *l, int dry_run, ckpt_report *report)
     for (size_t i = 0; i < n; i++) {
         if (has_prefix(names[i], LAYOUT_REPLACED_PREFIX)) {
             int e = dry_run ? CKPT_OK : recover_replaced(l, names[i]);
-            if (e && !rc)
-                rc = e;
+            if (e && (!rc || e == CKPT_ENOMEM)) /* a step left aside: the open */
+                rc = e;                          /* must fail, whatever came before */
             continue;
         }
         if (!has_prefix(names[i], LAYOUT_TMP_PREFIX) &&

@@ -458,9 +458,10 @@ int layout_shown_error(const layout *l, int status)
 static int read_holder(layout *l, const char *path, char *who, size_t size)
 {
     char buf[LOCK_NOTE_SIZE + 1] = "";
-    /* no note yet: the holder took the lock a moment ago and is about to
-     * write it (or is a writer of a libckpt that wrote none) */
-    snprintf(who, size, "a writer that has not yet said which: try again");
+    /* no note to read: the holder took the lock a moment ago and has not
+     * written it yet, or could not (a full disk) */
+    snprintf(who, size, "its note, the holder's pid and host, cannot be read: it may have "
+             "just taken the lock");
     int fd = fsio_open_regular(&l->fs, path);
     if (fd < 0)
         return 0;

@@ -336,6 +336,7 @@ int cmd_doctor(cli_ctx *ctx, int argc, char **argv)
     ckpt_store *store = NULL;
     int64_t *steps = NULL;
     size_t count = 0, checked = 0, nvalid = 0, nrecent = 0; /* checked: not retired meanwhile */
+    size_t seen = 0; /* steps listed in any round */
     json_t *findings = json_array(), *unverifiable = json_array(), *drift = json_array();
     json_t *recent = json_array(), *prev_env = NULL, *temps = NULL, *disk = NULL;
     json_t *machine = json_array(), *fw_rec = NULL, *frameworks = json_array();
@@ -391,6 +392,7 @@ int cmd_doctor(cli_ctx *ctx, int argc, char **argv)
             }
             cli_step_clear(&s);
         }
+        seen += count;
         if (checked) /* else all retired, or none seen: an empty listing may be */
             break;    /* one read while entries were renamed (cmd_list.c) */
     }
@@ -466,7 +468,9 @@ int cmd_doctor(cli_ctx *ctx, int argc, char **argv)
     /* verify */
     if (!checked) {
         errors++;
-        finding(findings, "verify", "error", "no checkpoints in %s", root);
+        finding(findings, "verify", "error", seen ? "every step listed in %s was retired "
+                "by a running job before it could be checked: run again"
+                : "no checkpoints in %s", root);
     } else if (json_array_size(unverifiable)) {
         errors++;
         finding(findings, "verify", "error", "%zu of %zu steps fail %s verification%s",

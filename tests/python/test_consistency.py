@@ -149,16 +149,20 @@ def test_a_restore_failing_after_a_damaged_step_reports_it(root):
 
 
 def test_load_resharded_warns_of_every_step_when_none_can_be_read(
-        newest_damaged):
+        newest_damaged, caplog):
     flip_byte(shard_files(newest_damaged, 1)[0])
     with open_store(newest_damaged, readonly=True) as store:
         with pytest.warns(libckpt.SkippedCheckpointWarning) as seen:
-            with pytest.raises(libckpt.NoCheckpointError, match="step 1"):
+            with pytest.raises(libckpt.NoCheckpointError, match="step 1") as e:
                 load_resharded(store, lambda name: True)
     warned = [str(w.message) for w in seen
               if issubclass(w.category, libckpt.SkippedCheckpointWarning)]
     assert len(warned) == 2, warned
     assert "skipped step 2" in warned[0] and "skipped step 1" in warned[1]
+    # as Store.load: a log record each, and the steps in .skipped
+    logged = [r.getMessage() for r in caplog.records if r.name == "libckpt"]
+    assert logged == warned
+    assert [p["step"] for p in e.value.skipped] == [2, 1]
 
 
 @pytest.mark.parametrize("kind", [str, pathlib.Path, lambda p: str(p).encode()])

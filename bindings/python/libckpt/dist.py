@@ -33,6 +33,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Union
 
 from . import errors as _errors
 from . import ffi
+from . import reports as _reports
 from .errors import Error, InvalidArgumentError
 from .handles import interruptible
 
@@ -204,11 +205,10 @@ def load_resharded(store: Any, select: Union[Callable[[str], bool],
     of a list that the step tried does not hold raises :class:`libckpt.NotFoundError`.
     ``framework``: "auto" (as each tensor was saved), "np" or "pt", on
     the CPU, as for Store.load."""
-    import warnings
     from .checkpoint import check_framework
     from .errors import (AccessError, CorruptError, IoError,
                          NoCheckpointError, NotFoundError, PeerError,
-                         SkippedCheckpointWarning, VersionError)
+                         VersionError)
     from .store import _RELISTS
     damage = (CorruptError, IoError, VersionError, NotFoundError, AccessError)
     coord = getattr(store, "_coordinator", None)
@@ -278,9 +278,7 @@ def load_resharded(store: Any, select: Union[Callable[[str], bool],
             raise PeerError("load_resharded: another rank failed on step %d "
                             "(its own error says why)" % step)
         if outcome == 2:
-            for n, why in skipped:
-                warnings.warn("load_resharded skipped step %d: %s" % (n, why),
-                              SkippedCheckpointWarning, stacklevel=2)
+            _report_skipped(skipped)
             return step, state
         if outcome == 0:
             skipped.append((step, failure if failure is not None and not gone
@@ -288,12 +286,25 @@ def load_resharded(store: Any, select: Union[Callable[[str], bool],
     # None could be read: each step passed over is warned about all the
     # same (a job that starts afresh on NoCheckpointError must not lose
     # them silently)
-    for n, why in skipped:
-        warnings.warn("load_resharded skipped step %d: %s" % (n, why),
-                      SkippedCheckpointWarning, stacklevel=2)
-    raise NoCheckpointError(
+    _report_skipped(skipped)
+    err = NoCheckpointError(
         "load_resharded: no step in %s holds the selection intact%s"
         % (store.path, "".join("; step %d: %s" % w for w in skipped)))
+    err.skipped = [{"step": n, "status": "", "message": why, "file": ""}
+                   for n, why in skipped]
+    raise err
+
+
+def _report_skipped(skipped: List[Tuple[int, str]]) -> None:
+    """Each step load_resharded passed over, as Store.load reports them: a
+    warning pointing at load_resharded's caller and a record of the
+    "libckpt" logger."""
+    import warnings
+    from .errors import SkippedCheckpointWarning
+    for n, why in skipped:
+        text = "load_resharded skipped step %d: %s" % (n, why)
+        _reports.logger.warning(text)
+        warnings.warn(text, SkippedCheckpointWarning, stacklevel=3)
 
 
 def _listing(store: Any, old: List[int]) -> Tuple[List[int], Any]:
